@@ -1,0 +1,276 @@
+//! `ActorRef<M>`: a typed, serializable address of an actor on any node.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tokio::sync::mpsc;
+
+use super::call::{CallOutcome, ReplyTo};
+use super::context::{current_actor, decode_node};
+use super::registry::Delivery;
+use super::{ActorId, Message};
+use crate::dispatch::{hash_of, SendOpts};
+use crate::error::{CallError, SendError};
+use crate::id::NodeId;
+use crate::node::Inner;
+use crate::wire::frame::{Dest, Header};
+
+/// A typed address of an actor, by id or by registered name, on any node.
+///
+/// It serializes as (node, id or name): a ref sent inside a message to another node can be used
+/// there to send back. A ref decoded by a node binds to that node; one decoded elsewhere is
+/// unbound and its sends fail with [`SendError::NodeStopped`].
+pub struct ActorRef<M> {
+    pub(crate) node: NodeId,
+    pub(crate) to: Dest,
+    pub(crate) rt: Weak<Inner>,
+    _m: PhantomData<fn(M) -> M>,
+}
+
+impl<M> Clone for ActorRef<M> {
+    fn clone(&self) -> Self {
+        ActorRef {
+            node: self.node.clone(),
+            to: self.to.clone(),
+            rt: self.rt.clone(),
+            _m: PhantomData,
+        }
+    }
+}
+
+impl<M> fmt::Debug for ActorRef<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.to {
+            Dest::Id(id) => write!(f, "ActorRef({}#{id})", self.node),
+            Dest::Name(n) => write!(f, "ActorRef({}/{n})", self.node),
+        }
+    }
+}
+
+impl<M> PartialEq for ActorRef<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.node == other.node && self.to == other.to
+    }
+}
+
+impl<M> Eq for ActorRef<M> {}
+
+#[derive(Serialize, Deserialize)]
+struct RefWire {
+    node: NodeId,
+    to: Dest,
+}
+
+impl<M> Serialize for ActorRef<M> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RefWire {
+            node: self.node.clone(),
+            to: self.to.clone(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de, M> Deserialize<'de> for ActorRef<M> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = RefWire::deserialize(d)?;
+        Ok(ActorRef {
+            node: w.node,
+            to: w.to,
+            rt: decode_node(),
+            _m: PhantomData,
+        })
+    }
+}
+
+impl<M: Message> ActorRef<M> {
+    pub(crate) fn new(node: NodeId, to: Dest, rt: Weak<Inner>) -> Self {
+        ActorRef {
+            node,
+            to,
+            rt,
+            _m: PhantomData,
+        }
+    }
+
+    /// The node the actor lives on.
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// The actor's id, when the ref names one (refs by name have none).
+    pub fn id(&self) -> Option<ActorId> {
+        match self.to {
+            Dest::Id(id) => Some(id),
+            Dest::Name(_) => None,
+        }
+    }
+
+    /// The registered name, when the ref is by name.
+    pub fn name(&self) -> Option<&str> {
+        match &self.to {
+            Dest::Name(n) => Some(n),
+            Dest::Id(_) => None,
+        }
+    }
+
+    fn runtime(&self) -> Result<Arc<Inner>, SendError> {
+        self.rt.upgrade().ok_or(SendError::NodeStopped)
+    }
+
+    /// Sends a message, waiting while the mailbox or the lane's queue is full.
+    pub async fn send(&self, msg: M) -> Result<(), SendError> {
+        self.send_with(msg, &SendOpts::default()).await
+    }
+
+    /// Sends with options (channel, partition key).
+    pub async fn send_with(&self, msg: M, opts: &SendOpts) -> Result<(), SendError> {
+        self.deliver(msg, opts, None, true).await
+    }
+
+    /// Sends without waiting: fails with [`SendError::Backpressure`] when the mailbox or the
+    /// lane's queue is full.
+    pub fn try_send(&self, msg: M) -> Result<(), SendError> {
+        self.try_send_with(msg, &SendOpts::default())
+    }
+
+    /// [`ActorRef::try_send`] with options.
+    pub fn try_send_with(&self, msg: M, opts: &SendOpts) -> Result<(), SendError> {
+        let rt = self.runtime()?;
+        if rt.is_local(&self.node)? {
+            return self
+                .local_sender(&rt)?
+                .try_send(Delivery::Local(msg))
+                .map_err(|e| match e {
+                    mpsc::error::TrySendError::Full(_) => SendError::Backpressure("mailbox"),
+                    mpsc::error::TrySendError::Closed(_) => SendError::NoProc,
+                });
+        }
+        let (header, payload) = self.encode(&rt, &msg, None)?;
+        let receiver = hash_of(&self.to);
+        rt.try_send_frame(
+            &self.node,
+            opts,
+            current_actor(),
+            receiver,
+            &header,
+            payload,
+        )
+    }
+
+    /// Request/response: builds the request with a fresh [`ReplyTo`], sends it, and waits up to
+    /// `timeout` for the reply. Each call has its own id, so a late reply never satisfies
+    /// another call.
+    pub async fn call<R: Message>(
+        &self,
+        make: impl FnOnce(ReplyTo<R>) -> M,
+        timeout: Duration,
+    ) -> Result<R, CallError> {
+        self.call_with(make, timeout, &SendOpts::default()).await
+    }
+
+    /// [`ActorRef::call`] with send options (the reply travels on the same channel).
+    pub async fn call_with<R: Message>(
+        &self,
+        make: impl FnOnce(ReplyTo<R>) -> M,
+        timeout: Duration,
+        opts: &SendOpts,
+    ) -> Result<R, CallError> {
+        let rt = self.runtime()?;
+        let (call, rx) = rt.calls.open();
+        let reply = ReplyTo::new(
+            rt.id.clone(),
+            call,
+            current_actor(),
+            opts.channel.clone(),
+            &rt,
+        );
+        let msg = make(reply);
+        if let Err(e) = self.deliver(msg, opts, Some(call), true).await {
+            rt.calls.cancel(call);
+            return Err(e.into());
+        }
+        let outcome = match tokio::time::timeout(timeout, rx).await {
+            Err(_) => {
+                rt.calls.cancel(call);
+                return Err(CallError::Timeout);
+            }
+            Ok(Err(_)) => return Err(CallError::NoReply("the node stopped".into())),
+            Ok(Ok(o)) => o,
+        };
+        match outcome {
+            CallOutcome::Local(b) => b.downcast::<R>().map(|b| *b).map_err(|_| {
+                CallError::Decode("the reply has another type than the call expects".into())
+            }),
+            CallOutcome::Remote(bytes) => super::decode_in::<R>(&self.rt, &bytes)
+                .map_err(|e| CallError::Decode(e.to_string())),
+            CallOutcome::NoProc => Err(CallError::NoProc),
+            CallOutcome::Failed(why) => Err(CallError::NoReply(why)),
+        }
+    }
+
+    async fn deliver(
+        &self,
+        msg: M,
+        opts: &SendOpts,
+        call: Option<u64>,
+        wait: bool,
+    ) -> Result<(), SendError> {
+        let rt = self.runtime()?;
+        if rt.is_local(&self.node)? {
+            let tx = self.local_sender(&rt)?;
+            return if wait {
+                tx.send(Delivery::Local(msg))
+                    .await
+                    .map_err(|_| SendError::NoProc)
+            } else {
+                tx.try_send(Delivery::Local(msg))
+                    .map_err(|_| SendError::Backpressure("mailbox"))
+            };
+        }
+        let (header, payload) = self.encode(&rt, &msg, call)?;
+        let receiver = hash_of(&self.to);
+        rt.send_frame(
+            &self.node,
+            opts,
+            current_actor(),
+            receiver,
+            &header,
+            payload,
+        )
+        .await
+    }
+
+    fn encode(
+        &self,
+        rt: &Inner,
+        msg: &M,
+        call: Option<u64>,
+    ) -> Result<(Header, bytes::Bytes), SendError> {
+        let payload = postcard::to_allocvec(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let header = Header::Send {
+            to: self.to.clone(),
+            incarnation: self.node.incarnation,
+            from: current_actor(),
+            call,
+        };
+        let _ = rt;
+        Ok((header, bytes::Bytes::from(payload)))
+    }
+
+    fn local_sender(&self, rt: &Inner) -> Result<mpsc::Sender<Delivery<M>>, SendError> {
+        let id = match &self.to {
+            Dest::Id(id) => *id,
+            Dest::Name(n) => rt.registry.resolve(n).ok_or(SendError::NoProc)?,
+        };
+        let mailbox = rt.registry.by_id(id).ok_or(SendError::NoProc)?;
+        mailbox
+            .as_any()
+            .downcast_ref::<mpsc::Sender<Delivery<M>>>()
+            .cloned()
+            .ok_or(SendError::TypeMismatch)
+    }
+}

@@ -1,0 +1,189 @@
+//! Request/response: pending calls by id, and the `ReplyTo` handle a responder answers with.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
+
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tokio::sync::oneshot;
+
+use super::context::{current_actor, decode_node};
+use super::Message;
+use crate::dispatch::SendOpts;
+use crate::error::SendError;
+use crate::id::NodeId;
+use crate::node::Inner;
+use crate::wire::frame::{Header, ReplyStatus};
+
+/// How a call ended, before decoding.
+pub(crate) enum CallOutcome {
+    Local(Box<dyn Any + Send>),
+    Remote(Bytes),
+    NoProc,
+    Failed(String),
+}
+
+/// Calls waiting for their reply. An entry lives until its reply arrives or its caller's
+/// timeout fires, so the table holds at most the calls in flight.
+#[derive(Default)]
+pub(crate) struct PendingCalls {
+    next: AtomicU64,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<CallOutcome>>>,
+}
+
+impl PendingCalls {
+    pub fn open(&self) -> (u64, oneshot::Receiver<CallOutcome>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, tx);
+        (id, rx)
+    }
+
+    pub fn cancel(&self, id: u64) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+
+    /// Completes a call; false when nobody waits for it any more (late or unknown reply).
+    pub fn complete(&self, id: u64, outcome: CallOutcome) -> bool {
+        let tx = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        match tx {
+            Some(tx) => tx.send(outcome).is_ok(),
+            None => false,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Fails every waiting call (node shutdown).
+    pub fn fail_all(&self, why: &str) {
+        let all: Vec<_> = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for (_, tx) in all {
+            let _ = tx.send(CallOutcome::Failed(why.to_string()));
+        }
+    }
+}
+
+/// The handle a responder uses to answer one call. It is serializable, so it can travel inside
+/// the request to another node and be answered from there.
+pub struct ReplyTo<R> {
+    node: NodeId,
+    call: u64,
+    caller: u64,
+    channel: Option<String>,
+    rt: Weak<Inner>,
+    _m: PhantomData<fn(R) -> R>,
+}
+
+impl<R> std::fmt::Debug for ReplyTo<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplyTo({}#call{})", self.node, self.call)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct ReplyWire {
+    node: NodeId,
+    call: u64,
+    caller: u64,
+    channel: Option<String>,
+}
+
+impl<R> Serialize for ReplyTo<R> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ReplyWire {
+            node: self.node.clone(),
+            call: self.call,
+            caller: self.caller,
+            channel: self.channel.clone(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de, R> Deserialize<'de> for ReplyTo<R> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = ReplyWire::deserialize(d)?;
+        Ok(ReplyTo {
+            node: w.node,
+            call: w.call,
+            caller: w.caller,
+            channel: w.channel,
+            rt: decode_node(),
+            _m: PhantomData,
+        })
+    }
+}
+
+impl<R: Message> ReplyTo<R> {
+    pub(crate) fn new(
+        node: NodeId,
+        call: u64,
+        caller: u64,
+        channel: Option<String>,
+        rt: &std::sync::Arc<Inner>,
+    ) -> Self {
+        ReplyTo {
+            node,
+            call,
+            caller,
+            channel,
+            rt: std::sync::Arc::downgrade(rt),
+            _m: PhantomData,
+        }
+    }
+
+    /// The node of the caller.
+    pub fn caller_node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// Sends the reply, waiting while the lane's queue is full. A reply whose caller has given
+    /// up (timed out) is dropped on arrival.
+    pub async fn send(self, value: R) -> Result<(), SendError> {
+        let rt = self.rt.upgrade().ok_or(SendError::NodeStopped)?;
+        if rt.is_local(&self.node)? {
+            rt.calls
+                .complete(self.call, CallOutcome::Local(Box::new(value)));
+            return Ok(());
+        }
+        let payload =
+            postcard::to_allocvec(&value).map_err(|e| SendError::Encode(e.to_string()))?;
+        let header = Header::Reply {
+            call: self.call,
+            status: ReplyStatus::Ok,
+        };
+        let opts = SendOpts {
+            channel: self.channel.clone(),
+            ..SendOpts::default()
+        };
+        rt.send_frame(
+            &self.node,
+            &opts,
+            current_actor(),
+            self.caller,
+            &header,
+            payload.into(),
+        )
+        .await
+    }
+}

@@ -1,0 +1,514 @@
+//! Node configuration: a builder in code, a TOML file, environment overrides.
+//!
+//! Every option, its default and its environment variable are listed in the README's
+//! configuration table. Precedence: builder/CLI flags over environment over file over defaults,
+//! as applied by the caller ([`Config::from_toml`], then [`Config::apply_env`], then setters).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::id::{DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
+
+/// Which overlay decides the node's connections and membership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OverlayKind {
+    /// Connections only to the configured `peers` and to nodes joined explicitly; no gossip.
+    Static,
+    /// Everyone connects to everyone; membership spreads by gossip.
+    FullMesh,
+}
+
+impl OverlayKind {
+    /// The name used in configuration and `/status`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OverlayKind::Static => "static",
+            OverlayKind::FullMesh => "full-mesh",
+        }
+    }
+}
+
+impl std::str::FromStr for OverlayKind {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "static" => Ok(OverlayKind::Static),
+            "full-mesh" | "fullmesh" | "full_mesh" => Ok(OverlayKind::FullMesh),
+            other => Err(ConfigError::Invalid {
+                key: "overlay",
+                reason: format!("unknown overlay {other:?} (expected static or full-mesh)"),
+            }),
+        }
+    }
+}
+
+/// A named channel and how many parallel lanes (TCP connections) it has to each peer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// The channel's name.
+    pub name: String,
+    /// Lanes per peer; `None` takes the node-wide `parallelism`.
+    #[serde(default)]
+    pub parallelism: Option<u16>,
+}
+
+/// A bad configuration value.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A value is out of range or malformed.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The option's name.
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The TOML file could not be parsed.
+    #[error("config file: {0}")]
+    File(String),
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        reason: reason.into(),
+    }
+}
+
+/// Everything a node needs to start. See the README for each option's meaning and default.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The node's name, unique in the cluster.
+    pub name: String,
+    /// The address to listen on (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// Optional admin HTTP address serving `/status` and `/metrics`.
+    pub admin: Option<SocketAddr>,
+    /// The cluster secret; both ends of a connection must know it.
+    pub cookie: String,
+    /// The overlay.
+    pub overlay: OverlayKind,
+    /// Addresses to connect to at start (static overlay: the fixed peers; full-mesh: contacts).
+    pub peers: Vec<SocketAddr>,
+    /// Named channels besides `default` and `membership`.
+    pub channels: Vec<ChannelConfig>,
+    /// Lanes per peer for every channel that does not set its own (`membership` always has 1).
+    pub parallelism: u16,
+    /// Pick the lane by hash(sender, receiver) when a send has no partition key.
+    pub affinity: bool,
+    /// Messages a mailbox holds before senders wait (or `try_send` fails).
+    pub mailbox_capacity: usize,
+    /// Bytes a lane's outbound queue holds before senders wait (or `try_send` fails).
+    pub lane_queue_bytes: usize,
+    /// Largest frame accepted or sent; larger frames close the connection.
+    pub max_frame_bytes: usize,
+    /// Heartbeat period on the membership channel, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+    /// A peer silent for this long is declared down, in milliseconds.
+    pub heartbeat_timeout_ms: u64,
+    /// First reconnect delay, in milliseconds (doubles up to `reconnect_max_ms`).
+    pub reconnect_min_ms: u64,
+    /// Largest reconnect delay, in milliseconds.
+    pub reconnect_max_ms: u64,
+    /// A handshake that takes longer is aborted, in milliseconds.
+    pub handshake_timeout_ms: u64,
+    /// Handshakes in progress at once; further connections are closed at once.
+    pub max_pending_handshakes: usize,
+    /// Full-mesh anti-entropy gossip period, in milliseconds.
+    pub gossip_interval_ms: u64,
+    /// Membership events buffered for each subscriber before it lags.
+    pub event_buffer: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            name: "maquis".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin: None,
+            cookie: "maquis".into(),
+            overlay: OverlayKind::FullMesh,
+            peers: Vec::new(),
+            channels: Vec::new(),
+            parallelism: 1,
+            affinity: true,
+            mailbox_capacity: 1024,
+            lane_queue_bytes: 8 * 1024 * 1024,
+            max_frame_bytes: crate::wire::frame::DEFAULT_MAX_FRAME,
+            heartbeat_interval_ms: 500,
+            heartbeat_timeout_ms: 3000,
+            reconnect_min_ms: 50,
+            reconnect_max_ms: 2000,
+            handshake_timeout_ms: 5000,
+            max_pending_handshakes: 128,
+            gossip_interval_ms: 2000,
+            event_buffer: 1024,
+        }
+    }
+}
+
+/// One resolved channel: its name, lane count and where its lanes start in a peer's lane table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelSpec {
+    /// The channel's name.
+    pub name: String,
+    /// Lanes per peer.
+    pub parallelism: u16,
+    /// Index of the channel's first lane in a peer's lane table.
+    pub offset: usize,
+}
+
+impl Config {
+    /// A default configuration with the given node name.
+    pub fn new(name: impl Into<String>) -> Self {
+        Config {
+            name: name.into(),
+            ..Config::default()
+        }
+    }
+
+    /// Sets the listen address.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Sets the admin address.
+    pub fn admin(mut self, addr: SocketAddr) -> Self {
+        self.admin = Some(addr);
+        self
+    }
+
+    /// Sets the cluster secret.
+    pub fn cookie(mut self, cookie: impl Into<String>) -> Self {
+        self.cookie = cookie.into();
+        self
+    }
+
+    /// Sets the overlay.
+    pub fn overlay(mut self, overlay: OverlayKind) -> Self {
+        self.overlay = overlay;
+        self
+    }
+
+    /// Adds a peer address to connect to at start.
+    pub fn peer(mut self, addr: SocketAddr) -> Self {
+        self.peers.push(addr);
+        self
+    }
+
+    /// Adds a named channel; `parallelism` `None` takes the node-wide value.
+    pub fn channel(mut self, name: impl Into<String>, parallelism: Option<u16>) -> Self {
+        self.channels.push(ChannelConfig {
+            name: name.into(),
+            parallelism,
+        });
+        self
+    }
+
+    /// Sets the node-wide parallelism.
+    pub fn parallelism(mut self, n: u16) -> Self {
+        self.parallelism = n;
+        self
+    }
+
+    /// Turns affinity on or off.
+    pub fn affinity(mut self, on: bool) -> Self {
+        self.affinity = on;
+        self
+    }
+
+    /// Sets the mailbox capacity.
+    pub fn mailbox_capacity(mut self, n: usize) -> Self {
+        self.mailbox_capacity = n;
+        self
+    }
+
+    /// Sets the per-lane outbound queue limit in bytes.
+    pub fn lane_queue_bytes(mut self, n: usize) -> Self {
+        self.lane_queue_bytes = n;
+        self
+    }
+
+    /// Sets the heartbeat interval and timeout.
+    pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.heartbeat_interval_ms = interval.as_millis() as u64;
+        self.heartbeat_timeout_ms = timeout.as_millis() as u64;
+        self
+    }
+
+    /// Parses a TOML document (unknown keys are an error).
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::File(e.to_string()))
+    }
+
+    /// Reads a TOML file.
+    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::File(format!("{}: {e}", path.display())))?;
+        Config::from_toml(&text)
+    }
+
+    /// Applies `MAQUIS_*` environment variables (see the README).
+    pub fn apply_env(self) -> Result<Config, ConfigError> {
+        self.apply_vars(std::env::vars())
+    }
+
+    /// Applies `MAQUIS_*` overrides from an iterator of (name, value) pairs; other names are ignored.
+    pub fn apply_vars(
+        mut self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        for (key, value) in vars {
+            let Some(opt) = key.strip_prefix("MAQUIS_") else {
+                continue;
+            };
+            let v = value.trim();
+            match opt {
+                "NAME" => self.name = v.to_string(),
+                "LISTEN" => self.listen = parse(v, "listen")?,
+                "ADMIN" => self.admin = Some(parse(v, "admin")?),
+                "COOKIE" => self.cookie = v.to_string(),
+                "OVERLAY" => self.overlay = v.parse()?,
+                "PEERS" => self.peers = parse_list(v, "peers")?,
+                "CHANNELS" => self.channels = parse_channels(v)?,
+                "PARALLELISM" => self.parallelism = parse(v, "parallelism")?,
+                "AFFINITY" => self.affinity = parse_switch(v)?,
+                "MAILBOX_CAPACITY" => self.mailbox_capacity = parse(v, "mailbox_capacity")?,
+                "LANE_QUEUE_BYTES" => self.lane_queue_bytes = parse(v, "lane_queue_bytes")?,
+                "MAX_FRAME_BYTES" => self.max_frame_bytes = parse(v, "max_frame_bytes")?,
+                "HEARTBEAT_INTERVAL_MS" => {
+                    self.heartbeat_interval_ms = parse(v, "heartbeat_interval_ms")?
+                }
+                "HEARTBEAT_TIMEOUT_MS" => {
+                    self.heartbeat_timeout_ms = parse(v, "heartbeat_timeout_ms")?
+                }
+                "RECONNECT_MIN_MS" => self.reconnect_min_ms = parse(v, "reconnect_min_ms")?,
+                "RECONNECT_MAX_MS" => self.reconnect_max_ms = parse(v, "reconnect_max_ms")?,
+                "HANDSHAKE_TIMEOUT_MS" => {
+                    self.handshake_timeout_ms = parse(v, "handshake_timeout_ms")?
+                }
+                "MAX_PENDING_HANDSHAKES" => {
+                    self.max_pending_handshakes = parse(v, "max_pending_handshakes")?
+                }
+                "GOSSIP_INTERVAL_MS" => self.gossip_interval_ms = parse(v, "gossip_interval_ms")?,
+                "EVENT_BUFFER" => self.event_buffer = parse(v, "event_buffer")?,
+                _ => {}
+            }
+        }
+        Ok(self)
+    }
+
+    /// Checks ranges and names; [`crate::Node::start`] calls it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty() || self.name.len() > 255 {
+            return Err(invalid("name", "must be 1 to 255 bytes"));
+        }
+        if self.cookie.is_empty() {
+            return Err(invalid("cookie", "must not be empty"));
+        }
+        if self.parallelism == 0 || self.parallelism > 1024 {
+            return Err(invalid("parallelism", "must be 1 to 1024"));
+        }
+        if self.mailbox_capacity == 0 {
+            return Err(invalid("mailbox_capacity", "must be at least 1"));
+        }
+        if self.lane_queue_bytes < 1024 || self.lane_queue_bytes > u32::MAX as usize {
+            return Err(invalid("lane_queue_bytes", "must be 1 KiB to 4 GiB"));
+        }
+        if self.max_frame_bytes < 1024 || self.max_frame_bytes > (u32::MAX as usize) {
+            return Err(invalid("max_frame_bytes", "must be 1 KiB to 4 GiB"));
+        }
+        if self.heartbeat_interval_ms == 0
+            || self.heartbeat_timeout_ms <= self.heartbeat_interval_ms
+        {
+            return Err(invalid(
+                "heartbeat_timeout_ms",
+                "interval must be > 0 and timeout larger than the interval",
+            ));
+        }
+        if self.reconnect_min_ms == 0 || self.reconnect_max_ms < self.reconnect_min_ms {
+            return Err(invalid(
+                "reconnect_max_ms",
+                "need 0 < reconnect_min_ms <= reconnect_max_ms",
+            ));
+        }
+        if self.handshake_timeout_ms == 0 || self.max_pending_handshakes == 0 {
+            return Err(invalid(
+                "handshake_timeout_ms",
+                "handshake limits must be > 0",
+            ));
+        }
+        if self.gossip_interval_ms == 0 || self.event_buffer == 0 {
+            return Err(invalid(
+                "gossip_interval_ms",
+                "gossip interval and event buffer must be > 0",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in &self.channels {
+            if c.name.is_empty() || c.name.len() > 64 {
+                return Err(invalid("channels", "a channel name must be 1 to 64 bytes"));
+            }
+            if c.name == MEMBERSHIP_CHANNEL {
+                return Err(invalid(
+                    "channels",
+                    "membership is reserved for overlay traffic",
+                ));
+            }
+            if !seen.insert(c.name.as_str()) {
+                return Err(invalid(
+                    "channels",
+                    format!("channel {:?} listed twice", c.name),
+                ));
+            }
+            if matches!(c.parallelism, Some(0)) || c.parallelism.unwrap_or(1) > 1024 {
+                return Err(invalid(
+                    "channels",
+                    "a channel's parallelism must be 1 to 1024",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The resolved channel table: `membership` (1 lane) first, then `default`, then the named ones.
+    pub fn channel_specs(&self) -> Vec<ChannelSpec> {
+        let mut specs = vec![ChannelSpec {
+            name: MEMBERSHIP_CHANNEL.into(),
+            parallelism: 1,
+            offset: 0,
+        }];
+        let mut push = |name: &str, p: u16| {
+            let offset = specs
+                .last()
+                .map(|s| s.offset + s.parallelism as usize)
+                .unwrap_or(0);
+            specs.push(ChannelSpec {
+                name: name.into(),
+                parallelism: p,
+                offset,
+            });
+        };
+        let default_p = self
+            .channels
+            .iter()
+            .find(|c| c.name == DEFAULT_CHANNEL)
+            .and_then(|c| c.parallelism)
+            .unwrap_or(self.parallelism);
+        push(DEFAULT_CHANNEL, default_p);
+        for c in self.channels.iter().filter(|c| c.name != DEFAULT_CHANNEL) {
+            push(&c.name, c.parallelism.unwrap_or(self.parallelism));
+        }
+        specs
+    }
+
+    /// The heartbeat interval.
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_interval_ms)
+    }
+
+    /// The heartbeat timeout.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_timeout_ms)
+    }
+}
+
+fn parse<T: std::str::FromStr>(v: &str, key: &'static str) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse::<T>()
+        .map_err(|e| invalid(key, format!("{v:?}: {e}")))
+}
+
+fn parse_list<T: std::str::FromStr>(v: &str, key: &'static str) -> Result<Vec<T>, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| parse(s, key))
+        .collect()
+}
+
+/// Parses `on`/`off` (also `true`/`false`, `1`/`0`, `yes`/`no`).
+pub fn parse_switch(v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(invalid("affinity", format!("{v:?}: expected on or off"))),
+    }
+}
+
+/// Parses `a,b:4,c`: channel names, each optionally with its own parallelism.
+pub fn parse_channels(v: &str) -> Result<Vec<ChannelConfig>, ConfigError> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.split_once(':') {
+            Some((name, p)) => Ok(ChannelConfig {
+                name: name.trim().into(),
+                parallelism: Some(parse(p.trim(), "channels")?),
+            }),
+            None => Ok(ChannelConfig {
+                name: s.into(),
+                parallelism: None,
+            }),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_env_and_validation() {
+        let c = Config::from_toml(
+            "name = \"n1\"\nparallelism = 4\noverlay = \"static\"\n[[channels]]\nname = \"vnode\"\nparallelism = 16\n",
+        )
+        .unwrap();
+        assert_eq!(c.name, "n1");
+        assert_eq!(c.overlay, OverlayKind::Static);
+        let c = c
+            .apply_vars([
+                ("MAQUIS_AFFINITY".to_string(), "off".to_string()),
+                ("MAQUIS_CHANNELS".to_string(), "gossip,vnode:8".to_string()),
+                ("OTHER".to_string(), "x".to_string()),
+            ])
+            .unwrap();
+        assert!(!c.affinity);
+        let specs = c.channel_specs();
+        let names: Vec<_> = specs
+            .iter()
+            .map(|s| (s.name.as_str(), s.parallelism, s.offset))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("membership", 1, 0),
+                ("default", 4, 1),
+                ("gossip", 4, 5),
+                ("vnode", 8, 9)
+            ]
+        );
+        c.validate().unwrap();
+        assert!(Config::from_toml("bogus = 1").is_err());
+        assert!(Config::new("x").parallelism(0).validate().is_err());
+        assert!(Config::new("x")
+            .channel("membership", None)
+            .validate()
+            .is_err());
+        assert!(Config::default()
+            .apply_vars([("MAQUIS_PARALLELISM".to_string(), "many".to_string())])
+            .is_err());
+    }
+}

@@ -1,0 +1,146 @@
+//! Error types of the public API.
+
+use thiserror::Error;
+
+use crate::wire::WireError;
+
+/// Why a message could not be sent.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// The lane's outbound queue (or the local mailbox) is full; `try_send` never waits.
+    #[error("backpressure: the {0} is full")]
+    Backpressure(&'static str),
+    /// The destination node is not a member, not connected, or was declared down.
+    #[error("node {0} is unreachable")]
+    Unreachable(String),
+    /// The ref points at an older incarnation of a node that has since restarted.
+    #[error("stale ref: node {node} restarted (ref incarnation {ref_incarnation}, now {current})")]
+    StaleIncarnation {
+        /// The node's name.
+        node: String,
+        /// The incarnation the ref was made for.
+        ref_incarnation: u64,
+        /// The incarnation the node has now.
+        current: u64,
+    },
+    /// The local actor does not exist (stopped, or never existed).
+    #[error("no such actor")]
+    NoProc,
+    /// The local actor exists but takes another message type.
+    #[error("the actor takes another message type")]
+    TypeMismatch,
+    /// The message does not fit in one frame.
+    #[error("message too large: {len} bytes, the frame limit is {max}")]
+    TooLarge {
+        /// Encoded size.
+        len: usize,
+        /// The configured `max_frame_bytes`.
+        max: usize,
+    },
+    /// The message could not be encoded.
+    #[error("encode failed: {0}")]
+    Encode(String),
+    /// The ref was decoded outside a node, or its node has stopped.
+    #[error("the node behind this ref has stopped (or the ref was decoded outside a node)")]
+    NodeStopped,
+}
+
+/// Why a request/response `call` failed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The request could not be sent.
+    #[error("send failed: {0}")]
+    Send(#[from] SendError),
+    /// No reply came within the timeout. A reply that arrives later is dropped.
+    #[error("call timed out")]
+    Timeout,
+    /// The target actor does not exist on its node.
+    #[error("no such actor on the remote node")]
+    NoProc,
+    /// The responder dropped the reply handle without replying, or the node went down.
+    #[error("no reply: {0}")]
+    NoReply(String),
+    /// The reply could not be decoded into the expected type.
+    #[error("reply decode failed: {0}")]
+    Decode(String),
+}
+
+/// Why a node could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] crate::config::ConfigError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The admin address could not be bound.
+    #[error("cannot serve admin on {addr}: {source}")]
+    Admin {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Why a join did not complete.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum JoinError {
+    /// The contact could not be reached or refused the handshake.
+    #[error("cannot join {addr}: {reason}")]
+    Failed {
+        /// The contact's address.
+        addr: std::net::SocketAddr,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The contact did not connect within the timeout.
+    #[error("join timed out")]
+    Timeout,
+    /// The node is shutting down.
+    #[error("the node has stopped")]
+    Stopped,
+}
+
+/// Why a name could not be registered.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RegisterError {
+    /// Another actor holds the name.
+    #[error("the name {0:?} is taken")]
+    Taken(String),
+    /// The actor is not local or has stopped.
+    #[error("the actor is not alive on this node")]
+    NotLocal,
+}
+
+/// Why a connection was closed during or after its handshake.
+#[derive(Debug, Error)]
+pub enum ConnError {
+    /// I/O on the socket failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// Bad bytes on the wire.
+    #[error("wire: {0}")]
+    Wire(#[from] WireError),
+    /// The peer failed authentication.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The peer refused the connection.
+    #[error("rejected by peer: {0}")]
+    Rejected(String),
+    /// The peer keeps a connection of its own for this lane (the tie-break chose it).
+    #[error("superseded by {0}'s own connection")]
+    Superseded(crate::id::NodeId),
+    /// The peer sent something out of order.
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// The handshake took too long.
+    #[error("handshake timed out")]
+    Timeout,
+}

@@ -1,0 +1,74 @@
+//! Identities: nodes, actors and lanes.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The identity of one running node.
+///
+/// A node that restarts gets a new `incarnation`, so a [`NodeId`] names one life of a node: refs
+/// that point at an older incarnation fail fast instead of reaching the new one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId {
+    /// The node's name, unique in a cluster.
+    pub name: String,
+    /// The address the node listens on.
+    pub addr: SocketAddr,
+    /// Which life of the node this is: larger is newer.
+    pub incarnation: u64,
+}
+
+impl NodeId {
+    /// Builds a node identity.
+    pub fn new(name: impl Into<String>, addr: SocketAddr, incarnation: u64) -> Self {
+        NodeId {
+            name: name.into(),
+            addr,
+            incarnation,
+        }
+    }
+
+    /// The tie-break order between two nodes: when both dial the same lane at once, the
+    /// connection dialed by the smaller node survives.
+    pub fn wins_tie_against(&self, other: &NodeId) -> bool {
+        (&self.name, self.incarnation, self.addr) < (&other.name, other.incarnation, other.addr)
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.name, self.addr)
+    }
+}
+
+/// A lane: one TCP connection between two nodes, named by channel and index
+/// (`index < parallelism` of that channel).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct LaneId {
+    /// The channel's name (`default`, `membership`, or one from the configuration).
+    pub channel: String,
+    /// Which of the channel's parallel connections.
+    pub index: u16,
+}
+
+impl LaneId {
+    /// Builds a lane identity.
+    pub fn new(channel: impl Into<String>, index: u16) -> Self {
+        LaneId {
+            channel: channel.into(),
+            index,
+        }
+    }
+}
+
+impl fmt::Display for LaneId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.channel, self.index)
+    }
+}
+
+/// The name of the channel that always exists and carries application traffic by default.
+pub const DEFAULT_CHANNEL: &str = "default";
+/// The reserved channel for overlay protocol messages and heartbeats.
+pub const MEMBERSHIP_CHANNEL: &str = "membership";

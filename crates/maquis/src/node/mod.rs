@@ -1,0 +1,535 @@
+//! `Node`: start a node from a [`Config`], join and leave a cluster, spawn and name actors.
+
+mod control;
+mod inner;
+mod status;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use control::Control;
+pub use inner::{Counter, Counters, Inner};
+
+use crate::actor::registry::Watcher;
+use crate::actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, WatchTarget};
+use crate::config::{Config, OverlayKind};
+use crate::dispatch::Dispatcher;
+use crate::error::{JoinError, RegisterError, StartError};
+use crate::id::NodeId;
+use crate::overlay::{DynOverlay, Erased, FullMesh, Overlay, StaticOverlay};
+use crate::wire::frame::{Dest, DownReason};
+
+/// A change in the membership a node sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipEvent {
+    /// A node became a member (or came back).
+    Up(NodeId),
+    /// A member was declared down (connection lost and not re-established, or heartbeats missed).
+    Down(NodeId),
+    /// A member left (or was removed) on purpose.
+    Left(NodeId),
+}
+
+/// A handle to a running node. Cheap to clone; all clones control the same node.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Node({})", self.inner.id)
+    }
+}
+
+impl Node {
+    /// Starts a node with the overlay named in the configuration.
+    pub async fn start(config: Config) -> Result<Node, StartError> {
+        Node::start_with(config, |id, c| -> Box<dyn DynOverlay> {
+            let gossip = Duration::from_millis(c.gossip_interval_ms);
+            let retry = Duration::from_millis(c.reconnect_max_ms);
+            match c.overlay {
+                OverlayKind::FullMesh => Box::new(Erased(FullMesh::new(id, gossip, retry))),
+                OverlayKind::Static => {
+                    Box::new(Erased(StaticOverlay::new(id, c.peers.clone(), retry)))
+                }
+            }
+        })
+        .await
+    }
+
+    /// Starts a node with an overlay of your own (`config.overlay` is then only a label).
+    pub async fn start_with_overlay<O: Overlay>(
+        config: Config,
+        make: impl FnOnce(NodeId, &Config) -> O,
+    ) -> Result<Node, StartError> {
+        Node::start_with(config, |id, c| -> Box<dyn DynOverlay> {
+            Box::new(Erased(make(id, c)))
+        })
+        .await
+    }
+
+    async fn start_with(
+        config: Config,
+        make: impl FnOnce(NodeId, &Config) -> Box<dyn DynOverlay>,
+    ) -> Result<Node, StartError> {
+        config.validate()?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let admin = match config.admin {
+            Some(a) => Some(
+                TcpListener::bind(a)
+                    .await
+                    .map_err(|source| StartError::Admin { addr: a, source })?,
+            ),
+            None => None,
+        };
+        let incarnation = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(1)
+            .max(1);
+        let id = NodeId::new(config.name.clone(), addr, incarnation);
+        let overlay = make(id.clone(), &config);
+        let overlay_name = overlay.name();
+        let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
+        let (events, _) = broadcast::channel(config.event_buffer);
+        let inner = Arc::new(Inner {
+            id: id.clone(),
+            cookie: config.cookie.as_bytes().to_vec(),
+            dispatch: Dispatcher::new(config.channel_specs(), config.affinity),
+            registry: Default::default(),
+            calls: Default::default(),
+            monitors: Default::default(),
+            peers: RwLock::new(Default::default()),
+            overlay: Mutex::new(overlay),
+            overlay_name,
+            members: RwLock::new(vec![id.clone()]),
+            events,
+            control: control_tx,
+            counters: Default::default(),
+            next_actor: AtomicU64::new(0),
+            next_conn: AtomicU64::new(0),
+            shutdown: CancellationToken::new(),
+            handshakes: Arc::new(Semaphore::new(config.max_pending_handshakes)),
+            started: Instant::now(),
+            config,
+        });
+        tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
+        tokio::spawn(control::run(inner.clone(), control_rx));
+        tokio::spawn(heartbeats(inner.clone()));
+        let node = Node { inner };
+        if let Some(listener) = admin {
+            let source: Arc<dyn crate::admin::AdminSource> = Arc::new(node.clone());
+            let stop = node.inner.shutdown.clone();
+            tokio::spawn(async move {
+                if let Err(e) =
+                    crate::admin::serve(listener, source, async move { stop.cancelled().await })
+                        .await
+                {
+                    tracing::error!(error = %e, "admin server stopped");
+                }
+            });
+        }
+        crate::echo::spawn_echo(&node);
+        if node.inner.config.overlay == OverlayKind::FullMesh {
+            for addr in node.inner.config.peers.clone() {
+                let _ = node
+                    .inner
+                    .control
+                    .send(Control::Join {
+                        addr,
+                        done: None,
+                        retry: true,
+                    })
+                    .await;
+            }
+        }
+        tracing::info!(node = %id, overlay = overlay_name, "node started");
+        Ok(node)
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Node {
+        Node { inner }
+    }
+
+    /// This node's identity.
+    pub fn id(&self) -> &NodeId {
+        &self.inner.id
+    }
+
+    /// The address the node listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.id.addr
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Asks to join the cluster that `contact` belongs to; returns once the request is queued.
+    /// Failures are logged; use [`Node::join_wait`] to learn the outcome.
+    pub async fn join(&self, contact: SocketAddr) -> Result<(), JoinError> {
+        self.inner
+            .control
+            .send(Control::Join {
+                addr: contact,
+                done: None,
+                retry: false,
+            })
+            .await
+            .map_err(|_| JoinError::Stopped)
+    }
+
+    /// Joins through `contact` and waits until it is connected; returns its identity.
+    pub async fn join_wait(
+        &self,
+        contact: SocketAddr,
+        timeout: Duration,
+    ) -> Result<NodeId, JoinError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .control
+            .send(Control::Join {
+                addr: contact,
+                done: Some(tx),
+                retry: false,
+            })
+            .await
+            .map_err(|_| JoinError::Stopped)?;
+        match tokio::time::timeout(timeout, rx).await {
+            Err(_) => Err(JoinError::Timeout),
+            Ok(Err(_)) => Err(JoinError::Stopped),
+            Ok(Ok(r)) => r,
+        }
+    }
+
+    /// Leaves the cluster: tells the others (they report `Left`, not `Down`) and closes every
+    /// connection. The node keeps running, alone, and can join again.
+    pub async fn leave(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .inner
+            .control
+            .send(Control::Leave { done: tx })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+    }
+
+    /// Removes another node from the cluster (on overlays that support it: full-mesh, static).
+    pub async fn remove(&self, name: &str) {
+        let _ = self
+            .inner
+            .control
+            .send(Control::Remove {
+                name: name.to_string(),
+            })
+            .await;
+    }
+
+    /// The members this node sees, itself included.
+    pub fn members(&self) -> Vec<NodeId> {
+        self.inner
+            .members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A member by name.
+    pub fn member(&self, name: &str) -> Option<NodeId> {
+        self.members().into_iter().find(|m| m.name == name)
+    }
+
+    /// Membership events from now on. The buffer holds `event_buffer` events; a subscriber that
+    /// falls further behind gets `RecvError::Lagged` and should re-read [`Node::members`].
+    pub fn subscribe(&self) -> broadcast::Receiver<MembershipEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Spawns an actor written as a receive loop over its [`Inbox`].
+    pub fn spawn_fn<M, F, Fut>(&self, f: F) -> ActorRef<M>
+    where
+        M: Message,
+        F: FnOnce(Inbox<M>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let inner = &self.inner;
+        let id = inner
+            .next_actor
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        let (tx, rx) = mpsc::channel(inner.config.mailbox_capacity);
+        inner.registry.insert(id, Arc::new(tx));
+        let weak = Arc::downgrade(inner);
+        let me = ActorRef::new(inner.id.clone(), Dest::Id(id), weak.clone());
+        let fut = f(Inbox {
+            rx,
+            me: me.clone(),
+            node: weak.clone(),
+        });
+        let guard = StopGuard { inner: weak, id };
+        tokio::spawn(crate::actor::scope_actor(id, async move {
+            let _guard = guard;
+            fut.await;
+        }));
+        me
+    }
+
+    /// Spawns a typed [`Actor`].
+    pub fn spawn<A: Actor>(&self, mut actor: A) -> ActorRef<A::Msg> {
+        let node = self.clone();
+        self.spawn_fn(move |mut inbox: Inbox<A::Msg>| async move {
+            let mut ctx = Context {
+                me: inbox.myself(),
+                node,
+                stop: false,
+            };
+            actor.started(&mut ctx).await;
+            while !ctx.stop {
+                let Some(msg) = inbox.recv().await else { break };
+                actor.handle(msg, &mut ctx).await;
+            }
+        })
+    }
+
+    /// Registers a local actor under a name (a local name: other nodes reach it by
+    /// (node, name)).
+    pub fn register<M: Message>(
+        &self,
+        name: &str,
+        actor: &ActorRef<M>,
+    ) -> Result<(), RegisterError> {
+        match (actor.id(), self.inner.is_local(actor.node())) {
+            (Some(id), Ok(true)) => self.inner.registry.register(name, id),
+            _ => Err(RegisterError::NotLocal),
+        }
+    }
+
+    /// Removes a name; returns whether it was registered.
+    pub fn unregister(&self, name: &str) -> bool {
+        self.inner.registry.unregister(name)
+    }
+
+    /// The local actor registered under `name`.
+    pub fn whereis<M: Message>(&self, name: &str) -> Option<ActorRef<M>> {
+        let id = self.inner.registry.resolve(name)?;
+        Some(ActorRef::new(
+            self.inner.id.clone(),
+            Dest::Id(id),
+            Arc::downgrade(&self.inner),
+        ))
+    }
+
+    /// A ref to the actor registered as `name` on member `node` (this node included).
+    pub fn remote<M: Message>(&self, node: &str, name: &str) -> Option<ActorRef<M>> {
+        let id = self.member(node)?;
+        Some(ActorRef::new(
+            id,
+            Dest::Name(name.to_string()),
+            Arc::downgrade(&self.inner),
+        ))
+    }
+
+    /// Watches an actor: the monitor resolves when it stops (`Stopped`), does not exist
+    /// (`NoProc`), or its node goes down (`NodeDown`). Refs by name are resolved on the spot
+    /// for local actors; a remote ref by name resolves with `NoProc` (monitor an id ref).
+    pub fn monitor<M: Message>(&self, actor: &ActorRef<M>) -> Monitor {
+        let inner = &self.inner;
+        let watch = inner.monitors.next_id();
+        let (tx, rx) = oneshot::channel();
+        let rt = Arc::downgrade(inner);
+        let local = match inner.is_local(actor.node()) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = tx.send(DownReason::NodeDown);
+                return Monitor {
+                    rx,
+                    watch,
+                    target: WatchTarget::Node(actor.node().clone()),
+                    rt,
+                    done: false,
+                };
+            }
+        };
+        if local {
+            let id = actor
+                .id()
+                .or_else(|| actor.name().and_then(|n| inner.registry.resolve(n)));
+            let target = WatchTarget::Local(id.unwrap_or(0));
+            match id {
+                Some(id) => {
+                    if let Err(Watcher::Local { tx, .. }) =
+                        inner.registry.watch(id, Watcher::Local { watch, tx })
+                    {
+                        let _ = tx.send(DownReason::NoProc);
+                    }
+                }
+                None => {
+                    let _ = tx.send(DownReason::NoProc);
+                }
+            }
+            return Monitor {
+                rx,
+                watch,
+                target,
+                rt,
+                done: false,
+            };
+        }
+        let node = actor.node().clone();
+        let Some(id) = actor.id() else {
+            let _ = tx.send(DownReason::NoProc);
+            return Monitor {
+                rx,
+                watch,
+                target: WatchTarget::Actor(node, 0),
+                rt,
+                done: false,
+            };
+        };
+        let target = WatchTarget::Actor(node.clone(), id);
+        let reachable = inner.peer(&node.name).is_some_and(|p| p.id == node);
+        if reachable {
+            inner.monitors.add(watch, target.clone(), tx);
+            inner.send_monitor(&node, watch, id);
+        } else {
+            let _ = tx.send(DownReason::NodeDown);
+        }
+        Monitor {
+            rx,
+            watch,
+            target,
+            rt,
+            done: false,
+        }
+    }
+
+    /// Watches a node: the monitor resolves with `NodeDown` when it goes down or leaves.
+    pub fn monitor_node(&self, node: &NodeId) -> Monitor {
+        let inner = &self.inner;
+        let watch = inner.monitors.next_id();
+        let (tx, rx) = oneshot::channel();
+        let target = WatchTarget::Node(node.clone());
+        if inner.peer(&node.name).is_some_and(|p| p.id == *node) {
+            inner.monitors.add(watch, target.clone(), tx);
+        } else {
+            let _ = tx.send(DownReason::NodeDown);
+        }
+        Monitor {
+            rx,
+            watch,
+            target,
+            rt: Arc::downgrade(inner),
+            done: false,
+        }
+    }
+
+    /// Number of connected lanes to a peer, per channel: `(channel, connected, parallelism)`.
+    pub fn lanes_connected(&self, peer: &str) -> Vec<(String, usize, usize)> {
+        let Some(p) = self.inner.peer(peer) else {
+            return Vec::new();
+        };
+        self.inner
+            .dispatch
+            .specs()
+            .iter()
+            .map(|s| {
+                let lanes = &p.lanes[s.offset..s.offset + s.parallelism as usize];
+                let up = lanes.iter().filter(|l| l.is_connected()).count();
+                (s.name.clone(), up, s.parallelism as usize)
+            })
+            .collect()
+    }
+
+    /// Decodes a value encoded with [`crate::encode`]; refs inside bind to this node.
+    pub fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        bytes: &[u8],
+    ) -> Result<T, postcard::Error> {
+        crate::actor::decode_in(&Arc::downgrade(&self.inner), bytes)
+    }
+
+    /// The node's counters.
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    /// Stops the node at once: connections close (peers see it go down, as after a crash),
+    /// actors stop, waiting calls fail. Call [`Node::leave`] first for a clean exit.
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        inner.shutdown.cancel();
+        let peers: Vec<_> = inner
+            .peers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for p in peers {
+            p.abort.cancel();
+        }
+        for (id, watchers) in inner.registry.clear() {
+            crate::actor::notify_stopped(inner, id, watchers);
+        }
+        inner.calls.fail_all("the node stopped");
+        // Let the tasks observe the cancellation before the caller goes on.
+        tokio::task::yield_now().await;
+    }
+
+    /// Whether the node has been shut down.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.shutdown.is_cancelled()
+    }
+}
+
+/// Removes an actor from the registry and tells its watchers when its task ends (also on panic).
+struct StopGuard {
+    inner: std::sync::Weak<Inner>,
+    id: u64,
+}
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            let watchers = inner.registry.remove(self.id);
+            crate::actor::notify_stopped(&inner, self.id, watchers);
+        }
+    }
+}
+
+async fn heartbeats(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(inner.config.heartbeat_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = inner.shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                if inner.control.send(Control::Tick).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

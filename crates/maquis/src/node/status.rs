@@ -1,0 +1,130 @@
+//! The node as seen by the admin endpoint: `/status`, `/metrics` and `/ping`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::Node;
+use crate::admin::{AdminSource, LaneStatus, PeerStatus, PingReport, Status};
+use crate::dispatch::SendOpts;
+
+/// Percentile `p` (0..=100) of sorted samples.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+impl Node {
+    /// A snapshot of the node: members, peers, lanes and counters (the `/status` document).
+    pub fn status(&self) -> Status {
+        let inner = &self.inner;
+        let mut peers: Vec<PeerStatus> = inner
+            .peers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|p| PeerStatus {
+                name: p.id.name.clone(),
+                addr: p.id.addr.to_string(),
+                incarnation: p.id.incarnation,
+                up: p.is_up(),
+                rtt_us: match p.rtt_us.load(Ordering::Relaxed) {
+                    0 => None,
+                    v => Some(v),
+                },
+                lanes: p
+                    .lanes
+                    .iter()
+                    .map(|l| LaneStatus {
+                        channel: l.id.channel.clone(),
+                        index: l.id.index,
+                        connected: l.is_connected(),
+                        msgs_out: l.metrics.msgs_out.load(Ordering::Relaxed),
+                        bytes_out: l.metrics.bytes_out.load(Ordering::Relaxed),
+                        msgs_in: l.metrics.msgs_in.load(Ordering::Relaxed),
+                        bytes_in: l.metrics.bytes_in.load(Ordering::Relaxed),
+                        queued_bytes: l.queued_bytes(),
+                        dropped: l.metrics.dropped.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+            })
+            .collect();
+        peers.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut counters = inner.counters.snapshot();
+        counters.insert("actors".into(), inner.registry.len() as u64);
+        counters.insert("pending_calls".into(), inner.calls.len() as u64);
+        counters.insert("monitors".into(), inner.monitors.len() as u64);
+        counters.insert("registered_names".into(), inner.registry.names() as u64);
+        Status {
+            name: inner.id.name.clone(),
+            incarnation: inner.id.incarnation,
+            overlay: inner.overlay_name.to_string(),
+            listen: inner.id.addr.to_string(),
+            members: self.members().into_iter().map(|m| m.name).collect(),
+            peers,
+            counters,
+        }
+    }
+
+    /// Calls the echo service on `to` `count` times, one after another, and summarises.
+    pub async fn ping(&self, to: &str, count: u32, size: usize) -> PingReport {
+        let payload = Bytes::from(vec![0x5a; size]);
+        let mut rtts = Vec::with_capacity(count as usize);
+        let mut errors: Vec<String> = Vec::new();
+        let mut failed = 0;
+        for _ in 0..count {
+            let r = crate::echo::echo_once(
+                self,
+                to,
+                payload.clone(),
+                Duration::from_secs(10),
+                &SendOpts::default(),
+            )
+            .await;
+            match r {
+                Ok(d) => rtts.push(d.as_micros() as u64),
+                Err(e) => {
+                    failed += 1;
+                    let msg = e.to_string();
+                    if errors.len() < 10 && !errors.contains(&msg) {
+                        errors.push(msg);
+                    }
+                }
+            }
+        }
+        rtts.sort_unstable();
+        PingReport {
+            to: to.to_string(),
+            count,
+            size,
+            ok: rtts.len() as u32,
+            failed,
+            p50_us: percentile(&rtts, 50.0),
+            p99_us: percentile(&rtts, 99.0),
+            max_us: rtts.last().copied().unwrap_or(0),
+            errors,
+        }
+    }
+}
+
+impl AdminSource for Node {
+    fn status(&self) -> Status {
+        Node::status(self)
+    }
+
+    fn ping(
+        &self,
+        to: String,
+        count: u32,
+        size: usize,
+    ) -> Pin<Box<dyn Future<Output = PingReport> + Send>> {
+        let node = self.clone();
+        Box::pin(async move { node.ping(&to, count, size).await })
+    }
+}

@@ -1,0 +1,432 @@
+//! Full mesh: every member connects to every other; membership spreads by gossip.
+//!
+//! The state is one entry per node name: (identity, version, left?). Entries merge by the larger
+//! (incarnation, version), so a leave (a `left` entry with a higher version) spreads and is not
+//! undone by stale gossip, and a rejoin (a new, higher version) supersedes the leave. A node
+//! gossips its whole state to everyone when it changes and to one random peer every gossip
+//! period. Failures are local: a node that is declared down is hidden from `members()` and
+//! retried until it comes back or the cluster drops it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Effects, Overlay, Route, TimerId};
+use crate::id::NodeId;
+
+const GOSSIP: TimerId = TimerId(1);
+const RETRY: TimerId = TimerId(2);
+
+/// One node's membership record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The node.
+    pub id: NodeId,
+    /// Bumped by every join, leave or removal of the node.
+    pub version: u64,
+    /// Whether the node has left (or was removed).
+    pub left: bool,
+}
+
+impl Entry {
+    fn newer_than(&self, other: &Entry) -> bool {
+        (self.id.incarnation, self.version) > (other.id.incarnation, other.version)
+    }
+}
+
+/// Full-mesh protocol messages.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Msg {
+    /// The sender's whole membership state.
+    State(Vec<Entry>),
+}
+
+/// The full-mesh overlay.
+#[derive(Debug)]
+pub struct FullMesh {
+    me: NodeId,
+    entries: BTreeMap<String, Entry>,
+    down: BTreeSet<String>,
+    gossip_every: Duration,
+    retry_every: Duration,
+    tick: u64,
+    /// Left or removed, and not joined since: gossip from the old cluster is ignored.
+    alone: bool,
+}
+
+impl FullMesh {
+    /// A node alone, gossiping every `gossip_every` and retrying down peers every `retry_every`.
+    pub fn new(me: NodeId, gossip_every: Duration, retry_every: Duration) -> Self {
+        let mut entries = BTreeMap::new();
+        entries.insert(
+            me.name.clone(),
+            Entry {
+                id: me.clone(),
+                version: 1,
+                left: false,
+            },
+        );
+        FullMesh {
+            me,
+            entries,
+            down: BTreeSet::new(),
+            gossip_every,
+            retry_every,
+            tick: 0,
+            alone: false,
+        }
+    }
+
+    fn alive_peers(&self) -> impl Iterator<Item = &NodeId> {
+        self.entries
+            .values()
+            .filter(|e| !e.left && e.id.name != self.me.name)
+            .map(|e| &e.id)
+    }
+
+    fn state(&self) -> Msg {
+        Msg::State(self.entries.values().cloned().collect())
+    }
+
+    fn gossip_all(&self, except: Option<&NodeId>, fx: &mut Effects<Msg>) {
+        for p in self.alive_peers().filter(|p| Some(*p) != except) {
+            fx.send(p.clone(), self.state());
+        }
+    }
+
+    fn my_version(&self) -> u64 {
+        self.entries
+            .get(&self.me.name)
+            .map(|e| e.version)
+            .unwrap_or(0)
+    }
+
+    /// Back to a cluster of one, alive with a version above everything said about us so far.
+    fn reset(&mut self, above: u64) {
+        self.entries.clear();
+        self.down.clear();
+        self.alone = true;
+        let version = above.max(self.my_version()) + 1;
+        self.entries.insert(
+            self.me.name.clone(),
+            Entry {
+                id: self.me.clone(),
+                version,
+                left: false,
+            },
+        );
+    }
+
+    /// Merges a received state; returns whether ours changed.
+    fn merge(&mut self, from: &NodeId, theirs: Vec<Entry>, fx: &mut Effects<Msg>) -> bool {
+        let mut changed = false;
+        for e in theirs {
+            if e.id.name == self.me.name {
+                let mine = self.my_version();
+                if e.id.incarnation == self.me.incarnation && e.left && e.version >= mine {
+                    // Someone removed us: say goodbye to everyone and stand alone.
+                    for p in self.alive_peers().cloned().collect::<Vec<_>>() {
+                        fx.disconnect(p);
+                    }
+                    self.reset(e.version);
+                    return true;
+                }
+                continue;
+            }
+            let newer = match self.entries.get(&e.id.name) {
+                None => true,
+                Some(m) => e.newer_than(m),
+            };
+            if !newer {
+                continue;
+            }
+            changed = true;
+            let old = self.entries.insert(e.id.name.clone(), e.clone());
+            if let Some(old) = old.filter(|o| !o.left && o.id != e.id) {
+                fx.disconnect(old.id);
+            }
+            if e.left {
+                self.down.remove(&e.id.name);
+                fx.left(e.id.clone());
+                fx.disconnect(e.id.clone());
+            } else {
+                if &e.id != from {
+                    self.down.remove(&e.id.name);
+                }
+                fx.connect(e.id.clone());
+            }
+        }
+        changed
+    }
+}
+
+impl Overlay for FullMesh {
+    type Msg = Msg;
+
+    fn name(&self) -> &'static str {
+        "full-mesh"
+    }
+
+    fn on_start(&mut self, fx: &mut Effects<Msg>) {
+        fx.timer(GOSSIP, self.gossip_every);
+    }
+
+    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Msg>) {
+        self.alone = false;
+        // Known at once as a member; version 0 yields to anything the contact says of itself.
+        if !self
+            .entries
+            .get(&contact.name)
+            .is_some_and(|e| e.id == *contact && !e.left)
+        {
+            let e = Entry {
+                id: contact.clone(),
+                version: 0,
+                left: false,
+            };
+            self.entries.insert(contact.name.clone(), e);
+        }
+        self.down.remove(&contact.name);
+        fx.send(contact.clone(), self.state());
+    }
+
+    fn on_leave(&mut self, fx: &mut Effects<Msg>) {
+        let version = self.my_version() + 1;
+        self.entries.insert(
+            self.me.name.clone(),
+            Entry {
+                id: self.me.clone(),
+                version,
+                left: true,
+            },
+        );
+        self.gossip_all(None, fx);
+        for p in self.alive_peers().cloned().collect::<Vec<_>>() {
+            fx.left(p.clone());
+            fx.disconnect(p);
+        }
+        self.reset(version);
+    }
+
+    fn on_remove(&mut self, node: &str, fx: &mut Effects<Msg>) {
+        let Some(e) = self
+            .entries
+            .get_mut(node)
+            .filter(|e| !e.left && e.id != self.me)
+        else {
+            return;
+        };
+        e.version += 1;
+        e.left = true;
+        let id = e.id.clone();
+        self.down.remove(node);
+        fx.send(id.clone(), self.state());
+        self.gossip_all(Some(&id), fx);
+        fx.left(id.clone());
+        fx.disconnect(id);
+    }
+
+    fn on_message(&mut self, from: &NodeId, msg: Msg, fx: &mut Effects<Msg>) {
+        let Msg::State(theirs) = msg;
+        if self.alone {
+            // Only a node joining through us (it knows us at version 0, or not at all) ends
+            // our solitude; gossip from the cluster we left knows an older version of us.
+            let stale = theirs
+                .iter()
+                .any(|e| e.id.name == self.me.name && e.version > 0);
+            if stale {
+                return;
+            }
+            self.alone = false;
+        }
+        let they_know: BTreeMap<String, Entry> = theirs
+            .iter()
+            .map(|e| (e.id.name.clone(), e.clone()))
+            .collect();
+        if self.merge(from, theirs, fx) {
+            self.gossip_all(Some(from), fx);
+        }
+        let behind = self
+            .entries
+            .values()
+            .any(|mine| match they_know.get(&mine.id.name) {
+                None => true,
+                Some(t) => mine.newer_than(t),
+            });
+        if behind && self.alive_peers().any(|p| p == from) {
+            fx.send(from.clone(), self.state());
+        }
+    }
+
+    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Msg>) {
+        let known = self
+            .entries
+            .get(&peer.name)
+            .is_some_and(|e| e.id == *peer && !e.left);
+        if up {
+            self.down.remove(&peer.name);
+            if known {
+                fx.send(peer.clone(), self.state());
+            }
+        } else if known {
+            if self.down.is_empty() {
+                fx.timer(RETRY, self.retry_every);
+            }
+            self.down.insert(peer.name.clone());
+        }
+    }
+
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg>) {
+        match timer {
+            GOSSIP => {
+                self.tick = self.tick.wrapping_add(1);
+                let peers: Vec<NodeId> = self
+                    .alive_peers()
+                    .filter(|p| !self.down.contains(&p.name))
+                    .cloned()
+                    .collect();
+                if !peers.is_empty() {
+                    let pick = peers[(self.tick as usize) % peers.len()].clone();
+                    fx.send(pick, self.state());
+                }
+                fx.timer(GOSSIP, self.gossip_every);
+            }
+            RETRY => {
+                for name in &self.down {
+                    if let Some(e) = self.entries.get(name).filter(|e| !e.left) {
+                        fx.connect(e.id.clone());
+                    }
+                }
+                if !self.down.is_empty() {
+                    fx.timer(RETRY, self.retry_every);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn members(&self) -> Vec<NodeId> {
+        self.entries
+            .values()
+            .filter(|e| !e.left && !self.down.contains(&e.id.name))
+            .map(|e| e.id.clone())
+            .collect()
+    }
+
+    fn route(&self, dst: &NodeId) -> Route {
+        match self.entries.get(&dst.name) {
+            Some(e) if !e.left && e.id == *dst && !self.down.contains(&dst.name) => Route::Direct,
+            _ => Route::Unreachable,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::overlay::Effect;
+
+    fn id(n: &str) -> NodeId {
+        NodeId::new(n, "127.0.0.1:1".parse().unwrap(), 7)
+    }
+
+    fn mesh(n: &str) -> FullMesh {
+        FullMesh::new(id(n), Duration::from_secs(1), Duration::from_secs(1))
+    }
+
+    /// Delivers every Send effect between the meshes until quiet.
+    fn run(nodes: &mut [FullMesh], mut queue: Vec<(NodeId, NodeId, Msg)>) {
+        let mut steps = 0;
+        while let Some((from, to, msg)) = queue.pop() {
+            steps += 1;
+            assert!(steps < 10_000, "gossip does not settle");
+            let Some(n) = nodes.iter_mut().find(|n| n.me == to) else {
+                continue;
+            };
+            let mut fx = Effects::default();
+            n.on_message(&from, msg, &mut fx);
+            let me = n.me.clone();
+            for e in fx.drain() {
+                if let Effect::Send(t, m) = e {
+                    queue.push((me.clone(), t, m));
+                }
+            }
+        }
+    }
+
+    fn names(m: &FullMesh) -> Vec<String> {
+        m.members().into_iter().map(|n| n.name).collect()
+    }
+
+    #[test]
+    fn join_spreads_and_leave_spreads() {
+        let mut nodes: Vec<FullMesh> = ["a", "b", "c", "d"].iter().map(|n| mesh(n)).collect();
+        // b, c, d each join through a.
+        for i in 1..4 {
+            let mut fx = Effects::default();
+            nodes[i].on_join(&id("a"), &mut fx);
+            let me = nodes[i].me.clone();
+            let q = fx
+                .drain()
+                .filter_map(|e| match e {
+                    Effect::Send(t, m) => Some((me.clone(), t, m)),
+                    _ => None,
+                })
+                .collect();
+            run(&mut nodes, q);
+        }
+        for n in &nodes {
+            assert_eq!(names(n), vec!["a", "b", "c", "d"], "node {}", n.me.name);
+        }
+        let mut fx = Effects::default();
+        nodes[3].on_leave(&mut fx);
+        assert_eq!(names(&nodes[3]), vec!["d"]);
+        let q = fx
+            .drain()
+            .filter_map(|e| match e {
+                Effect::Send(t, m) => Some((id("d"), t, m)),
+                _ => None,
+            })
+            .collect();
+        run(&mut nodes, q);
+        for n in &nodes[..3] {
+            assert_eq!(names(n), vec!["a", "b", "c"]);
+        }
+        // d rejoins through b: its new version supersedes the leave.
+        let mut fx = Effects::default();
+        nodes[3].on_join(&id("b"), &mut fx);
+        let q = fx
+            .drain()
+            .filter_map(|e| match e {
+                Effect::Send(t, m) => Some((id("d"), t, m)),
+                _ => None,
+            })
+            .collect();
+        run(&mut nodes, q);
+        for n in &nodes {
+            assert_eq!(names(n), vec!["a", "b", "c", "d"]);
+        }
+    }
+
+    #[test]
+    fn down_hides_and_up_restores() {
+        let mut a = mesh("a");
+        let mut fx = Effects::default();
+        a.on_message(
+            &id("b"),
+            Msg::State(vec![Entry {
+                id: id("b"),
+                version: 1,
+                left: false,
+            }]),
+            &mut fx,
+        );
+        assert_eq!(names(&a), vec!["a", "b"]);
+        a.on_connection(&id("b"), false, &mut fx);
+        assert_eq!(names(&a), vec!["a"]);
+        assert_eq!(a.route(&id("b")), Route::Unreachable);
+        a.on_connection(&id("b"), true, &mut fx);
+        assert_eq!(a.route(&id("b")), Route::Direct);
+    }
+}

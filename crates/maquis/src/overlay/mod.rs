@@ -1,0 +1,220 @@
+//! Overlays: who connects to whom, who is a member, and how a message reaches a node.
+//!
+//! An overlay is a state machine without I/O: the runtime calls its `on_*` handlers and carries
+//! out the [`Effect`]s they push (connect, disconnect, send a protocol message on the
+//! `membership` channel, set a timer). The same code can run in a simulator.
+
+mod full_mesh;
+mod static_overlay;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+pub use full_mesh::FullMesh;
+pub use static_overlay::StaticOverlay;
+
+use crate::id::NodeId;
+
+/// How a message reaches a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Over a direct connection.
+    Direct,
+    /// Through the given neighbour (multi-hop overlays).
+    Via(NodeId),
+    /// Not reachable now.
+    Unreachable,
+}
+
+/// A timer an overlay asked for; it gets the id back in `on_timer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TimerId(pub u64);
+
+/// Something the runtime does on an overlay's behalf.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect<M> {
+    /// Open (all lanes of) a connection to a node; no-op if it exists.
+    Connect(NodeId),
+    /// Connect to an address whose identity the handshake reveals (then `on_join` is not called;
+    /// `on_connection` is).
+    Dial(SocketAddr),
+    /// Close a node's connections gracefully (queued frames are written first).
+    Disconnect(NodeId),
+    /// Send a protocol message on the `membership` channel.
+    Send(NodeId, M),
+    /// Call `on_timer` after the delay.
+    SetTimer(TimerId, Duration),
+    /// The node is leaving the membership on purpose: report `Left`, not `Down`.
+    Left(NodeId),
+}
+
+/// The effects one handler call produced, in order.
+#[derive(Debug)]
+pub struct Effects<M> {
+    items: Vec<Effect<M>>,
+}
+
+impl<M> Default for Effects<M> {
+    fn default() -> Self {
+        Effects { items: Vec::new() }
+    }
+}
+
+impl<M> Effects<M> {
+    /// Pushes an effect.
+    pub fn push(&mut self, e: Effect<M>) {
+        self.items.push(e);
+    }
+    /// Asks for a connection.
+    pub fn connect(&mut self, id: NodeId) {
+        self.push(Effect::Connect(id));
+    }
+    /// Asks to dial an address.
+    pub fn dial(&mut self, addr: SocketAddr) {
+        self.push(Effect::Dial(addr));
+    }
+    /// Asks to close a node's connections.
+    pub fn disconnect(&mut self, id: NodeId) {
+        self.push(Effect::Disconnect(id));
+    }
+    /// Sends a protocol message.
+    pub fn send(&mut self, to: NodeId, msg: M) {
+        self.push(Effect::Send(to, msg));
+    }
+    /// Sets a timer.
+    pub fn timer(&mut self, id: TimerId, after: Duration) {
+        self.push(Effect::SetTimer(id, after));
+    }
+    /// Marks a node as having left on purpose.
+    pub fn left(&mut self, id: NodeId) {
+        self.push(Effect::Left(id));
+    }
+    /// Takes the effects out.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Effect<M>> {
+        self.items.drain(..)
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// An overlay protocol. Implement it (one file) to bring your own; see [`FullMesh`] for a small
+/// complete example.
+pub trait Overlay: Send + 'static {
+    /// The overlay's own protocol messages (sent on the `membership` channel).
+    type Msg: Serialize + DeserializeOwned + Send + 'static;
+
+    /// The overlay's name, shown in `/status`.
+    fn name(&self) -> &'static str;
+    /// Called once when the node starts.
+    fn on_start(&mut self, _fx: &mut Effects<Self::Msg>) {}
+    /// The node joined through `contact` (already connected).
+    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Self::Msg>);
+    /// The node leaves the cluster.
+    fn on_leave(&mut self, fx: &mut Effects<Self::Msg>);
+    /// The application asks to remove another node from the cluster.
+    fn on_remove(&mut self, _node: &str, _fx: &mut Effects<Self::Msg>) {}
+    /// A protocol message arrived.
+    fn on_message(&mut self, from: &NodeId, msg: Self::Msg, fx: &mut Effects<Self::Msg>);
+    /// A node's membership lane connected (`up`) or the node was declared down (`!up`).
+    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Self::Msg>);
+    /// A timer fired.
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Self::Msg>);
+    /// The members the application sees (including this node).
+    fn members(&self) -> Vec<NodeId>;
+    /// How to reach a node.
+    fn route(&self, dst: &NodeId) -> Route;
+}
+
+/// An effect with its message encoded, as the runtime executes it.
+pub(crate) type RawEffect = Effect<Bytes>;
+
+/// The object-safe face of an overlay that the runtime drives.
+pub(crate) trait DynOverlay: Send {
+    fn name(&self) -> &'static str;
+    fn on_start(&mut self) -> Vec<RawEffect>;
+    fn on_join(&mut self, contact: &NodeId) -> Vec<RawEffect>;
+    fn on_leave(&mut self) -> Vec<RawEffect>;
+    fn on_remove(&mut self, node: &str) -> Vec<RawEffect>;
+    fn on_message(&mut self, from: &NodeId, bytes: &[u8]) -> Result<Vec<RawEffect>, String>;
+    fn on_connection(&mut self, peer: &NodeId, up: bool) -> Vec<RawEffect>;
+    fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect>;
+    fn members(&self) -> Vec<NodeId>;
+    fn route(&self, dst: &NodeId) -> Route;
+}
+
+pub(crate) struct Erased<O>(pub O);
+
+fn encode<M: Serialize>(mut fx: Effects<M>) -> Vec<RawEffect> {
+    fx.drain()
+        .filter_map(|e| {
+            Some(match e {
+                Effect::Send(to, m) => match postcard::to_allocvec(&m) {
+                    Ok(v) => Effect::Send(to, Bytes::from(v)),
+                    Err(err) => {
+                        tracing::error!(error = %err, "overlay message does not encode; dropped");
+                        return None;
+                    }
+                },
+                Effect::Connect(n) => Effect::Connect(n),
+                Effect::Dial(a) => Effect::Dial(a),
+                Effect::Disconnect(n) => Effect::Disconnect(n),
+                Effect::SetTimer(t, d) => Effect::SetTimer(t, d),
+                Effect::Left(n) => Effect::Left(n),
+            })
+        })
+        .collect()
+}
+
+impl<O: Overlay> DynOverlay for Erased<O> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn on_start(&mut self) -> Vec<RawEffect> {
+        let mut fx = Effects::default();
+        self.0.on_start(&mut fx);
+        encode(fx)
+    }
+    fn on_join(&mut self, contact: &NodeId) -> Vec<RawEffect> {
+        let mut fx = Effects::default();
+        self.0.on_join(contact, &mut fx);
+        encode(fx)
+    }
+    fn on_leave(&mut self) -> Vec<RawEffect> {
+        let mut fx = Effects::default();
+        self.0.on_leave(&mut fx);
+        encode(fx)
+    }
+    fn on_remove(&mut self, node: &str) -> Vec<RawEffect> {
+        let mut fx = Effects::default();
+        self.0.on_remove(node, &mut fx);
+        encode(fx)
+    }
+    fn on_message(&mut self, from: &NodeId, bytes: &[u8]) -> Result<Vec<RawEffect>, String> {
+        let msg: O::Msg = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+        let mut fx = Effects::default();
+        self.0.on_message(from, msg, &mut fx);
+        Ok(encode(fx))
+    }
+    fn on_connection(&mut self, peer: &NodeId, up: bool) -> Vec<RawEffect> {
+        let mut fx = Effects::default();
+        self.0.on_connection(peer, up, &mut fx);
+        encode(fx)
+    }
+    fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect> {
+        let mut fx = Effects::default();
+        self.0.on_timer(timer, &mut fx);
+        encode(fx)
+    }
+    fn members(&self) -> Vec<NodeId> {
+        self.0.members()
+    }
+    fn route(&self, dst: &NodeId) -> Route {
+        self.0.route(dst)
+    }
+}

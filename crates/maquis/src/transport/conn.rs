@@ -1,0 +1,313 @@
+//! One connection's life: the handshake (both roles), installing it on its lane, and the reader
+//! that hands frames on until the connection dies.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio_util::codec::{Decoder, FramedRead};
+
+use super::lane::{ConnInfo, Offer};
+use super::peer::Peer;
+use crate::error::ConnError;
+use crate::id::{LaneId, NodeId};
+use crate::node::{Control, Inner};
+use crate::wire::frame::FrameDecoder;
+use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
+
+/// How a tie-break refusal starts, so the dialer can tell it from other refusals.
+const SUPERSEDED: &str = "superseded";
+
+/// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
+const READ_BUFFER: usize = 64 * 1024;
+
+async fn write_msg(s: &mut TcpStream, msg: &HandshakeMsg) -> Result<(), ConnError> {
+    let buf = handshake::encode_handshake(msg)?;
+    s.write_all(&buf).await?;
+    Ok(())
+}
+
+/// Reads exactly one handshake message (never more bytes than it spans, so nothing that
+/// follows the handshake is lost).
+async fn read_msg(s: &mut TcpStream) -> Result<HandshakeMsg, ConnError> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_HANDSHAKE_FRAME {
+        return Err(ConnError::Protocol(format!(
+            "handshake message of {n} bytes"
+        )));
+    }
+    let mut buf = BytesMut::with_capacity(4 + n);
+    buf.extend_from_slice(&len);
+    buf.resize(4 + n, 0);
+    s.read_exact(&mut buf[4..]).await?;
+    HandshakeDecoder::default()
+        .decode(&mut buf)?
+        .ok_or_else(|| ConnError::Protocol("truncated handshake message".into()))
+}
+
+/// Serves an incoming connection: handshake, lane decision, then reading.
+pub(crate) async fn accept(inner: Arc<Inner>, mut stream: TcpStream, remote: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let limit = std::time::Duration::from_millis(inner.config.handshake_timeout_ms);
+    let result = match tokio::time::timeout(limit, accept_handshake(&inner, &mut stream)).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnError::Timeout),
+    };
+    match result {
+        Ok(Some((peer, slot))) => install(&inner, &peer, slot, stream, false).await,
+        Ok(None) => {}
+        Err(e) => {
+            inner.counters.handshake_failures.inc();
+            tracing::warn!(%remote, reason = %e, "incoming connection refused");
+        }
+    }
+}
+
+async fn accept_handshake(
+    inner: &Arc<Inner>,
+    s: &mut TcpStream,
+) -> Result<Option<(Arc<Peer>, usize)>, ConnError> {
+    let HandshakeMsg::Hello {
+        magic,
+        version,
+        node: dialer,
+        lane,
+        nonce: dialer_nonce,
+    } = read_msg(s).await?
+    else {
+        return Err(ConnError::Protocol("expected Hello".into()));
+    };
+    if let Err(e) = handshake::check_hello_version(&magic, version) {
+        let _ = write_msg(
+            s,
+            &HandshakeMsg::Rejected {
+                reason: e.to_string(),
+            },
+        )
+        .await;
+        return Err(e.into());
+    }
+    if inner.shutdown.is_cancelled() {
+        return Err(ConnError::Protocol("the node is shutting down".into()));
+    }
+    let me = &inner.id;
+    let nonce = handshake::new_nonce();
+    let proof = handshake::acceptor_proof(&inner.cookie, &dialer, me, &lane, &dialer_nonce, &nonce);
+    write_msg(
+        s,
+        &HandshakeMsg::Challenge {
+            node: me.clone(),
+            nonce,
+            proof,
+        },
+    )
+    .await?;
+    let HandshakeMsg::Response { proof } = read_msg(s).await? else {
+        return Err(ConnError::Protocol("expected Response".into()));
+    };
+    if !handshake::verify_dialer(
+        &inner.cookie,
+        &dialer,
+        me,
+        &lane,
+        &dialer_nonce,
+        &nonce,
+        &proof,
+    ) {
+        let _ = write_msg(
+            s,
+            &HandshakeMsg::Rejected {
+                reason: "authentication failed".into(),
+            },
+        )
+        .await;
+        return Err(ConnError::Auth(format!(
+            "{dialer} does not know the cookie"
+        )));
+    }
+    let reject = |reason: String| HandshakeMsg::Rejected { reason };
+    if dialer.name == me.name {
+        write_msg(s, &reject("a node of the same name".into())).await?;
+        return Err(ConnError::Protocol(format!("{dialer} has our name")));
+    }
+    let Some(slot) = inner.dispatch.slot_of(&lane.channel, lane.index) else {
+        write_msg(s, &reject(format!("unknown lane {lane}"))).await?;
+        return Err(ConnError::Protocol(format!(
+            "{dialer} asked for unknown lane {lane}"
+        )));
+    };
+    let peer = match inner.peer_get_or_create(&dialer) {
+        Ok(p) => p,
+        Err(why) => {
+            write_msg(s, &reject(why.clone())).await?;
+            return Err(ConnError::Protocol(why));
+        }
+    };
+    match peer.lanes[slot].offer_incoming(dialer.wins_tie_against(me)) {
+        Offer::Accept => {
+            write_msg(s, &HandshakeMsg::Accepted).await?;
+            Ok(Some((peer, slot)))
+        }
+        Offer::Reject(why) => {
+            write_msg(s, &reject(format!("{SUPERSEDED}: {why}"))).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Dials `addr` for `lane` and runs the dialer's side of the handshake. With `expect`, the
+/// acceptor must be exactly that node (a restarted node has a new incarnation and fails here).
+pub(crate) async fn dial(
+    inner: &Inner,
+    addr: SocketAddr,
+    lane: &LaneId,
+    expect: Option<&NodeId>,
+) -> Result<(NodeId, TcpStream), ConnError> {
+    let limit = std::time::Duration::from_millis(inner.config.handshake_timeout_ms);
+    match tokio::time::timeout(limit, dial_inner(inner, addr, lane, expect)).await {
+        Ok(r) => r,
+        Err(_) => Err(ConnError::Timeout),
+    }
+}
+
+async fn dial_inner(
+    inner: &Inner,
+    addr: SocketAddr,
+    lane: &LaneId,
+    expect: Option<&NodeId>,
+) -> Result<(NodeId, TcpStream), ConnError> {
+    let mut s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let me = &inner.id;
+    let nonce = handshake::new_nonce();
+    write_msg(
+        &mut s,
+        &HandshakeMsg::Hello {
+            magic: handshake::MAGIC,
+            version: handshake::VERSION,
+            node: me.clone(),
+            lane: lane.clone(),
+            nonce,
+        },
+    )
+    .await?;
+    let (acceptor, their_nonce, proof) = match read_msg(&mut s).await? {
+        HandshakeMsg::Challenge { node, nonce, proof } => (node, nonce, proof),
+        HandshakeMsg::Rejected { reason } => return Err(ConnError::Rejected(reason)),
+        _ => return Err(ConnError::Protocol("expected Challenge".into())),
+    };
+    if !handshake::verify_acceptor(
+        &inner.cookie,
+        me,
+        &acceptor,
+        lane,
+        &nonce,
+        &their_nonce,
+        &proof,
+    ) {
+        return Err(ConnError::Auth(format!(
+            "{acceptor} does not know the cookie"
+        )));
+    }
+    if let Some(want) = expect {
+        if *want != acceptor {
+            return Err(ConnError::Protocol(format!(
+                "expected {want:?}, reached {acceptor:?}"
+            )));
+        }
+    }
+    let proof = handshake::dialer_proof(&inner.cookie, me, &acceptor, lane, &nonce, &their_nonce);
+    write_msg(&mut s, &HandshakeMsg::Response { proof }).await?;
+    match read_msg(&mut s).await? {
+        HandshakeMsg::Accepted => Ok((acceptor, s)),
+        HandshakeMsg::Rejected { reason } if reason.starts_with(SUPERSEDED) => {
+            Err(ConnError::Superseded(acceptor))
+        }
+        HandshakeMsg::Rejected { reason } => Err(ConnError::Rejected(reason)),
+        _ => Err(ConnError::Protocol("expected Accepted".into())),
+    }
+}
+
+/// Makes an authenticated connection the lane's connection, starts its reader, and tells the
+/// control loop.
+pub(crate) async fn install(
+    inner: &Arc<Inner>,
+    peer: &Arc<Peer>,
+    slot: usize,
+    stream: TcpStream,
+    dialed_by_me: bool,
+) {
+    if inner.shutdown.is_cancelled() || peer.abort.is_cancelled() {
+        return;
+    }
+    let (read, write) = stream.into_split();
+    let info = ConnInfo {
+        id: inner.next_conn.fetch_add(1, Ordering::Relaxed) + 1,
+        dialed_by_me,
+        cancel: peer.abort.child_token(),
+    };
+    let lane = &peer.lanes[slot];
+    lane.install(info.clone(), write);
+    tracing::debug!(peer = %peer.id, lane = %lane.id, dialed_by_me, "lane connected");
+    tokio::spawn(read_loop(inner.clone(), peer.clone(), slot, read, info));
+    peer.changed.notify_waiters();
+    let _ = inner
+        .control
+        .send(Control::LaneUp {
+            peer: peer.id.clone(),
+            slot,
+        })
+        .await;
+}
+
+async fn read_loop(
+    inner: Arc<Inner>,
+    peer: Arc<Peer>,
+    slot: usize,
+    read: OwnedReadHalf,
+    info: ConnInfo,
+) {
+    let lane = peer.lanes[slot].clone();
+    let decoder = FrameDecoder::new(inner.config.max_frame_bytes);
+    let mut frames = FramedRead::with_capacity(read, decoder, READ_BUFFER);
+    let reason = loop {
+        let next = tokio::select! {
+            _ = info.cancel.cancelled() => break "closed".to_string(),
+            f = frames.next() => f,
+        };
+        match next {
+            Some(Ok(frame)) => {
+                let size = frame.payload.len() as u64 + 8;
+                lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
+                lane.metrics.bytes_in.fetch_add(size, Ordering::Relaxed);
+                peer.last_seen_us.store(inner.now_us(), Ordering::Relaxed);
+                inner.handle_frame(&peer, frame).await;
+            }
+            Some(Err(e)) => {
+                inner.counters.bad_frames.inc();
+                tracing::warn!(peer = %peer.id, lane = %lane.id, error = %e, "bad frame; closing the connection");
+                break e.to_string();
+            }
+            None => break "end of stream".to_string(),
+        }
+    };
+    info.cancel.cancel();
+    if lane.clear(info.id) {
+        tracing::debug!(peer = %peer.id, lane = %lane.id, %reason, "lane disconnected");
+        peer.changed.notify_waiters();
+        let _ = inner
+            .control
+            .send(Control::LaneDown {
+                peer: peer.id.clone(),
+                slot,
+            })
+            .await;
+    }
+}

@@ -1,0 +1,89 @@
+//! The dialer of one lane: whenever the lane has no connection, dial with exponential backoff.
+//!
+//! Both nodes may dial the same lane; the tie winner (see `NodeId::wins_tie_against`) dials at
+//! once, the other waits `reconnect_min_ms` first, so that usually only one dial happens and the
+//! handshake's tie-break rule settles the rest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::conn;
+use super::peer::Peer;
+use crate::error::ConnError;
+use crate::node::{Control, Inner};
+
+pub(crate) async fn run(inner: Arc<Inner>, peer: Arc<Peer>, slot: usize) {
+    let lane = peer.lanes[slot].clone();
+    let min = Duration::from_millis(inner.config.reconnect_min_ms);
+    let max = Duration::from_millis(inner.config.reconnect_max_ms);
+    let winner = inner.id.wins_tie_against(&peer.id);
+    let mut delay = if winner { Duration::ZERO } else { min };
+    loop {
+        // Wait while the lane is connected.
+        loop {
+            let changed = peer.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !lane.is_connected() {
+                break;
+            }
+            tokio::select! {
+                _ = peer.abort.cancelled() => return,
+                _ = peer.close.cancelled() => return,
+                _ = &mut changed => {}
+            }
+        }
+        if !delay.is_zero() {
+            tokio::select! {
+                _ = peer.abort.cancelled() => return,
+                _ = peer.close.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+        if lane.is_connected() {
+            delay = if winner { Duration::ZERO } else { min };
+            continue;
+        }
+        set_dialing(&peer, slot, true);
+        let result = tokio::select! {
+            _ = peer.abort.cancelled() => return,
+            _ = peer.close.cancelled() => return,
+            r = conn::dial(&inner, peer.id.addr, &lane.id, Some(&peer.id)) => r,
+        };
+        set_dialing(&peer, slot, false);
+        match result {
+            Ok((_, stream)) => {
+                conn::install(&inner, &peer, slot, stream, true).await;
+                delay = if winner { Duration::ZERO } else { min };
+            }
+            Err(ConnError::Superseded(_)) => {
+                delay = (delay * 2).clamp(min, max);
+            }
+            Err(ConnError::Rejected(reason)) => {
+                // The peer kept a connection of its own for this lane (tie-break), or refused.
+                tracing::debug!(peer = %peer.id, lane = %lane.id, %reason, "dial rejected");
+                delay = (delay * 2).clamp(min, max);
+            }
+            Err(e) => {
+                tracing::debug!(peer = %peer.id, lane = %lane.id, error = %e, "dial failed");
+                let _ = inner
+                    .control
+                    .send(Control::DialFailed {
+                        peer: peer.id.clone(),
+                        slot,
+                        error: e.to_string(),
+                    })
+                    .await;
+                delay = (delay * 2).clamp(min, max);
+            }
+        }
+    }
+}
+
+fn set_dialing(peer: &Peer, slot: usize, on: bool) {
+    let mut st = peer.lanes[slot]
+        .state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    st.dialing = on;
+}

@@ -1,0 +1,412 @@
+//! A lane: the persistent outbound queue of one (peer, channel, index) and the writer task that
+//! moves it onto whichever TCP connection currently serves the lane.
+//!
+//! The queue is bounded in bytes by a semaphore: a frame holds permits for its size (capped at
+//! the lane's capacity, so one frame larger than the queue still goes, alone) until it has been
+//! written. `try_send` fails with `Backpressure` when the permits are not there; `send` waits.
+//! Frames queued while the lane is disconnected wait for the next connection; when the peer is
+//! dropped they are discarded and counted in `dropped`.
+
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::SendError;
+use crate::id::LaneId;
+
+/// Payloads up to this size are copied next to their header so that a batch of small frames
+/// becomes one buffer; larger payloads are written from their own buffer (never copied).
+const INLINE_PAYLOAD: usize = 16 * 1024;
+/// Most frames taken off the queue for one vectored write.
+const BATCH_FRAMES: usize = 256;
+/// Most buffers handed to one `writev`.
+const MAX_IOVECS: usize = 64;
+
+/// One frame waiting to be written.
+pub struct OutFrame {
+    /// Length prefix and encoded header.
+    pub head: Bytes,
+    /// The payload, written as is.
+    pub payload: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// Counters of one lane, exported at `/metrics`.
+#[derive(Debug, Default)]
+pub struct LaneMetrics {
+    /// Frames written.
+    pub msgs_out: AtomicU64,
+    /// Bytes written.
+    pub bytes_out: AtomicU64,
+    /// Frames read.
+    pub msgs_in: AtomicU64,
+    /// Bytes read.
+    pub bytes_in: AtomicU64,
+    /// Frames discarded (connection lost mid-write, or the peer dropped with frames queued).
+    pub dropped: AtomicU64,
+}
+
+/// The connection that serves a lane now.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// Unique id of the connection.
+    pub id: u64,
+    /// Whether this node dialed it.
+    pub dialed_by_me: bool,
+    /// Cancelling it closes the connection (reader and writer).
+    pub cancel: CancellationToken,
+}
+
+/// Connection state of a lane, guarded by a mutex; see [`Lane::offer_incoming`].
+#[derive(Debug, Default)]
+pub struct LaneState {
+    /// The live connection, if any.
+    pub conn: Option<ConnInfo>,
+    /// A dial of ours is in flight.
+    pub dialing: bool,
+}
+
+/// A write half handed to the lane's writer.
+pub struct ConnHandle {
+    /// The connection's id.
+    pub id: u64,
+    /// Where frames are written.
+    pub writer: OwnedWriteHalf,
+    /// Fires when the connection dies (either half).
+    pub cancel: CancellationToken,
+}
+
+/// Outcome of an incoming connection offered to a lane.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offer {
+    /// Take it (closing the connection it replaces, if any).
+    Accept,
+    /// Refuse it: our connection (or dial) wins the tie.
+    Reject(&'static str),
+}
+
+/// One lane of a peer.
+pub struct Lane {
+    /// (channel, index).
+    pub id: LaneId,
+    /// Position in the peer's lane table.
+    pub slot: usize,
+    /// Counters.
+    pub metrics: LaneMetrics,
+    /// Connection state.
+    pub state: Mutex<LaneState>,
+    connected: AtomicBool,
+    tx: mpsc::UnboundedSender<OutFrame>,
+    budget: Arc<Semaphore>,
+    capacity: u32,
+    conn_tx: mpsc::Sender<ConnHandle>,
+}
+
+/// The receiving ends a lane's writer task owns.
+pub struct LaneTask {
+    /// Queued frames.
+    pub rx: mpsc::UnboundedReceiver<OutFrame>,
+    /// New connections.
+    pub conn_rx: mpsc::Receiver<ConnHandle>,
+}
+
+impl Lane {
+    /// A new, disconnected lane with a queue of `capacity` bytes.
+    pub fn new(id: LaneId, slot: usize, capacity: usize) -> (Arc<Lane>, LaneTask) {
+        let capacity = capacity.clamp(1, u32::MAX as usize) as u32;
+        // Unbounded in count, bounded in bytes: every frame holds at least one permit.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (conn_tx, conn_rx) = mpsc::channel(4);
+        let lane = Arc::new(Lane {
+            id,
+            slot,
+            metrics: LaneMetrics::default(),
+            state: Mutex::new(LaneState::default()),
+            connected: AtomicBool::new(false),
+            tx,
+            budget: Arc::new(Semaphore::new(capacity as usize)),
+            capacity,
+            conn_tx,
+        });
+        (lane, LaneTask { rx, conn_rx })
+    }
+
+    /// Whether a connection serves the lane now.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    /// Marks the lane (dis)connected.
+    pub fn set_connected(&self, on: bool) {
+        self.connected.store(on, Ordering::Release);
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued_bytes(&self) -> u64 {
+        (self.capacity as u64).saturating_sub(self.budget.available_permits() as u64)
+    }
+
+    /// Queues a frame, waiting for room when `wait`, else failing with `Backpressure`.
+    pub async fn enqueue(&self, head: Bytes, payload: Bytes, wait: bool) -> Result<(), SendError> {
+        let size = (head.len() + payload.len()).clamp(1, self.capacity as usize) as u32;
+        let permit = if wait {
+            self.budget
+                .clone()
+                .acquire_many_owned(size)
+                .await
+                .map_err(|_| SendError::Unreachable(self.id.to_string()))?
+        } else {
+            self.budget
+                .clone()
+                .try_acquire_many_owned(size)
+                .map_err(|_| SendError::Backpressure("lane queue"))?
+        };
+        self.tx
+            .send(OutFrame {
+                head,
+                payload,
+                _permit: permit,
+            })
+            .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))
+    }
+
+    /// Queues a frame without waiting; used by protocol traffic that must never block.
+    pub fn try_enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
+        let size = (head.len() + payload.len()).clamp(1, self.capacity as usize) as u32;
+        let permit = self
+            .budget
+            .clone()
+            .try_acquire_many_owned(size)
+            .map_err(|_| SendError::Backpressure("lane queue"))?;
+        self.tx
+            .send(OutFrame {
+                head,
+                payload,
+                _permit: permit,
+            })
+            .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))
+    }
+
+    /// Decides on an authenticated incoming connection (the lane's tie-break rule): with no
+    /// connection, accept; while our own dial is in flight, or when the live connection is ours,
+    /// the connection dialed by the tie winner survives; a connection the peer dialed before is
+    /// replaced (the peer would not dial again unless it lost it).
+    pub fn offer_incoming(&self, peer_wins_tie: bool) -> Offer {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match (&st.conn, st.dialing) {
+            (None, false) => Offer::Accept,
+            (Some(c), _) if !c.dialed_by_me => Offer::Accept,
+            _ if peer_wins_tie => Offer::Accept,
+            _ => Offer::Reject("a connection dialed by the tie winner serves this lane"),
+        }
+    }
+
+    /// Makes `conn` the lane's connection and hands its write half to the writer task.
+    /// Returns the replaced connection's id, if any (it is closed).
+    pub fn install(&self, info: ConnInfo, writer: OwnedWriteHalf) -> Option<u64> {
+        let old = {
+            let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.conn.replace(info.clone())
+        };
+        if let Some(old) = &old {
+            old.cancel.cancel();
+        }
+        self.set_connected(true);
+        let handle = ConnHandle {
+            id: info.id,
+            writer,
+            cancel: info.cancel,
+        };
+        if self.conn_tx.try_send(handle).is_err() {
+            // The writer is gone (peer dropped) or lagging by several connections: close it.
+            info_cancel(&self.state);
+        }
+        old.map(|o| o.id)
+    }
+
+    /// Clears the connection if it is still `conn_id`; returns whether it was.
+    pub fn clear(&self, conn_id: u64) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.conn.as_ref().map(|c| c.id) == Some(conn_id) {
+            st.conn = None;
+            self.set_connected(false);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn info_cancel(state: &Mutex<LaneState>) {
+    let st = state.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = &st.conn {
+        c.cancel.cancel();
+    }
+}
+
+/// The writer loop of one lane. Runs until `abort` fires (frames left are dropped and counted) or
+/// `close` fires (frames left are written first, then the connection is shut down).
+pub async fn run_writer(
+    lane: Arc<Lane>,
+    mut task: LaneTask,
+    abort: CancellationToken,
+    close: CancellationToken,
+) {
+    let mut batch: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
+    let mut conn: Option<ConnHandle> = None;
+    let mut closing = false;
+    loop {
+        let Some(c) = conn.as_mut() else {
+            if closing {
+                break;
+            }
+            tokio::select! {
+                _ = abort.cancelled() => break,
+                _ = close.cancelled() => { closing = true; continue }
+                next = task.conn_rx.recv() => match next {
+                    Some(c) => conn = Some(c),
+                    None => break,
+                },
+            }
+            continue;
+        };
+        tokio::select! {
+            biased;
+            _ = abort.cancelled() => break,
+            _ = c.cancel.cancelled() => { conn = None; continue }
+            next = task.conn_rx.recv() => { conn = next; continue }
+            _ = close.cancelled(), if !closing => { closing = true; task.rx.close(); continue }
+            n = task.rx.recv_many(&mut batch, BATCH_FRAMES) => {
+                if n == 0 {
+                    let _ = c.writer.shutdown().await;
+                    break;
+                }
+                match write_batch(&mut c.writer, &mut batch).await {
+                    Ok(bytes) => {
+                        lane.metrics.msgs_out.fetch_add(n as u64, Ordering::Relaxed);
+                        lane.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        tracing::debug!(lane = %lane.id, error = %e, "lane write failed");
+                        lane.metrics.dropped.fetch_add(n as u64, Ordering::Relaxed);
+                        c.cancel.cancel();
+                        conn = None;
+                    }
+                }
+                batch.clear();
+            }
+        }
+    }
+    task.rx.close();
+    let mut left = 0u64;
+    while task.rx.try_recv().is_ok() {
+        left += 1;
+    }
+    lane.metrics.dropped.fetch_add(left, Ordering::Relaxed);
+    if let Some(c) = conn {
+        c.cancel.cancel();
+    }
+    lane.set_connected(false);
+}
+
+/// Writes a batch with as few syscalls as possible; returns the bytes written.
+async fn write_batch(w: &mut OwnedWriteHalf, batch: &mut [OutFrame]) -> std::io::Result<usize> {
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(batch.len() + 1);
+    let mut small = BytesMut::new();
+    let mut total = 0;
+    for f in batch.iter() {
+        total += f.head.len() + f.payload.len();
+        small.extend_from_slice(&f.head);
+        if f.payload.len() <= INLINE_PAYLOAD {
+            small.extend_from_slice(&f.payload);
+        } else {
+            chunks.push(small.split().freeze());
+            chunks.push(f.payload.clone());
+        }
+    }
+    if !small.is_empty() {
+        chunks.push(small.freeze());
+    }
+    chunks.retain(|c| !c.is_empty());
+    write_all_vectored(w, &mut chunks).await?;
+    Ok(total)
+}
+
+async fn write_all_vectored(w: &mut OwnedWriteHalf, chunks: &mut [Bytes]) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < chunks.len() {
+        let slices: Vec<IoSlice<'_>> = chunks[first..]
+            .iter()
+            .take(MAX_IOVECS)
+            .map(|c| IoSlice::new(c))
+            .collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 && first < chunks.len() {
+            let len = chunks[first].len();
+            if n >= len {
+                n -= len;
+                first += 1;
+            } else {
+                chunks[first].advance(n);
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn queue_is_bounded_in_bytes() {
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1, 1024);
+        lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![0u8; 1000]))
+            .unwrap();
+        assert_eq!(lane.queued_bytes(), 1002);
+        let err = lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![0u8; 100]));
+        assert_eq!(err, Err(SendError::Backpressure("lane queue")));
+        // A frame larger than the whole queue still goes once the queue is empty.
+        let (big, _t) = Lane::new(LaneId::new("default", 0), 1, 1024);
+        big.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 4096]))
+            .unwrap();
+        assert_eq!(big.queued_bytes(), 1024);
+    }
+
+    #[test]
+    fn tie_break_rules() {
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1, 1024);
+        assert_eq!(lane.offer_incoming(false), Offer::Accept);
+        lane.state.lock().unwrap().dialing = true;
+        assert!(matches!(lane.offer_incoming(false), Offer::Reject(_)));
+        assert_eq!(lane.offer_incoming(true), Offer::Accept);
+        let mut st = lane.state.lock().unwrap();
+        st.dialing = false;
+        st.conn = Some(ConnInfo {
+            id: 1,
+            dialed_by_me: false,
+            cancel: CancellationToken::new(),
+        });
+        drop(st);
+        assert_eq!(lane.offer_incoming(false), Offer::Accept);
+        lane.state
+            .lock()
+            .unwrap()
+            .conn
+            .as_mut()
+            .unwrap()
+            .dialed_by_me = true;
+        assert!(matches!(lane.offer_incoming(false), Offer::Reject(_)));
+        assert_eq!(lane.offer_incoming(true), Offer::Accept);
+    }
+}

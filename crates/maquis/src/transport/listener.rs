@@ -1,0 +1,39 @@
+//! The accept loop: every connection runs its handshake in its own task, at most
+//! `max_pending_handshakes` at once (more are closed at once and counted).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use super::conn;
+use crate::node::Inner;
+
+pub(crate) async fn run(inner: Arc<Inner>, listener: TcpListener) {
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = inner.shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, remote)) => {
+                let Ok(permit) = inner.handshakes.clone().try_acquire_owned() else {
+                    inner.counters.handshakes_refused.inc();
+                    tracing::warn!(%remote, "too many handshakes in progress; connection closed");
+                    continue;
+                };
+                let inner = inner.clone();
+                tokio::spawn(async move {
+                    conn::accept(inner, stream, remote).await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

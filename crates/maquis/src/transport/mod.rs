@@ -1,0 +1,11 @@
+//! Transport: one TCP connection per lane, handshakes, writers that batch, readers that hand
+//! frames to mailboxes, and dialers that reconnect with backoff.
+
+pub(crate) mod conn;
+pub(crate) mod connector;
+pub mod lane;
+pub(crate) mod listener;
+pub(crate) mod peer;
+
+pub use lane::{Lane, LaneMetrics};
+pub use peer::Peer;

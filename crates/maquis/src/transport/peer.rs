@@ -1,0 +1,60 @@
+//! A peer: one remote node (one incarnation) and its lanes.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::lane::Lane;
+use crate::id::NodeId;
+
+/// A remote node and the lanes to it.
+pub struct Peer {
+    /// Which node (and which life of it).
+    pub id: NodeId,
+    /// All lanes, indexed by slot (see `Dispatcher`).
+    pub lanes: Vec<Arc<Lane>>,
+    /// Whether its membership lane has connected (cleared when it is declared down).
+    pub up: AtomicBool,
+    /// When a frame last arrived from it, in microseconds since the node started.
+    pub last_seen_us: AtomicU64,
+    /// Last heartbeat round trip in microseconds (0 until measured).
+    pub rtt_us: AtomicU64,
+    /// Aborts everything (frames queued are dropped).
+    pub abort: CancellationToken,
+    /// Closes gracefully (frames queued are written first).
+    pub close: CancellationToken,
+    /// Signalled when a lane loses its connection (connectors wait on it).
+    pub changed: Notify,
+}
+
+impl Peer {
+    /// Whether the peer's membership lane is up.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    /// Waits until the lane in `slot` is connected; false on timeout or abort.
+    pub async fn wait_connected(&self, slot: usize, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.lanes[slot].is_connected() {
+                return true;
+            }
+            tokio::select! {
+                _ = self.abort.cancelled() => return false,
+                _ = tokio::time::sleep_until(deadline) => return false,
+                _ = &mut changed => {}
+            }
+        }
+    }
+
+    /// Connected lanes.
+    pub fn connected_lanes(&self) -> usize {
+        self.lanes.iter().filter(|l| l.is_connected()).count()
+    }
+}

@@ -1,0 +1,637 @@
+//! Frames: what a lane carries once its handshake is done.
+//!
+//! Layout of one frame:
+//!
+//! ```text
+//! [u32 BE: length of everything after this field][u16 BE: header length][header][payload]
+//! ```
+//!
+//! The header is a postcard-encoded [`Header`]; the payload is opaque bytes whose meaning the
+//! header gives. [`encode_head`] writes everything but the payload, so a sender can hand the
+//! payload to vectored I/O without copying it; [`FrameDecoder`] hands the payload back as a
+//! zero-copy slice of the read buffer.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use tokio_util::codec::Decoder;
+
+use super::{decode_exact, peek_len, split_frame, WireError};
+
+/// The default bound on a frame's length (the `u32` length field excluded): 32 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 32 * 1024 * 1024;
+
+/// Bytes before the header: the `u32` frame length and the `u16` header length.
+const PREFIX: usize = 4 + 2;
+
+/// Which actor on the receiving node a message is for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Dest {
+    /// An actor by its node-local id.
+    Id(u64),
+    /// An actor by its registered name.
+    Name(String),
+}
+
+/// Why a monitor fired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DownReason {
+    /// The watched actor stopped.
+    Stopped,
+    /// The watched actor did not exist (or no longer existed) when the monitor was set.
+    NoProc,
+    /// The node hosting the watched actor is gone or unreachable.
+    NodeDown,
+}
+
+/// The outcome of a call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplyStatus {
+    /// The call succeeded; the frame's payload is the encoded reply.
+    Ok,
+    /// The called actor does not exist.
+    NoProc,
+    /// The call failed, with a human-readable reason.
+    Failed(String),
+}
+
+/// What a frame is; tells the receiver how to read the payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Header {
+    /// An application message for an actor on the receiving node; the payload is the
+    /// postcard-encoded message.
+    Send {
+        /// The target actor.
+        to: Dest,
+        /// The incarnation of the target node the sender meant; 0 means any.
+        incarnation: u64,
+        /// The sending actor's id; 0 means none.
+        from: u64,
+        /// The call id when this message is a request expecting a [`Header::Reply`].
+        call: Option<u64>,
+    },
+    /// The reply to a call; the payload is the encoded reply when `status` is
+    /// [`ReplyStatus::Ok`], and empty otherwise.
+    Reply {
+        /// The call id from the request's [`Header::Send`].
+        call: u64,
+        /// How the call went.
+        status: ReplyStatus,
+    },
+    /// An overlay protocol message; the payload is the overlay's encoded message.
+    Overlay,
+    /// A liveness probe.
+    Heartbeat {
+        /// The probe's sequence number.
+        seq: u64,
+        /// When the probe was sent, in microseconds on the sender's clock.
+        sent_us: u64,
+    },
+    /// The answer to a [`Header::Heartbeat`], echoing its fields.
+    HeartbeatAck {
+        /// The probe's sequence number.
+        seq: u64,
+        /// The probe's send time, echoed so the prober can measure the round trip.
+        sent_us: u64,
+    },
+    /// Asks the receiving node to report when actor `target` goes down.
+    Monitor {
+        /// The watching actor on the sending node.
+        watch: u64,
+        /// The watched actor on the receiving node.
+        target: u64,
+    },
+    /// Cancels a [`Header::Monitor`].
+    Demonitor {
+        /// The watching actor on the sending node.
+        watch: u64,
+        /// The watched actor on the receiving node.
+        target: u64,
+    },
+    /// Reports that a monitored actor went down.
+    Down {
+        /// The watching actor on the receiving node.
+        watch: u64,
+        /// The watched actor on the sending node.
+        target: u64,
+        /// Why it went down.
+        reason: DownReason,
+    },
+    /// A graceful goodbye before a node closes its lanes.
+    Bye,
+}
+
+/// One decoded frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    /// What the frame is.
+    pub header: Header,
+    /// The payload, a zero-copy slice of the buffer the frame was read into.
+    pub payload: Bytes,
+}
+
+/// Appends a frame's length field, header length field and header to `out`, but not its
+/// payload of `payload_len` bytes, which the caller writes next (typically with vectored I/O).
+///
+/// Fails with [`WireError::HeaderTooLarge`] if the encoded header exceeds `u16::MAX` bytes, and
+/// with [`WireError::FrameTooLarge`] if `2 + header + payload_len` exceeds `max_frame` (or
+/// `u32::MAX`). On error `out` is left as it was.
+pub fn encode_head(
+    header: &Header,
+    payload_len: usize,
+    max_frame: usize,
+    out: &mut BytesMut,
+) -> Result<(), WireError> {
+    let start = out.len();
+    let result = write_head(header, payload_len, max_frame, out, start);
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
+}
+
+/// [`encode_head`] without the clean-up: serializes the header in place after a placeholder
+/// prefix, then fills the prefix in.
+fn write_head(
+    header: &Header,
+    payload_len: usize,
+    max_frame: usize,
+    out: &mut BytesMut,
+    start: usize,
+) -> Result<(), WireError> {
+    out.put_bytes(0, PREFIX);
+    postcard::to_io(header, (&mut *out).writer())
+        .map_err(|err| WireError::Encode(err.to_string()))?;
+    let header_len = out.len() - start - PREFIX;
+    let header_len16 =
+        u16::try_from(header_len).map_err(|_| WireError::HeaderTooLarge { len: header_len })?;
+    let len = (2 + header_len).saturating_add(payload_len);
+    let max = max_frame.min(u32::MAX as usize);
+    if len > max {
+        return Err(WireError::FrameTooLarge { len, max });
+    }
+    // `len <= max <= u32::MAX`, so the cast is exact.
+    out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    out[start + 4..start + PREFIX].copy_from_slice(&header_len16.to_be_bytes());
+    Ok(())
+}
+
+/// Encodes a whole frame, copying the payload: for tests and small frames.
+pub fn encode_frame(
+    header: &Header,
+    payload: &[u8],
+    max_frame: usize,
+) -> Result<BytesMut, WireError> {
+    let mut out = BytesMut::new();
+    encode_head(header, payload.len(), max_frame, &mut out)?;
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// Decodes frames from a byte stream; a [`Decoder`] for `FramedRead`.
+///
+/// A frame longer than `max_frame` is refused as soon as its length field arrives, before any
+/// memory is reserved for it; otherwise the decoder makes room for the rest of the current frame
+/// only (in a buffer of at least 8 KiB unless `max_frame` is smaller), so the read buffer never
+/// grows past `max_frame + 4` bytes on the decoder's account. Any error means the stream is
+/// corrupt or hostile and should be closed.
+#[derive(Clone, Debug)]
+pub struct FrameDecoder {
+    max_frame: usize,
+}
+
+impl FrameDecoder {
+    /// A decoder refusing frames longer than `max_frame` bytes (length field excluded).
+    pub fn new(max_frame: usize) -> Self {
+        FrameDecoder { max_frame }
+    }
+
+    /// The largest frame this decoder accepts.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+}
+
+impl Default for FrameDecoder {
+    /// A decoder with [`DEFAULT_MAX_FRAME`].
+    fn default() -> Self {
+        FrameDecoder::new(DEFAULT_MAX_FRAME)
+    }
+}
+
+impl Decoder for FrameDecoder {
+    type Item = Frame;
+    type Error = WireError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+        let Some(len) = peek_len(src) else {
+            return Ok(None);
+        };
+        if len > self.max_frame {
+            return Err(WireError::FrameTooLarge {
+                len,
+                max: self.max_frame,
+            });
+        }
+        if len < 2 {
+            return Err(WireError::Truncated);
+        }
+        // Check the header length as soon as it arrives, not only once the frame is complete.
+        if let Some(&[hi, lo]) = src.get(4..PREFIX) {
+            let header_len = usize::from(u16::from_be_bytes([hi, lo]));
+            if header_len > len - 2 {
+                return Err(WireError::BadHeader(format!(
+                    "header length {header_len} exceeds the {} bytes left in the frame",
+                    len - 2
+                )));
+            }
+        }
+        let Some(frame) = split_frame(src, len, self.max_frame) else {
+            return Ok(None);
+        };
+        // The frame is complete, so it holds at least `PREFIX` bytes and its header length was
+        // checked above: the slicing below is in bounds.
+        let frame = frame.freeze();
+        let header_len = usize::from(u16::from_be_bytes([frame[4], frame[5]]));
+        let header_end = PREFIX + header_len;
+        let header = decode_exact(&frame[PREFIX..header_end])?;
+        Ok(Some(Frame {
+            header,
+            payload: frame.slice(header_end..),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::testing::feed;
+    use proptest::prelude::*;
+
+    const SMALL_MAX: usize = 1024;
+
+    impl Arbitrary for Header {
+        type Parameters = ();
+        type Strategy = BoxedStrategy<Header>;
+
+        fn arbitrary_with(_: ()) -> Self::Strategy {
+            let dest = prop_oneof![
+                any::<u64>().prop_map(Dest::Id),
+                ".{0,40}".prop_map(Dest::Name)
+            ];
+            let status = prop_oneof![
+                Just(ReplyStatus::Ok),
+                Just(ReplyStatus::NoProc),
+                ".{0,40}".prop_map(ReplyStatus::Failed),
+            ];
+            let reason = prop_oneof![
+                Just(DownReason::Stopped),
+                Just(DownReason::NoProc),
+                Just(DownReason::NodeDown),
+            ];
+            prop_oneof![
+                (dest, any::<u64>(), any::<u64>(), any::<Option<u64>>()).prop_map(
+                    |(to, incarnation, from, call)| Header::Send {
+                        to,
+                        incarnation,
+                        from,
+                        call
+                    }
+                ),
+                (any::<u64>(), status).prop_map(|(call, status)| Header::Reply { call, status }),
+                Just(Header::Overlay),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(seq, sent_us)| Header::Heartbeat { seq, sent_us }),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(seq, sent_us)| Header::HeartbeatAck { seq, sent_us }),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(watch, target)| Header::Monitor { watch, target }),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(watch, target)| Header::Demonitor { watch, target }),
+                (any::<u64>(), any::<u64>(), reason).prop_map(|(watch, target, reason)| {
+                    Header::Down {
+                        watch,
+                        target,
+                        reason,
+                    }
+                }),
+                Just(Header::Bye),
+            ]
+            .boxed()
+        }
+    }
+
+    fn send() -> Header {
+        Header::Send {
+            to: Dest::Name("echo".into()),
+            incarnation: 7,
+            from: 3,
+            call: Some(9),
+        }
+    }
+
+    /// A frame built by hand from raw header bytes, with consistent length fields.
+    fn raw_frame(header: &[u8], payload: &[u8]) -> BytesMut {
+        let mut out = BytesMut::new();
+        out.put_u32((2 + header.len() + payload.len()) as u32);
+        out.put_u16(header.len() as u16);
+        out.extend_from_slice(header);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// Decodes every complete frame in `buf`.
+    fn decode_all(dec: &mut FrameDecoder, buf: &mut BytesMut) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        while let Some(frame) = dec.decode(buf).expect("valid stream") {
+            frames.push(frame);
+        }
+        frames
+    }
+
+    #[test]
+    fn round_trip_one_frame() {
+        let mut buf = encode_frame(&send(), b"hello", DEFAULT_MAX_FRAME).unwrap();
+        let frame = FrameDecoder::default().decode(&mut buf).unwrap().unwrap();
+        assert_eq!(
+            frame,
+            Frame {
+                header: send(),
+                payload: Bytes::from_static(b"hello")
+            }
+        );
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn layout_is_as_documented() {
+        let buf = encode_frame(&Header::Bye, b"xy", DEFAULT_MAX_FRAME).unwrap();
+        let header = postcard::to_allocvec(&Header::Bye).unwrap();
+        assert_eq!(&buf[..], &raw_frame(&header, b"xy")[..]);
+    }
+
+    #[test]
+    fn encode_head_appends_and_leaves_payload_out() {
+        let mut out = BytesMut::from(&b"before"[..]);
+        encode_head(&Header::Overlay, 100, DEFAULT_MAX_FRAME, &mut out).unwrap();
+        let header = postcard::to_allocvec(&Header::Overlay).unwrap();
+        assert_eq!(&out[..6], b"before");
+        assert_eq!(out.len(), 6 + PREFIX + header.len());
+        assert_eq!(
+            &out[6..10],
+            &((2 + header.len() + 100) as u32).to_be_bytes()
+        );
+    }
+
+    #[test]
+    fn encode_refuses_frame_too_large() {
+        let mut out = BytesMut::from(&b"keep"[..]);
+        let err = encode_head(&Header::Bye, SMALL_MAX, SMALL_MAX, &mut out).unwrap_err();
+        assert!(
+            matches!(err, WireError::FrameTooLarge { max: SMALL_MAX, .. }),
+            "{err}"
+        );
+        assert_eq!(&out[..], b"keep");
+        assert!(encode_head(&Header::Bye, usize::MAX, usize::MAX, &mut out).is_err());
+        assert_eq!(&out[..], b"keep");
+        assert!(encode_frame(&Header::Bye, &[0; SMALL_MAX], SMALL_MAX).is_err());
+    }
+
+    #[test]
+    fn encode_refuses_header_too_large() {
+        let header = Header::Send {
+            to: Dest::Name("n".repeat(70_000)),
+            incarnation: 0,
+            from: 0,
+            call: None,
+        };
+        let mut out = BytesMut::new();
+        let err = encode_head(&header, 0, DEFAULT_MAX_FRAME, &mut out).unwrap_err();
+        assert!(matches!(err, WireError::HeaderTooLarge { .. }), "{err}");
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn decode_refuses_too_large_before_reserving() {
+        let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff][..]);
+        let capacity = buf.capacity();
+        let err = FrameDecoder::new(SMALL_MAX).decode(&mut buf).unwrap_err();
+        assert!(
+            matches!(err, WireError::FrameTooLarge { len, max: SMALL_MAX } if len == u32::MAX as usize)
+        );
+        assert_eq!(buf.capacity(), capacity);
+    }
+
+    #[test]
+    fn decode_refuses_frames_without_room_for_header_length() {
+        for len in [0u32, 1] {
+            let mut buf = BytesMut::new();
+            buf.put_u32(len);
+            buf.put_u8(0);
+            let err = FrameDecoder::default().decode(&mut buf).unwrap_err();
+            assert!(matches!(err, WireError::Truncated), "{err}");
+        }
+    }
+
+    #[test]
+    fn decode_refuses_header_longer_than_frame_early() {
+        // The frame announces 10 bytes but a 20-byte header: refused before the rest arrives.
+        let mut buf = BytesMut::new();
+        buf.put_u32(10);
+        buf.put_u16(20);
+        let err = FrameDecoder::default().decode(&mut buf).unwrap_err();
+        assert!(matches!(err, WireError::BadHeader(_)), "{err}");
+    }
+
+    #[test]
+    fn decode_refuses_truncated_header() {
+        let header = postcard::to_allocvec(&send()).unwrap();
+        // The header length field cuts the header short; its last byte becomes payload.
+        let mut buf = BytesMut::new();
+        buf.put_u32((2 + header.len()) as u32);
+        buf.put_u16((header.len() - 1) as u16);
+        buf.extend_from_slice(&header);
+        let err = FrameDecoder::default().decode(&mut buf).unwrap_err();
+        assert!(matches!(err, WireError::Truncated), "{err}");
+    }
+
+    #[test]
+    fn decode_refuses_bad_header_bytes() {
+        // Variant 100 does not exist.
+        let err = FrameDecoder::default()
+            .decode(&mut raw_frame(&[100], b""))
+            .unwrap_err();
+        assert!(matches!(err, WireError::Decode(_)), "{err}");
+        // A valid header followed by stray bytes inside the header length.
+        let mut header = postcard::to_allocvec(&Header::Bye).unwrap();
+        header.push(0);
+        let err = FrameDecoder::default()
+            .decode(&mut raw_frame(&header, b""))
+            .unwrap_err();
+        assert!(matches!(err, WireError::Decode(_)), "{err}");
+    }
+
+    #[test]
+    fn decode_one_byte_at_a_time() {
+        let wire = encode_frame(&send(), b"payload", DEFAULT_MAX_FRAME).unwrap();
+        let mut dec = FrameDecoder::default();
+        let mut buf = BytesMut::new();
+        for (i, byte) in wire.iter().enumerate() {
+            buf.put_u8(*byte);
+            let out = dec.decode(&mut buf).unwrap();
+            if i + 1 < wire.len() {
+                assert_eq!(out, None, "frame decoded early at byte {i}");
+            } else {
+                assert_eq!(out.unwrap().payload, Bytes::from_static(b"payload"));
+            }
+        }
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn decode_several_frames_in_one_buffer() {
+        let frames = vec![
+            Frame {
+                header: send(),
+                payload: Bytes::from_static(b"one"),
+            },
+            Frame {
+                header: Header::Heartbeat { seq: 1, sent_us: 2 },
+                payload: Bytes::new(),
+            },
+            Frame {
+                header: Header::Bye,
+                payload: Bytes::from_static(b"three"),
+            },
+        ];
+        let mut buf = BytesMut::new();
+        for f in &frames {
+            buf.extend_from_slice(&encode_frame(&f.header, &f.payload, DEFAULT_MAX_FRAME).unwrap());
+        }
+        buf.extend_from_slice(&[0, 0]); // the start of a fourth frame
+        assert_eq!(decode_all(&mut FrameDecoder::default(), &mut buf), frames);
+        assert_eq!(&buf[..], &[0, 0]);
+    }
+
+    #[test]
+    fn decode_reserves_exactly_the_rest_of_a_large_frame() {
+        let wire = encode_frame(&Header::Overlay, &[7; 100_000], DEFAULT_MAX_FRAME).unwrap();
+        let mut buf = BytesMut::from(&wire[..PREFIX]);
+        assert_eq!(FrameDecoder::default().decode(&mut buf).unwrap(), None);
+        assert_eq!(buf.capacity(), wire.len());
+        assert_eq!(&buf[..], &wire[..PREFIX]);
+    }
+
+    #[test]
+    fn decode_reserves_a_useful_buffer_for_a_small_frame() {
+        let wire = encode_frame(&Header::Overlay, &[7; 100], DEFAULT_MAX_FRAME).unwrap();
+        let mut buf = BytesMut::from(&wire[..PREFIX]);
+        assert_eq!(FrameDecoder::default().decode(&mut buf).unwrap(), None);
+        assert_eq!(buf.capacity(), super::super::MIN_BUFFER);
+        // ... but never more than a maximal frame.
+        let mut buf = BytesMut::from(&wire[..PREFIX]);
+        assert_eq!(FrameDecoder::new(200).decode(&mut buf).unwrap(), None);
+        assert_eq!(buf.capacity(), 204);
+    }
+
+    #[test]
+    fn maximal_frames_keep_the_buffer_bounded() {
+        // With `BytesMut::reserve`, a stream of near-maximal frames, each dropped once decoded,
+        // grows the buffer past the maximum.
+        let mut wire = BytesMut::new();
+        for n in [10, 1016, 10, 1016, 600, 1016, 999, 1016] {
+            encode_head(&Header::Overlay, n, SMALL_MAX, &mut wire).unwrap();
+            wire.extend_from_slice(&vec![1; n]);
+        }
+        for chunk in [1, 7, 63, 500, 4096] {
+            let mut frames = 0;
+            let fed = feed(&mut FrameDecoder::new(SMALL_MAX), &wire, chunk, |_| {
+                frames += 1
+            });
+            assert!(fed.error.is_none());
+            assert_eq!(frames, 8);
+            assert!(
+                fed.max_capacity <= 4 + SMALL_MAX,
+                "capacity {}",
+                fed.max_capacity
+            );
+        }
+    }
+
+    #[test]
+    fn payload_is_a_slice_of_the_read_buffer() {
+        let mut buf = encode_frame(&Header::Overlay, b"no copy", DEFAULT_MAX_FRAME).unwrap();
+        let payload_at = buf.as_ptr() as usize + buf.len() - b"no copy".len();
+        let frame = FrameDecoder::default().decode(&mut buf).unwrap().unwrap();
+        assert_eq!(frame.payload.as_ptr() as usize, payload_at);
+    }
+
+    #[test]
+    fn decode_eof_with_partial_frame_is_an_error() {
+        let wire = encode_frame(&Header::Bye, b"", DEFAULT_MAX_FRAME).unwrap();
+        let mut buf = BytesMut::from(&wire[..wire.len() - 1]);
+        assert!(FrameDecoder::default().decode_eof(&mut buf).is_err());
+        assert_eq!(
+            FrameDecoder::default()
+                .decode_eof(&mut BytesMut::new())
+                .unwrap(),
+            None
+        );
+    }
+
+    /// Garbage, often behind a plausible length prefix so that the partial-frame path runs.
+    fn garbage() -> impl Strategy<Value = Vec<u8>> {
+        let prefix = prop_oneof![
+            Just(Vec::new()),
+            (0..=SMALL_MAX as u32 + 8).prop_map(|len| len.to_be_bytes().to_vec()),
+            (0..=SMALL_MAX as u32 + 8, 0..=SMALL_MAX as u16 + 8).prop_map(|(len, hlen)| {
+                let mut p = len.to_be_bytes().to_vec();
+                p.extend_from_slice(&hlen.to_be_bytes());
+                p
+            }),
+        ];
+        (prefix, proptest::collection::vec(any::<u8>(), 0..4096)).prop_map(|(mut p, rest)| {
+            p.extend(rest);
+            p
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn frames_round_trip(
+            frames in proptest::collection::vec(
+                (any::<Header>(), proptest::collection::vec(any::<u8>(), 0..300)), 1..8),
+            chunk in 1usize..64,
+        ) {
+            let mut wire = BytesMut::new();
+            for (header, payload) in &frames {
+                encode_head(header, payload.len(), DEFAULT_MAX_FRAME, &mut wire).unwrap();
+                wire.extend_from_slice(payload);
+            }
+            let expected: Vec<Frame> = frames
+                .into_iter()
+                .map(|(header, payload)| Frame { header, payload: payload.into() })
+                .collect();
+
+            let mut whole = wire.clone();
+            prop_assert_eq!(&decode_all(&mut FrameDecoder::default(), &mut whole), &expected);
+            prop_assert!(whole.is_empty());
+
+            let mut got = Vec::new();
+            let fed = feed(&mut FrameDecoder::default(), &wire, chunk, |f| got.push(f));
+            prop_assert!(fed.error.is_none());
+            prop_assert_eq!(&got, &expected);
+            prop_assert!(fed.rest.is_empty());
+        }
+
+        #[test]
+        fn garbage_never_panics_nor_overallocates(data in garbage(), chunk in 1usize..64) {
+            // Lengths up to 4 GiB are announced; the buffer never outgrows one maximal frame.
+            let mut dec = FrameDecoder::new(SMALL_MAX);
+            let mut fed = feed(&mut dec, &data, chunk, |frame| assert!(frame.payload.len() <= SMALL_MAX));
+            prop_assert!(fed.max_capacity <= 4 + SMALL_MAX, "capacity {}", fed.max_capacity);
+            if fed.error.is_none() {
+                let _ = dec.decode_eof(&mut fed.rest);
+            }
+        }
+    }
+}

@@ -1,0 +1,579 @@
+//! The connection handshake: its messages, their framing, and the cookie proofs.
+//!
+//! ```text
+//! dialer                                   acceptor
+//!   Hello { magic, version, node, lane, nonce } ->
+//!                    <- Challenge { node, nonce, proof }   (or Rejected)
+//!   Response { proof } ->
+//!                    <- Accepted                           (or Rejected)
+//! ```
+//!
+//! Both sides prove they know the cluster cookie with an HMAC-SHA256, keyed by the cookie, over
+//! a role label and the whole transcript (both identities, the lane and both nonces). The
+//! cookie itself never travels. Each message is framed as `[u32 BE length][postcard]`, at most
+//! [`MAX_HANDSHAKE_FRAME`] bytes.
+
+use bytes::{BufMut, BytesMut};
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use tokio_util::codec::Decoder;
+
+use super::{decode_exact, peek_len, split_frame, WireError};
+use crate::id::{LaneId, NodeId};
+
+/// The magic bytes opening every `Hello`.
+pub const MAGIC: [u8; 4] = *b"MAQS";
+/// The protocol version this node speaks.
+pub const VERSION: u16 = 1;
+/// The bound on one handshake message (its length field excluded): 16 KiB.
+pub const MAX_HANDSHAKE_FRAME: usize = 16 * 1024;
+
+/// A random per-connection challenge.
+pub type Nonce = [u8; 32];
+/// An HMAC-SHA256 proof of knowledge of the cookie.
+pub type Proof = [u8; 32];
+
+/// Label of the acceptor's proof: keeps it from being replayed as a dialer's proof.
+const ACCEPTOR_LABEL: &[u8] = b"maquis-acceptor-v1";
+/// Label of the dialer's proof.
+const DIALER_LABEL: &[u8] = b"maquis-dialer-v1";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// A handshake message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandshakeMsg {
+    /// Dialer → acceptor: who is dialing, which lane, and a fresh nonce.
+    Hello {
+        /// Must be [`MAGIC`].
+        magic: [u8; 4],
+        /// The dialer's protocol version.
+        version: u16,
+        /// The dialer's identity.
+        node: NodeId,
+        /// The lane this connection is for.
+        lane: LaneId,
+        /// The dialer's nonce.
+        nonce: Nonce,
+    },
+    /// Acceptor → dialer: its identity, its nonce, and its proof that it knows the cookie.
+    Challenge {
+        /// The acceptor's identity.
+        node: NodeId,
+        /// The acceptor's nonce.
+        nonce: Nonce,
+        /// See [`acceptor_proof`].
+        proof: Proof,
+    },
+    /// Dialer → acceptor: the dialer's proof.
+    Response {
+        /// See [`dialer_proof`].
+        proof: Proof,
+    },
+    /// Acceptor → dialer: the lane is established.
+    Accepted,
+    /// Either side: refused, with a human-readable reason (also used for version or magic
+    /// mismatch).
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A fresh random nonce from the thread-local cryptographically secure generator.
+pub fn new_nonce() -> Nonce {
+    let mut nonce = [0; 32];
+    rand::thread_rng().fill_bytes(&mut nonce);
+    nonce
+}
+
+/// The HMAC of `label` followed by the postcard encoding of the transcript.
+fn transcript_mac(
+    label: &[u8],
+    cookie: &[u8],
+    dialer: &NodeId,
+    acceptor: &NodeId,
+    lane: &LaneId,
+    dialer_nonce: &Nonce,
+    acceptor_nonce: &Nonce,
+) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(cookie).expect("HMAC accepts keys of any length");
+    mac.update(label);
+    // Strings, socket addresses, integers and byte arrays always serialize with postcard.
+    let transcript = postcard::to_allocvec(&(dialer, acceptor, lane, dialer_nonce, acceptor_nonce))
+        .expect("a handshake transcript always serializes");
+    mac.update(&transcript);
+    mac
+}
+
+/// The acceptor's proof that it knows `cookie`, bound to this handshake's transcript.
+pub fn acceptor_proof(
+    cookie: &[u8],
+    dialer: &NodeId,
+    acceptor: &NodeId,
+    lane: &LaneId,
+    dialer_nonce: &Nonce,
+    acceptor_nonce: &Nonce,
+) -> Proof {
+    transcript_mac(
+        ACCEPTOR_LABEL,
+        cookie,
+        dialer,
+        acceptor,
+        lane,
+        dialer_nonce,
+        acceptor_nonce,
+    )
+    .finalize()
+    .into_bytes()
+    .into()
+}
+
+/// The dialer's proof that it knows `cookie`, bound to this handshake's transcript.
+pub fn dialer_proof(
+    cookie: &[u8],
+    dialer: &NodeId,
+    acceptor: &NodeId,
+    lane: &LaneId,
+    dialer_nonce: &Nonce,
+    acceptor_nonce: &Nonce,
+) -> Proof {
+    transcript_mac(
+        DIALER_LABEL,
+        cookie,
+        dialer,
+        acceptor,
+        lane,
+        dialer_nonce,
+        acceptor_nonce,
+    )
+    .finalize()
+    .into_bytes()
+    .into()
+}
+
+/// Checks, in constant time, an acceptor's proof received by the dialer.
+pub fn verify_acceptor(
+    cookie: &[u8],
+    dialer: &NodeId,
+    acceptor: &NodeId,
+    lane: &LaneId,
+    dialer_nonce: &Nonce,
+    acceptor_nonce: &Nonce,
+    proof: &Proof,
+) -> bool {
+    transcript_mac(
+        ACCEPTOR_LABEL,
+        cookie,
+        dialer,
+        acceptor,
+        lane,
+        dialer_nonce,
+        acceptor_nonce,
+    )
+    .verify_slice(proof)
+    .is_ok()
+}
+
+/// Checks, in constant time, a dialer's proof received by the acceptor.
+pub fn verify_dialer(
+    cookie: &[u8],
+    dialer: &NodeId,
+    acceptor: &NodeId,
+    lane: &LaneId,
+    dialer_nonce: &Nonce,
+    acceptor_nonce: &Nonce,
+    proof: &Proof,
+) -> bool {
+    transcript_mac(
+        DIALER_LABEL,
+        cookie,
+        dialer,
+        acceptor,
+        lane,
+        dialer_nonce,
+        acceptor_nonce,
+    )
+    .verify_slice(proof)
+    .is_ok()
+}
+
+/// Checks a `Hello`'s magic bytes and protocol version.
+pub fn check_hello_version(magic: &[u8; 4], version: u16) -> Result<(), WireError> {
+    if *magic != MAGIC {
+        return Err(WireError::BadMagic { got: *magic });
+    }
+    if version != VERSION {
+        return Err(WireError::BadVersion {
+            got: version,
+            want: VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Frames a handshake message as `[u32 BE length][postcard]`; fails with
+/// [`WireError::FrameTooLarge`] if the encoding exceeds [`MAX_HANDSHAKE_FRAME`].
+pub fn encode_handshake(msg: &HandshakeMsg) -> Result<BytesMut, WireError> {
+    let body = postcard::to_allocvec(msg).map_err(|err| WireError::Encode(err.to_string()))?;
+    if body.len() > MAX_HANDSHAKE_FRAME {
+        return Err(WireError::FrameTooLarge {
+            len: body.len(),
+            max: MAX_HANDSHAKE_FRAME,
+        });
+    }
+    let mut out = BytesMut::with_capacity(4 + body.len());
+    // `body.len() <= MAX_HANDSHAKE_FRAME`, so the cast is exact.
+    out.put_u32(body.len() as u32);
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Decodes handshake messages from a byte stream; a [`Decoder`] for `FramedRead`.
+///
+/// A message longer than [`MAX_HANDSHAKE_FRAME`] is refused as soon as its length field
+/// arrives, before any memory is reserved for it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HandshakeDecoder;
+
+impl HandshakeDecoder {
+    /// A handshake decoder.
+    pub fn new() -> Self {
+        HandshakeDecoder
+    }
+}
+
+impl Decoder for HandshakeDecoder {
+    type Item = HandshakeMsg;
+    type Error = WireError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<HandshakeMsg>, WireError> {
+        let Some(len) = peek_len(src) else {
+            return Ok(None);
+        };
+        if len > MAX_HANDSHAKE_FRAME {
+            return Err(WireError::FrameTooLarge {
+                len,
+                max: MAX_HANDSHAKE_FRAME,
+            });
+        }
+        match split_frame(src, len, MAX_HANDSHAKE_FRAME) {
+            None => Ok(None),
+            Some(frame) => decode_exact(&frame[4..]).map(Some),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::testing::feed;
+    use proptest::prelude::*;
+    use std::net::{IpAddr, SocketAddr};
+
+    #[derive(Clone)]
+    struct Transcript {
+        dialer: NodeId,
+        acceptor: NodeId,
+        lane: LaneId,
+        dialer_nonce: Nonce,
+        acceptor_nonce: Nonce,
+    }
+
+    impl Transcript {
+        fn new() -> Self {
+            Transcript {
+                dialer: NodeId::new("a", "127.0.0.1:4000".parse().unwrap(), 1),
+                acceptor: NodeId::new("b", "127.0.0.1:4001".parse().unwrap(), 2),
+                lane: LaneId::new("default", 0),
+                dialer_nonce: new_nonce(),
+                acceptor_nonce: new_nonce(),
+            }
+        }
+
+        fn acceptor_proof(&self, cookie: &[u8]) -> Proof {
+            let t = self;
+            acceptor_proof(
+                cookie,
+                &t.dialer,
+                &t.acceptor,
+                &t.lane,
+                &t.dialer_nonce,
+                &t.acceptor_nonce,
+            )
+        }
+
+        fn dialer_proof(&self, cookie: &[u8]) -> Proof {
+            let t = self;
+            dialer_proof(
+                cookie,
+                &t.dialer,
+                &t.acceptor,
+                &t.lane,
+                &t.dialer_nonce,
+                &t.acceptor_nonce,
+            )
+        }
+
+        fn verify_acceptor(&self, cookie: &[u8], proof: &Proof) -> bool {
+            let t = self;
+            verify_acceptor(
+                cookie,
+                &t.dialer,
+                &t.acceptor,
+                &t.lane,
+                &t.dialer_nonce,
+                &t.acceptor_nonce,
+                proof,
+            )
+        }
+
+        fn verify_dialer(&self, cookie: &[u8], proof: &Proof) -> bool {
+            let t = self;
+            verify_dialer(
+                cookie,
+                &t.dialer,
+                &t.acceptor,
+                &t.lane,
+                &t.dialer_nonce,
+                &t.acceptor_nonce,
+                proof,
+            )
+        }
+    }
+
+    const COOKIE: &[u8] = b"secret cookie";
+
+    #[test]
+    fn right_cookie_verifies() {
+        let t = Transcript::new();
+        assert!(t.verify_acceptor(COOKIE, &t.acceptor_proof(COOKIE)));
+        assert!(t.verify_dialer(COOKIE, &t.dialer_proof(COOKIE)));
+    }
+
+    #[test]
+    fn wrong_cookie_fails() {
+        let t = Transcript::new();
+        assert!(!t.verify_acceptor(COOKIE, &t.acceptor_proof(b"other cookie")));
+        assert!(!t.verify_dialer(COOKIE, &t.dialer_proof(b"other cookie")));
+        assert!(!t.verify_dialer(b"", &t.dialer_proof(COOKIE)));
+    }
+
+    #[test]
+    fn swapped_roles_fail() {
+        let t = Transcript::new();
+        assert_ne!(t.acceptor_proof(COOKIE), t.dialer_proof(COOKIE));
+        assert!(!t.verify_dialer(COOKIE, &t.acceptor_proof(COOKIE)));
+        assert!(!t.verify_acceptor(COOKIE, &t.dialer_proof(COOKIE)));
+    }
+
+    #[test]
+    fn changed_transcript_fails() {
+        let t = Transcript::new();
+        let (acceptor, dialer) = (t.acceptor_proof(COOKIE), t.dialer_proof(COOKIE));
+        let changes: [fn(&mut Transcript); 6] = [
+            |t| t.dialer_nonce[0] ^= 1,
+            |t| t.acceptor_nonce[31] ^= 1,
+            |t| t.lane.index += 1,
+            |t| t.dialer.incarnation += 1,
+            |t| t.acceptor.name.push('x'),
+            |t| std::mem::swap(&mut t.dialer, &mut t.acceptor),
+        ];
+        for change in changes {
+            let mut changed = t.clone();
+            change(&mut changed);
+            assert!(!changed.verify_acceptor(COOKIE, &acceptor));
+            assert!(!changed.verify_dialer(COOKIE, &dialer));
+        }
+    }
+
+    #[test]
+    fn nonces_are_fresh() {
+        assert_ne!(new_nonce(), new_nonce());
+    }
+
+    #[test]
+    fn hello_version_check() {
+        assert!(check_hello_version(&MAGIC, VERSION).is_ok());
+        let err = check_hello_version(b"HTTP", VERSION).unwrap_err();
+        assert!(
+            matches!(err, WireError::BadMagic { got } if &got == b"HTTP"),
+            "{err}"
+        );
+        let err = check_hello_version(&MAGIC, VERSION + 1).unwrap_err();
+        assert!(matches!(err, WireError::BadVersion { got, want: VERSION } if got == VERSION + 1));
+    }
+
+    #[test]
+    fn encode_refuses_too_large() {
+        let msg = HandshakeMsg::Rejected {
+            reason: "x".repeat(MAX_HANDSHAKE_FRAME),
+        };
+        let err = encode_handshake(&msg).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                WireError::FrameTooLarge {
+                    max: MAX_HANDSHAKE_FRAME,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn decode_refuses_too_large_before_reserving() {
+        let mut buf = BytesMut::new();
+        buf.put_u32(MAX_HANDSHAKE_FRAME as u32 + 1);
+        let capacity = buf.capacity();
+        let err = HandshakeDecoder.decode(&mut buf).unwrap_err();
+        assert!(matches!(err, WireError::FrameTooLarge { .. }), "{err}");
+        assert_eq!(buf.capacity(), capacity);
+    }
+
+    #[test]
+    fn decode_refuses_bad_bodies() {
+        // Empty body.
+        let mut buf = BytesMut::from(&[0, 0, 0, 0][..]);
+        assert!(matches!(
+            HandshakeDecoder.decode(&mut buf),
+            Err(WireError::Truncated)
+        ));
+        // Unknown variant.
+        let mut buf = BytesMut::from(&[0, 0, 0, 1, 100][..]);
+        assert!(matches!(
+            HandshakeDecoder.decode(&mut buf),
+            Err(WireError::Decode(_))
+        ));
+        // A valid message with a stray byte inside its length.
+        let mut buf = BytesMut::from(&[0, 0, 0, 2, 3, 0][..]);
+        assert_eq!(postcard::to_allocvec(&HandshakeMsg::Accepted).unwrap(), [3]);
+        assert!(matches!(
+            HandshakeDecoder.decode(&mut buf),
+            Err(WireError::Decode(_))
+        ));
+        // A body cut short.
+        let wire = encode_handshake(&HandshakeMsg::Rejected {
+            reason: "no".into(),
+        })
+        .unwrap();
+        let mut buf = BytesMut::new();
+        buf.put_u32(wire.len() as u32 - 5);
+        buf.extend_from_slice(&wire[4..wire.len() - 1]);
+        assert!(matches!(
+            HandshakeDecoder.decode(&mut buf),
+            Err(WireError::Truncated)
+        ));
+    }
+
+    #[test]
+    fn decode_one_byte_at_a_time_and_several_in_one_buffer() {
+        let t = Transcript::new();
+        let msgs = vec![
+            HandshakeMsg::Hello {
+                magic: MAGIC,
+                version: VERSION,
+                node: t.dialer.clone(),
+                lane: t.lane.clone(),
+                nonce: t.dialer_nonce,
+            },
+            HandshakeMsg::Challenge {
+                node: t.acceptor.clone(),
+                nonce: t.acceptor_nonce,
+                proof: t.acceptor_proof(COOKIE),
+            },
+            HandshakeMsg::Response {
+                proof: t.dialer_proof(COOKIE),
+            },
+            HandshakeMsg::Accepted,
+        ];
+        let mut wire = BytesMut::new();
+        for msg in &msgs {
+            wire.extend_from_slice(&encode_handshake(msg).unwrap());
+        }
+
+        let mut got = Vec::new();
+        let mut buf = BytesMut::new();
+        for byte in wire.iter() {
+            buf.put_u8(*byte);
+            got.extend(HandshakeDecoder.decode(&mut buf).unwrap());
+        }
+        assert_eq!(got, msgs);
+
+        let mut got = Vec::new();
+        while let Some(msg) = HandshakeDecoder.decode(&mut wire).unwrap() {
+            got.push(msg);
+        }
+        assert_eq!(got, msgs);
+        assert!(wire.is_empty());
+    }
+
+    fn node_id() -> impl Strategy<Value = NodeId> {
+        let ip = prop_oneof![
+            any::<std::net::Ipv4Addr>().prop_map(IpAddr::V4),
+            any::<std::net::Ipv6Addr>().prop_map(IpAddr::V6),
+        ];
+        (".{0,20}", ip, any::<u16>(), any::<u64>())
+            .prop_map(|(name, ip, port, inc)| NodeId::new(name, SocketAddr::new(ip, port), inc))
+    }
+
+    fn handshake_msg() -> impl Strategy<Value = HandshakeMsg> {
+        let lane = (".{0,20}", any::<u16>()).prop_map(|(c, i)| LaneId::new(c, i));
+        prop_oneof![
+            (
+                any::<[u8; 4]>(),
+                any::<u16>(),
+                node_id(),
+                lane,
+                any::<Nonce>()
+            )
+                .prop_map(|(magic, version, node, lane, nonce)| HandshakeMsg::Hello {
+                    magic,
+                    version,
+                    node,
+                    lane,
+                    nonce
+                }),
+            (node_id(), any::<Nonce>(), any::<Proof>())
+                .prop_map(|(node, nonce, proof)| HandshakeMsg::Challenge { node, nonce, proof }),
+            any::<Proof>().prop_map(|proof| HandshakeMsg::Response { proof }),
+            Just(HandshakeMsg::Accepted),
+            ".{0,100}".prop_map(|reason| HandshakeMsg::Rejected { reason }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn handshake_round_trip(msg in handshake_msg(), chunk in 1usize..64) {
+            let wire = encode_handshake(&msg).unwrap();
+            let mut whole = wire.clone();
+            prop_assert_eq!(HandshakeDecoder.decode(&mut whole).unwrap(), Some(msg.clone()));
+            prop_assert!(whole.is_empty());
+
+            let mut got = Vec::new();
+            let fed = feed(&mut HandshakeDecoder, &wire, chunk, |m| got.push(m));
+            prop_assert!(fed.error.is_none());
+            prop_assert_eq!(got, vec![msg]);
+            prop_assert!(fed.rest.is_empty());
+        }
+
+        #[test]
+        fn garbage_never_panics_nor_overallocates(
+            len in prop_oneof![any::<u32>(), 0..=MAX_HANDSHAKE_FRAME as u32 + 8],
+            data in proptest::collection::vec(any::<u8>(), 0..4096),
+            chunk in 1usize..64,
+        ) {
+            let mut input = len.to_be_bytes().to_vec();
+            input.extend(data);
+            let fed = feed(&mut HandshakeDecoder, &input, chunk, drop);
+            prop_assert!(
+                fed.max_capacity <= 4 + MAX_HANDSHAKE_FRAME,
+                "capacity {}",
+                fed.max_capacity
+            );
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Helpers shared by the multi-node tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use maquis::{Config, MembershipEvent, Node};
+
+/// A test node configuration: fast heartbeats so failures show within a second or two.
+pub fn config(name: &str) -> Config {
+    Config::new(name)
+        .heartbeat(Duration::from_millis(200), Duration::from_millis(1500))
+        .cookie("test-cookie")
+}
+
+/// Logs to the test output when `RUST_LOG` is set.
+pub fn init_tracing() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+pub async fn start(name: &str) -> Node {
+    init_tracing();
+    Node::start(config(name)).await.expect("node starts")
+}
+
+pub async fn start_with(cfg: Config) -> Node {
+    init_tracing();
+    Node::start(cfg).await.expect("node starts")
+}
+
+/// Waits until `cond` holds, re-checking whenever the node reports a membership event (and at
+/// least every 20 ms for state that has no event, such as lane counts). Panics after `limit`.
+pub async fn until<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn member_names(n: &Node) -> Vec<String> {
+    let mut v: Vec<String> = n.members().into_iter().map(|m| m.name).collect();
+    v.sort();
+    v
+}
+
+/// Waits for a membership event matching `pred` on a subscription.
+pub async fn next_event(
+    rx: &mut tokio::sync::broadcast::Receiver<MembershipEvent>,
+    limit: Duration,
+    pred: impl Fn(&MembershipEvent) -> bool,
+) -> MembershipEvent {
+    tokio::time::timeout(limit, async {
+        loop {
+            match rx.recv().await {
+                Ok(ev) if pred(&ev) => return ev,
+                Ok(_) => continue,
+                Err(e) => panic!("event stream: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("event arrives in time")
+}
+
+/// Starts `n` full-mesh nodes named `{prefix}{i}`, all joined through the first, and waits until
+/// every node sees all of them.
+pub async fn cluster(prefix: &str, n: usize, cfg: impl Fn(Config) -> Config) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for i in 1..=n {
+        nodes.push(start_with(cfg(config(&format!("{prefix}{i}")))).await);
+    }
+    let contact = nodes[0].addr();
+    for node in &nodes[1..] {
+        node.join_wait(contact, Duration::from_secs(5))
+            .await
+            .expect("join");
+    }
+    let want: Vec<String> = {
+        let mut v: Vec<String> = (1..=n).map(|i| format!("{prefix}{i}")).collect();
+        v.sort();
+        v
+    };
+    for node in &nodes {
+        let want = want.clone();
+        until("membership converges", Duration::from_secs(10), || {
+            let got = member_names(node);
+            let want = want.clone();
+            async move { got == want }
+        })
+        .await;
+    }
+    nodes
+}
