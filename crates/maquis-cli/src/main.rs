@@ -1,1 +1,137 @@
-fn main() {}
+//! The `maquis` command: run a node, inspect one, ping through one, run the demo.
+
+mod demo;
+mod node_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Maquis: a distributed actor runtime.
+#[derive(Parser, Debug)]
+#[command(name = "maquis", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a node in the foreground (Ctrl-C or SIGTERM leaves the cluster and exits).
+    Node(node_cmd::NodeArgs),
+    /// Print a node's status (members, peers, lanes) from its admin endpoint.
+    Status {
+        /// The node's admin address (HOST:PORT).
+        admin: String,
+        /// Print the raw JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a node call the `echo` service of another node and report round-trip times.
+    Ping {
+        /// The admin address (HOST:PORT) of the node that sends.
+        admin: String,
+        /// The name of the node to ping.
+        #[arg(long)]
+        to: String,
+        /// How many calls.
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+        /// Payload bytes per call.
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+    },
+    /// Start a local 3-node cluster and compare one connection against parallel lanes with
+    /// affinity on an echo workload.
+    Demo(demo::DemoArgs),
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        match cli.command {
+            Command::Node(args) => node_cmd::run(args).await,
+            Command::Status { admin, json } => status(&admin, json).await,
+            Command::Ping {
+                admin,
+                to,
+                count,
+                size,
+            } => ping(&admin, &to, count, size).await,
+            Command::Demo(args) => demo::run(args).await,
+        }
+    })
+}
+
+async fn status(admin: &str, json: bool) -> ExitCode {
+    match maquis::admin::client::get_status(admin).await {
+        Ok(st) => {
+            if json {
+                match serde_json::to_string_pretty(&st) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                print!("{}", st.render_table());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn ping(admin: &str, to: &str, count: u32, size: usize) -> ExitCode {
+    match maquis::admin::client::ping(admin, to, count, size).await {
+        Ok(r) => {
+            println!(
+                "ping {} x{} ({} bytes): {} ok, {} failed; p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+                r.to,
+                r.count,
+                r.size,
+                r.ok,
+                r.failed,
+                r.p50_us as f64 / 1000.0,
+                r.p99_us as f64 / 1000.0,
+                r.max_us as f64 / 1000.0
+            );
+            for e in &r.errors {
+                println!("  error: {e}");
+            }
+            if r.failed == 0 && r.ok == r.count {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -85,6 +85,7 @@ pub struct Inner {
     pub(crate) shutdown: CancellationToken,
     pub(crate) handshakes: Arc<Semaphore>,
     pub(crate) started: Instant,
+    pub(crate) admin_addr: Option<std::net::SocketAddr>,
 }
 
 impl Inner {

@@ -3,6 +3,7 @@
 mod control;
 mod inner;
 mod status;
+pub use status::percentile;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -100,6 +101,13 @@ impl Node {
             ),
             None => None,
         };
+        let admin_addr = match &admin {
+            Some(l) => Some(l.local_addr().map_err(|source| StartError::Admin {
+                addr: config.admin.unwrap_or(config.listen),
+                source,
+            })?),
+            None => None,
+        };
         let incarnation = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
@@ -129,6 +137,7 @@ impl Node {
             shutdown: CancellationToken::new(),
             handshakes: Arc::new(Semaphore::new(config.max_pending_handshakes)),
             started: Instant::now(),
+            admin_addr,
             config,
         });
         tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
@@ -177,6 +186,11 @@ impl Node {
     /// The address the node listens on.
     pub fn addr(&self) -> SocketAddr {
         self.inner.id.addr
+    }
+
+    /// The address the admin endpoint listens on, if it has one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.inner.admin_addr
     }
 
     /// The configuration it runs with.

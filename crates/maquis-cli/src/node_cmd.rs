@@ -1,0 +1,142 @@
+//! `maquis node`: one node in the foreground.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use maquis::config::{parse_channels, parse_switch};
+use maquis::{Config, Node, OverlayKind};
+
+/// Options of `maquis node`; each overrides the config file and the `MAQUIS_*` environment.
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// The node's name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Address to listen on (port 0 picks a free one; the address is printed).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Address for the admin HTTP endpoint (/status, /metrics, /ping).
+    #[arg(long)]
+    admin: Option<SocketAddr>,
+    /// A node to join (repeatable). With the static overlay, these are the fixed peers.
+    #[arg(long = "join")]
+    join: Vec<SocketAddr>,
+    /// The cluster secret.
+    #[arg(long)]
+    cookie: Option<String>,
+    /// static or full-mesh.
+    #[arg(long)]
+    overlay: Option<OverlayKind>,
+    /// Named channels, comma separated, each optionally with its own parallelism (`vnode:16`).
+    #[arg(long)]
+    channels: Option<String>,
+    /// Lanes per peer per channel.
+    #[arg(long)]
+    parallelism: Option<u16>,
+    /// on or off.
+    #[arg(long)]
+    affinity: Option<String>,
+    /// A TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn build_config(a: &NodeArgs) -> Result<Config, String> {
+    let base = match &a.config {
+        Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    let mut c = base.apply_env().map_err(|e| e.to_string())?;
+    if let Some(v) = &a.name {
+        c.name = v.clone();
+    }
+    if let Some(v) = a.listen {
+        c.listen = v;
+    }
+    if let Some(v) = a.admin {
+        c.admin = Some(v);
+    }
+    if !a.join.is_empty() {
+        c.peers = a.join.clone();
+    }
+    if let Some(v) = &a.cookie {
+        c.cookie = v.clone();
+    }
+    if let Some(v) = a.overlay {
+        c.overlay = v;
+    }
+    if let Some(v) = &a.channels {
+        c.channels = parse_channels(v).map_err(|e| e.to_string())?;
+    }
+    if let Some(v) = a.parallelism {
+        c.parallelism = v;
+    }
+    if let Some(v) = &a.affinity {
+        c.affinity = parse_switch(v).map_err(|e| e.to_string())?;
+    }
+    c.validate().map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+pub async fn run(args: NodeArgs) -> ExitCode {
+    let config = match build_config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let node = match Node::start(config).await {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "node {} listening on {} (incarnation {}, overlay {})",
+        node.id().name,
+        node.addr(),
+        node.id().incarnation,
+        node.config().overlay.as_str()
+    );
+    if let Some(a) = node.admin_addr() {
+        println!("admin on http://{a}");
+    }
+    let mut events = node.subscribe();
+    let printer = tokio::spawn(async move {
+        while let Ok(ev) = events.recv().await {
+            println!("{ev:?}");
+        }
+    });
+    wait_for_signal().await;
+    println!("leaving");
+    node.leave().await;
+    node.shutdown().await;
+    printer.abort();
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
