@@ -38,7 +38,7 @@ struct Cell {
 }
 
 pub async fn run(args: DemoArgs) -> ExitCode {
-    if args.actors == 0 || args.sizes.is_empty() || !(args.seconds > 0.0) {
+    if args.actors == 0 || args.sizes.is_empty() || args.seconds.is_nan() || args.seconds <= 0.0 {
         eprintln!("error: --actors, --sizes and --seconds must be positive");
         return ExitCode::from(2);
     }
@@ -174,9 +174,9 @@ async fn measure(
 }
 
 fn human(size: usize) -> String {
-    if size >= 1 << 20 && size % (1 << 20) == 0 {
+    if size >= 1 << 20 && size.is_multiple_of(1 << 20) {
         format!("{} MiB", size >> 20)
-    } else if size >= 1024 && size % 1024 == 0 {
+    } else if size >= 1024 && size.is_multiple_of(1024) {
         format!("{} KiB", size >> 10)
     } else {
         format!("{size} B")

@@ -169,6 +169,20 @@ impl Registry {
         }
     }
 
+    /// Watchers that live on other nodes.
+    pub fn remote_watchers(&self) -> usize {
+        let t = self.lock();
+        t.actors
+            .values()
+            .map(|e| {
+                e.watchers
+                    .iter()
+                    .filter(|w| matches!(w, Watcher::Remote { .. }))
+                    .count()
+            })
+            .sum()
+    }
+
     /// Forgets the watchers that live on a node that went away.
     pub fn forget_node(&self, node: &NodeId) {
         for e in self.lock().actors.values_mut() {

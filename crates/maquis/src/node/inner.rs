@@ -86,6 +86,7 @@ pub struct Inner {
     pub(crate) handshakes: Arc<Semaphore>,
     pub(crate) started: Instant,
     pub(crate) admin_addr: Option<std::net::SocketAddr>,
+    pub(crate) listener_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Inner {

@@ -138,9 +138,14 @@ impl Node {
             handshakes: Arc::new(Semaphore::new(config.max_pending_handshakes)),
             started: Instant::now(),
             admin_addr,
+            listener_task: Mutex::new(None),
             config,
         });
-        tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
+        let accept = tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
+        *inner
+            .listener_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(accept);
         tokio::spawn(control::run(inner.clone(), control_rx));
         tokio::spawn(heartbeats(inner.clone()));
         let node = Node { inner };
@@ -508,8 +513,15 @@ impl Node {
             crate::actor::notify_stopped(inner, id, watchers);
         }
         inner.calls.fail_all("the node stopped");
-        // Let the tasks observe the cancellation before the caller goes on.
-        tokio::task::yield_now().await;
+        // The listening socket is closed when this returns (a restart may reuse the address).
+        let accept = inner
+            .listener_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = accept {
+            let _ = task.await;
+        }
     }
 
     /// Whether the node has been shut down.

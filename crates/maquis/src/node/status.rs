@@ -60,6 +60,10 @@ impl Node {
         counters.insert("actors".into(), inner.registry.len() as u64);
         counters.insert("pending_calls".into(), inner.calls.len() as u64);
         counters.insert("monitors".into(), inner.monitors.len() as u64);
+        counters.insert(
+            "remote_watchers".into(),
+            inner.registry.remote_watchers() as u64,
+        );
         counters.insert("registered_names".into(), inner.registry.names() as u64);
         Status {
             name: inner.id.name.clone(),

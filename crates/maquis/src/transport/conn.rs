@@ -47,7 +47,7 @@ async fn read_msg(s: &mut TcpStream) -> Result<HandshakeMsg, ConnError> {
     buf.extend_from_slice(&len);
     buf.resize(4 + n, 0);
     s.read_exact(&mut buf[4..]).await?;
-    HandshakeDecoder::default()
+    HandshakeDecoder
         .decode(&mut buf)?
         .ok_or_else(|| ConnError::Protocol("truncated handshake message".into()))
 }
