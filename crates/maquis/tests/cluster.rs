@@ -141,8 +141,18 @@ async fn lanes_match_parallelism_on_both_sides() {
             );
         }
     }
-    // Both sides agree: each connection is counted once per side, so the sum of lanes seen as
-    // connected equals 2 × pairs × lanes, and the admin status shows the same.
+    // Both sides agree and no socket is doubled: every connection has its accepting end on a
+    // listen port, so the established sockets on those ports are exactly pairs × lanes.
+    let ports: Vec<u16> = nodes.iter().map(|n| n.addr().port()).collect();
+    until(
+        "exactly one connection per lane",
+        Duration::from_secs(10),
+        || {
+            let n = established_on(&ports);
+            async move { n == 3 * 21 }
+        },
+    )
+    .await;
     let st = nodes[0].status();
     for p in &st.peers {
         assert_eq!(p.lanes.iter().filter(|l| l.connected).count(), 21);
@@ -150,6 +160,23 @@ async fn lanes_match_parallelism_on_both_sides() {
     for n in &nodes {
         n.shutdown().await;
     }
+}
+
+/// Established TCP sockets (IPv4) whose local port is one of `ports`.
+fn established_on(ports: &[u16]) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let local_port = cols
+                .get(1)
+                .and_then(|a| a.split(':').nth(1))
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            cols.get(3) == Some(&"01") && local_port.is_some_and(|p| ports.contains(&p))
+        })
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
