@@ -1,11 +1,17 @@
 //! The `maquis` command: run a node, inspect one, ping through one, run the demo.
 
+mod bench;
 mod demo;
 mod node_cmd;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc keeps freed large buffers for reuse instead of returning them to the kernel, which
+/// spares a page fault per 4 KiB of every large message.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Maquis: a distributed actor runtime.
 #[derive(Parser, Debug)]
@@ -44,6 +50,9 @@ enum Command {
     /// Start a local 3-node cluster and compare one connection against parallel lanes with
     /// affinity on an echo workload.
     Demo(demo::DemoArgs),
+    /// Benchmarks (each prints ratios against baselines run in the same invocation).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
 }
 
 fn init_tracing() {
@@ -79,6 +88,7 @@ fn main() -> ExitCode {
                 size,
             } => ping(&admin, &to, count, size).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Bench(cmd) => bench::run(cmd).await,
         }
     })
 }

@@ -51,6 +51,10 @@ pub use node::{MembershipEvent, Node};
 pub use wire::frame::DownReason;
 
 /// Encodes a value the way messages travel (postcard); refs inside keep their node.
+///
+/// The buffer is sized exactly by a first counting pass, so a large payload is copied once
+/// (a growing buffer would copy it several times).
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
-    postcard::to_allocvec(value)
+    let size = postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default())?;
+    postcard::to_io(value, Vec::with_capacity(size))
 }

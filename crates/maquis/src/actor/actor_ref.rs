@@ -250,7 +250,7 @@ impl<M: Message> ActorRef<M> {
         msg: &M,
         call: Option<u64>,
     ) -> Result<(Header, bytes::Bytes), SendError> {
-        let payload = postcard::to_allocvec(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let payload = crate::encode(msg).map_err(|e| SendError::Encode(e.to_string()))?;
         let header = Header::Send {
             to: self.to.clone(),
             incarnation: self.node.incarnation,

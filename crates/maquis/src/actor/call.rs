@@ -166,8 +166,7 @@ impl<R: Message> ReplyTo<R> {
                 .complete(self.call, CallOutcome::Local(Box::new(value)));
             return Ok(());
         }
-        let payload =
-            postcard::to_allocvec(&value).map_err(|e| SendError::Encode(e.to_string()))?;
+        let payload = crate::encode(&value).map_err(|e| SendError::Encode(e.to_string()))?;
         let header = Header::Reply {
             call: self.call,
             status: ReplyStatus::Ok,

@@ -154,7 +154,7 @@ fn encode<M: Serialize>(mut fx: Effects<M>) -> Vec<RawEffect> {
     fx.drain()
         .filter_map(|e| {
             Some(match e {
-                Effect::Send(to, m) => match postcard::to_allocvec(&m) {
+                Effect::Send(to, m) => match crate::encode(&m) {
                     Ok(v) => Effect::Send(to, Bytes::from(v)),
                     Err(err) => {
                         tracing::error!(error = %err, "overlay message does not encode; dropped");

@@ -63,6 +63,11 @@ pub(crate) async fn accept(inner: Arc<Inner>, mut stream: TcpStream, remote: Soc
     match result {
         Ok(Some((peer, slot))) => install(&inner, &peer, slot, stream, false).await,
         Ok(None) => {}
+        Err(ConnError::Io(e)) => {
+            // A peer that goes away mid-handshake (shutting down, or a cancelled dial).
+            inner.counters.handshake_failures.inc();
+            tracing::debug!(%remote, error = %e, "incoming connection closed during the handshake");
+        }
         Err(e) => {
             inner.counters.handshake_failures.inc();
             tracing::warn!(%remote, reason = %e, "incoming connection refused");

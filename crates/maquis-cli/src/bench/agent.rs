@@ -1,0 +1,206 @@
+//! The Maquis side of `bench micro`: a server that hosts partner actors and a client whose
+//! actors each send messages to their partner and wait for the acknowledgement (closed loop).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Args;
+use maquis::{ActorRef, Config, Node, ReplyTo};
+use serde::{Deserialize, Serialize};
+
+use super::stats::{cpu_seconds, RunResult};
+
+/// One benchmark message: the payload, whether to echo it, where to answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ping {
+    /// The payload.
+    pub payload: Bytes,
+    /// Send the payload back (else a small acknowledgement).
+    pub echo: bool,
+    /// Where the answer goes.
+    pub reply: ReplyTo<Bytes>,
+}
+
+/// Node options shared by both roles.
+#[derive(Args, Debug, Clone)]
+pub struct NodeOpts {
+    /// Listen address.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Lanes per peer.
+    #[arg(long, default_value_t = 1)]
+    pub parallelism: u16,
+    /// on or off.
+    #[arg(long, default_value = "off")]
+    pub affinity: String,
+    /// Cluster secret.
+    #[arg(long, default_value = "maquis-bench")]
+    pub cookie: String,
+}
+
+impl NodeOpts {
+    fn config(&self, name: &str) -> Result<Config, String> {
+        let affinity = maquis::config::parse_switch(&self.affinity).map_err(|e| e.to_string())?;
+        Ok(Config::new(name)
+            .listen(self.listen)
+            .cookie(self.cookie.clone())
+            .parallelism(self.parallelism)
+            .affinity(affinity)
+            .lane_queue_bytes(64 * 1024 * 1024)
+            .mailbox_capacity(256))
+    }
+}
+
+/// Options of the server role.
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    node: NodeOpts,
+    /// Partner actors to host (named p0, p1, …).
+    #[arg(long, default_value_t = 128)]
+    actors: usize,
+}
+
+/// Options of the client role.
+#[derive(Args, Debug)]
+pub struct ClientArgs {
+    #[command(flatten)]
+    node: NodeOpts,
+    /// The server's address.
+    #[arg(long)]
+    server: SocketAddr,
+    /// Client actors (each talks to partner p{i}).
+    #[arg(long)]
+    actors: usize,
+    /// Payload bytes.
+    #[arg(long)]
+    size: usize,
+    /// Messages per actor.
+    #[arg(long)]
+    messages: u64,
+    /// Echo the payload back.
+    #[arg(long)]
+    echo: bool,
+    /// Stop early after this many seconds (the result says how many messages were done).
+    #[arg(long, default_value_t = 60.0)]
+    limit_s: f64,
+}
+
+/// Runs the server until stdin closes; prints `ready` once it serves, and its CPU seconds at
+/// the end (`cpu <seconds>`).
+pub async fn server(args: ServerArgs) -> Result<(), String> {
+    let node = Node::start(args.node.config("bench-server")?)
+        .await
+        .map_err(|e| e.to_string())?;
+    for i in 0..args.actors {
+        let partner = node.spawn_fn(|mut inbox: maquis::Inbox<Ping>| async move {
+            while let Some(Ping {
+                payload,
+                echo,
+                reply,
+            }) = inbox.recv().await
+            {
+                let back = if echo {
+                    payload
+                } else {
+                    Bytes::from_static(b"ok")
+                };
+                let _ = reply.send(back).await;
+            }
+        });
+        node.register(&format!("p{i}"), &partner)
+            .map_err(|e| e.to_string())?;
+    }
+    println!("ready {}", node.addr());
+    wait_stdin_closed().await;
+    println!("cpu {:.6}", cpu_seconds());
+    node.shutdown().await;
+    Ok(())
+}
+
+async fn wait_stdin_closed() {
+    use tokio::io::AsyncReadExt;
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 64];
+    while let Ok(n) = stdin.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+/// Runs one closed-loop measurement and prints its `RunResult` as one JSON line.
+pub async fn client(args: ClientArgs) -> Result<(), String> {
+    let node = Node::start(args.node.config("bench-client")?)
+        .await
+        .map_err(|e| e.to_string())?;
+    node.join_wait(args.server, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lanes = node.lanes_connected("bench-server");
+        if !lanes.is_empty() && lanes.iter().all(|(_, up, want)| up == want) {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("lanes to the server did not all connect".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let payload = Bytes::from(vec![0x42u8; args.size]);
+    let limit = Duration::from_secs_f64(args.limit_s);
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let mut waits = Vec::new();
+    for i in 0..args.actors {
+        let partner: ActorRef<Ping> = node
+            .remote("bench-server", &format!("p{i}"))
+            .ok_or("the server is not a member")?;
+        let payload = payload.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (messages, echo) = (args.messages, args.echo);
+        node.spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
+            let mut lat = Vec::with_capacity(messages as usize);
+            let mut errors = 0;
+            for _ in 0..messages {
+                if start.elapsed() > limit {
+                    break;
+                }
+                let t = Instant::now();
+                let r = partner
+                    .call(
+                        |reply| Ping {
+                            payload: payload.clone(),
+                            echo,
+                            reply,
+                        },
+                        Duration::from_secs(60),
+                    )
+                    .await;
+                match r {
+                    Ok(_) => lat.push(t.elapsed().as_micros() as u64),
+                    Err(_) => errors += 1,
+                }
+            }
+            let _ = tx.send((lat, errors));
+        });
+        waits.push(rx);
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for w in waits {
+        let (lat, e) = w.await.map_err(|_| "a client actor died")?;
+        all.extend(lat);
+        errors += e;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let result = RunResult::from_latencies(all, errors, seconds, cpu_seconds() - cpu0);
+    println!(
+        "{}",
+        serde_json::to_string(&result).map_err(|e| e.to_string())?
+    );
+    node.shutdown().await;
+    Ok(())
+}
