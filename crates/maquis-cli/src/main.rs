@@ -50,6 +50,12 @@ enum Command {
     /// Start a local 3-node cluster and compare one connection against parallel lanes with
     /// affinity on an echo workload.
     Demo(demo::DemoArgs),
+    /// The userspace link emulator: hosts in network namespaces joined by a delaying wire.
+    Netem {
+        /// What to do.
+        #[command(subcommand)]
+        cmd: maquis_netem::NetemCommand,
+    },
     /// Benchmarks (each prints ratios against baselines run in the same invocation).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -89,6 +95,19 @@ fn main() -> ExitCode {
             } => ping(&admin, &to, count, size).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
+            Command::Netem { cmd } => {
+                match tokio::task::spawn_blocking(move || maquis_netem::run(cmd)).await {
+                    Ok(Ok(())) => ExitCode::SUCCESS,
+                    Ok(Err(e)) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
         }
     })
 }

@@ -82,13 +82,16 @@ pub struct ClientArgs {
     /// Echo the payload back.
     #[arg(long)]
     echo: bool,
-    /// Stop early after this many seconds (the result says how many messages were done).
+    /// Stop early after this many measured seconds (the result says how many messages were done).
     #[arg(long, default_value_t = 60.0)]
     limit_s: f64,
+    /// Unmeasured seconds first (connections warm up, TCP windows open).
+    #[arg(long, default_value_t = 1.0)]
+    warmup_s: f64,
 }
 
-/// Runs the server until stdin closes; prints `ready` once it serves, and its CPU seconds at
-/// the end (`cpu <seconds>`).
+/// Runs the server until stdin closes; prints `ready` once it serves, and `cpu <seconds>` (its
+/// CPU time so far) for every line it reads on stdin.
 pub async fn server(args: ServerArgs) -> Result<(), String> {
     let node = Node::start(args.node.config("bench-server")?)
         .await
@@ -113,20 +116,19 @@ pub async fn server(args: ServerArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     println!("ready {}", node.addr());
-    wait_stdin_closed().await;
-    println!("cpu {:.6}", cpu_seconds());
+    serve_stdin().await;
     node.shutdown().await;
     Ok(())
 }
 
-async fn wait_stdin_closed() {
-    use tokio::io::AsyncReadExt;
-    let mut stdin = tokio::io::stdin();
-    let mut buf = [0u8; 64];
-    while let Ok(n) = stdin.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
+/// Answers every line on stdin with `cpu <seconds>`; returns when stdin closes.
+pub async fn serve_stdin() {
+    use std::io::Write;
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(_)) = lines.next_line().await {
+        println!("cpu {:.6}", cpu_seconds());
+        let _ = std::io::stdout().flush();
     }
 }
 
@@ -150,9 +152,9 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let payload = Bytes::from(vec![0x42u8; args.size]);
-    let limit = Duration::from_secs_f64(args.limit_s);
-    let cpu0 = cpu_seconds();
     let start = Instant::now();
+    let measure_from = start + Duration::from_secs_f64(args.warmup_s);
+    let stop_at = measure_from + Duration::from_secs_f64(args.limit_s);
     let mut waits = Vec::new();
     for i in 0..args.actors {
         let partner: ActorRef<Ping> = node
@@ -164,11 +166,11 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         node.spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
             let mut lat = Vec::with_capacity(messages as usize);
             let mut errors = 0;
-            for _ in 0..messages {
-                if start.elapsed() > limit {
+            while (lat.len() as u64) < messages {
+                let t = Instant::now();
+                if t >= stop_at {
                     break;
                 }
-                let t = Instant::now();
                 let r = partner
                     .call(
                         |reply| Ping {
@@ -180,23 +182,29 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
                     )
                     .await;
                 match r {
-                    Ok(_) => lat.push(t.elapsed().as_micros() as u64),
+                    Ok(_) if t >= measure_from => lat.push(t.elapsed().as_micros() as u64),
+                    Ok(_) => {}
                     Err(_) => errors += 1,
                 }
             }
-            let _ = tx.send((lat, errors));
+            let _ = tx.send((lat, errors, Instant::now()));
         });
         waits.push(rx);
     }
+    tokio::time::sleep_until(measure_from.into()).await;
+    let cpu0 = cpu_seconds();
     let mut all = Vec::new();
     let mut errors = 0;
+    let mut end = measure_from;
     for w in waits {
-        let (lat, e) = w.await.map_err(|_| "a client actor died")?;
+        let (lat, e, done) = w.await.map_err(|_| "a client actor died")?;
         all.extend(lat);
         errors += e;
+        end = end.max(done);
     }
-    let seconds = start.elapsed().as_secs_f64();
-    let result = RunResult::from_latencies(all, errors, seconds, cpu_seconds() - cpu0);
+    let seconds = end.duration_since(measure_from).as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let result = RunResult::from_latencies(all, errors, seconds, cpu);
     println!(
         "{}",
         serde_json::to_string(&result).map_err(|e| e.to_string())?

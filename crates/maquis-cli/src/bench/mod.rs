@@ -1,6 +1,10 @@
 //! `maquis bench …`: benchmarks against baselines measured in the same run.
 
 pub mod agent;
+pub mod erlang;
+pub mod micro;
+pub mod micro_report;
+pub mod procs;
 pub mod rawtcp;
 pub mod stats;
 
@@ -11,6 +15,9 @@ use clap::Subcommand;
 /// Benchmark commands.
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
+    /// PARTISAN Fig. 1–4: closed-loop actor pairs over an emulated link, against Distributed
+    /// Erlang and raw TCP (needs root for the link emulator).
+    Micro(micro::MicroArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -32,6 +39,11 @@ pub enum AgentCommand {
 /// Runs a benchmark command.
 pub async fn run(cmd: BenchCommand) -> ExitCode {
     let r = match cmd {
+        BenchCommand::Micro(args) => {
+            tokio::task::spawn_blocking(move || micro::run(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
         BenchCommand::Agent(a) => match a {
             AgentCommand::MicroServer(x) => agent::server(x).await,
             AgentCommand::MicroClient(x) => agent::client(x).await,

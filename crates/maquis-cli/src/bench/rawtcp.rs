@@ -46,9 +46,12 @@ pub struct RawClientArgs {
     /// Echo the payload back.
     #[arg(long)]
     echo: bool,
-    /// Stop early after this many seconds.
+    /// Stop early after this many measured seconds.
     #[arg(long, default_value_t = 60.0)]
     limit_s: f64,
+    /// Unmeasured seconds first.
+    #[arg(long, default_value_t = 1.0)]
+    warmup_s: f64,
 }
 
 async fn read_frame(r: &mut (impl AsyncReadExt + Unpin), buf: &mut Vec<u8>) -> std::io::Result<()> {
@@ -61,7 +64,8 @@ async fn read_frame(r: &mut (impl AsyncReadExt + Unpin), buf: &mut Vec<u8>) -> s
     Ok(())
 }
 
-/// Serves connections until stdin closes; prints `ready` and, at the end, `cpu <seconds>`.
+/// Serves connections until stdin closes; prints `ready`, and `cpu <seconds>` for every line on
+/// stdin.
 pub async fn server(args: RawServerArgs) -> Result<(), String> {
     let listener = TcpListener::bind(args.listen)
         .await
@@ -73,15 +77,7 @@ pub async fn server(args: RawServerArgs) -> Result<(), String> {
             tokio::spawn(serve_conn(s));
         }
     });
-    use tokio::io::AsyncReadExt as _;
-    let mut stdin = tokio::io::stdin();
-    let mut b = [0u8; 64];
-    while let Ok(n) = stdin.read(&mut b).await {
-        if n == 0 {
-            break;
-        }
-    }
-    println!("cpu {:.6}", cpu_seconds());
+    super::agent::serve_stdin().await;
     accept.abort();
     Ok(())
 }
@@ -130,9 +126,9 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
         writers.push(Arc::new(Mutex::new(w)));
     }
     let payload = Arc::new(vec![0x42u8; args.size]);
-    let limit = Duration::from_secs_f64(args.limit_s);
-    let cpu0 = cpu_seconds();
     let start = Instant::now();
+    let measure_from = start + Duration::from_secs_f64(args.warmup_s);
+    let stop_at = measure_from + Duration::from_secs_f64(args.limit_s);
     let mut tasks = Vec::new();
     for (i, mut rx) in reply_rxs.into_iter().enumerate() {
         let w = writers[i % args.conns].clone();
@@ -140,38 +136,46 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
         let (messages, echo) = (args.messages, args.echo);
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(messages as usize);
+            let mut failed = 0u64;
             let mut head = Vec::with_capacity(9);
             head.extend_from_slice(&((5 + payload.len()) as u32).to_be_bytes());
             head.extend_from_slice(&(i as u32).to_be_bytes());
             head.push(echo as u8);
-            for _ in 0..messages {
-                if start.elapsed() > limit {
+            while (lat.len() as u64) < messages {
+                let t = Instant::now();
+                if t >= stop_at {
                     break;
                 }
-                let t = Instant::now();
                 {
                     let mut w = w.lock().await;
                     if w.write_all(&head).await.is_err() || w.write_all(&payload).await.is_err() {
+                        failed += 1;
                         break;
                     }
                 }
                 if rx.recv().await.is_none() {
+                    failed += 1;
                     break;
                 }
-                lat.push(t.elapsed().as_micros() as u64);
+                if t >= measure_from {
+                    lat.push(t.elapsed().as_micros() as u64);
+                }
             }
-            lat
+            (lat, failed, Instant::now())
         }));
     }
+    tokio::time::sleep_until(measure_from.into()).await;
+    let cpu0 = cpu_seconds();
     let mut all = Vec::new();
+    let mut errors = 0;
+    let mut end = measure_from;
     for t in tasks {
-        all.extend(t.await.map_err(|e| e.to_string())?);
+        let (lat, failed, done) = t.await.map_err(|e| e.to_string())?;
+        all.extend(lat);
+        errors += failed;
+        end = end.max(done);
     }
-    let want = args.actors as u64 * args.messages;
-    let seconds = start.elapsed().as_secs_f64();
-    let errors = want
-        .saturating_sub(all.len() as u64)
-        .min(if start.elapsed() > limit { 0 } else { u64::MAX });
+    let seconds = end.duration_since(measure_from).as_secs_f64();
     let result = RunResult::from_latencies(all, errors, seconds, cpu_seconds() - cpu0);
     println!(
         "{}",

@@ -1,0 +1,50 @@
+//! The Distributed Erlang baseline: installs Erlang when missing and compiles the benchmark
+//! program from `bench/erlang/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The benchmark program, built into the binary so the command works from any directory.
+const MICRO_ERL: &str = include_str!("../../../../bench/erlang/micro.erl");
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Makes sure `erl` and `erlc` exist (installing Debian's `erlang-nox` if not) and compiles
+/// `micro.erl` into `out/erlang-build`; returns that directory.
+pub fn prepare(out: &Path) -> Result<PathBuf, String> {
+    if !have("erlc") {
+        eprintln!(
+            "Distributed Erlang is not installed: installing Debian's erlang-nox (apt-get) ..."
+        );
+        let ok = Command::new("sh")
+            .args(["-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq erlang-nox >/dev/null"])
+            .status()
+            .map_err(|e| format!("apt-get: {e}"))?
+            .success();
+        if !ok || !have("erlc") {
+            return Err(
+                "could not install erlang-nox; install it or leave `erlang` out of --configs"
+                    .into(),
+            );
+        }
+    }
+    let dir = out.join("erlang-build");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let src = dir.join("micro.erl");
+    std::fs::write(&src, MICRO_ERL).map_err(|e| e.to_string())?;
+    let status = Command::new("erlc")
+        .arg("-o")
+        .arg(&dir)
+        .arg(&src)
+        .status()
+        .map_err(|e| format!("erlc: {e}"))?;
+    if !status.success() {
+        return Err("erlc failed to compile micro.erl".into());
+    }
+    Ok(dir)
+}

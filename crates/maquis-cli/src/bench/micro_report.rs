@@ -1,0 +1,331 @@
+//! report.md and plots for `bench micro`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use maquis_netem::NetemStats;
+
+use super::micro::{Cell, MicroArgs};
+
+/// The machine, as every committed result must describe it.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string())
+        })
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map(|kb| format!("{:.1} GiB", kb as f64 / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cores} cores ({cpu}), {mem} memory, Linux {}",
+        kernel.trim()
+    )
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}×", a / b)
+    } else {
+        "–".into()
+    }
+}
+
+fn human(size: usize) -> String {
+    if size >= 1 << 20 {
+        format!("{} MiB", size >> 20)
+    } else if size >= 1024 {
+        format!("{} KiB", size >> 10)
+    } else {
+        format!("{size} B")
+    }
+}
+
+fn find<'a>(
+    cells: &'a [Cell],
+    rtt: u64,
+    size: usize,
+    actors: usize,
+    config: &str,
+) -> Option<&'a Cell> {
+    cells.iter().find(|c| {
+        c.series == "grid"
+            && c.rtt_ms == rtt
+            && c.payload_bytes == size
+            && c.actors == actors
+            && c.config == config
+    })
+}
+
+/// Writes report.md (and the plots, when Python's matplotlib is available) into `out`.
+pub fn write(
+    out: &Path,
+    cells: &[Cell],
+    netem: &[(u64, NetemStats)],
+    args: &MicroArgs,
+    took: Duration,
+) -> Result<(), String> {
+    let mut r = String::new();
+    let grid: Vec<&Cell> = cells.iter().filter(|c| c.series == "grid").collect();
+    let mut rtts: Vec<u64> = grid.iter().map(|c| c.rtt_ms).collect();
+    rtts.dedup();
+    rtts.sort_unstable();
+    rtts.dedup();
+    let mut sizes: Vec<usize> = grid.iter().map(|c| c.payload_bytes).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut actors: Vec<usize> = grid.iter().map(|c| c.actors).collect();
+    actors.sort_unstable();
+    actors.dedup();
+    let mut configs: Vec<String> = Vec::new();
+    for c in &grid {
+        if !configs.contains(&c.config) {
+            configs.push(c.config.clone());
+        }
+    }
+    let cmdline: Vec<String> = std::env::args().collect();
+    let _ = writeln!(r, "# Micro-benchmarks (PARTISAN Fig. 1–4)\n");
+    let _ = writeln!(r, "Command: `{}`  ", cmdline.join(" "));
+    let _ = writeln!(r, "Machine: {}  ", machine());
+    let _ = writeln!(r, "Wall time: {:.0} s  ", took.as_secs_f64());
+    let _ = writeln!(
+        r,
+        "Workload: N actors on host A each send a message of S bytes to a partner actor on host B and wait for {} before the next (closed loop); at most {} messages per actor and {} s per cell (a cell stops at whichever comes first; `messages` in results.json says how many were done). Two network namespaces joined by the userspace link emulator (`maquis netem`).\n",
+        if args.echo { "the payload to come back (echo)" } else { "a small acknowledgement" },
+        args.messages.map(|m| m.to_string()).unwrap_or_else(|| if args.quick { "2000".into() } else { "10000".into() }),
+        args.cell_seconds.unwrap_or(if args.quick { 3.0 } else { 10.0 })
+    );
+    let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, lane = hash(sender, receiver); `raw-tcp` plain TCP over 16 connections, no runtime.\n");
+    let _ = writeln!(r, "## Link emulator\n");
+    let _ = writeln!(r, "| RTT | packets | Gbit/s (active) | lateness p50 | p99 | max | warnings |\n|---|---|---|---|---|---|---|");
+    for (rtt, s) in netem {
+        let _ = writeln!(
+            r,
+            "| {rtt} ms | {} | {:.2} | {:.0} µs | {:.0} µs | {:.0} µs | {} |",
+            s.total.packets,
+            s.total.gbit_per_s,
+            s.lateness.p50_us,
+            s.lateness.p99_us,
+            s.lateness.max_us,
+            if s.warnings.is_empty() {
+                "none".to_string()
+            } else {
+                s.warnings.join("; ")
+            }
+        );
+    }
+    if let Some((_, s)) = netem.first() {
+        let _ = writeln!(
+            r,
+            "\nTCP settings in the hosts: {}\n",
+            s.sysctls
+                .iter()
+                .map(|(k, v)| format!("`{k} = {v}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for &rtt in &rtts {
+        for &size in &sizes {
+            let _ = writeln!(r, "## RTT {rtt} ms, payload {}\n", human(size));
+            let _ = write!(r, "| actors |");
+            for c in &configs {
+                let _ = write!(r, " {c} ops/s | p50 ms | p99 ms |");
+            }
+            let _ = write!(r, " affinity/erlang | affinity/raw-tcp |\n|---|");
+            for _ in &configs {
+                let _ = write!(r, "---|---|---|");
+            }
+            let _ = writeln!(r, "---|---|");
+            for &n in &actors {
+                let _ = write!(r, "| {n} |");
+                for c in &configs {
+                    match find(cells, rtt, size, n, c) {
+                        Some(x) => {
+                            let _ = write!(
+                                r,
+                                " {:.1} | {:.2} | {:.2} |",
+                                x.ops_per_s,
+                                x.p50_us as f64 / 1e3,
+                                x.p99_us as f64 / 1e3
+                            );
+                        }
+                        None => {
+                            let _ = write!(r, " – | – | – |");
+                        }
+                    }
+                }
+                let aff = find(cells, rtt, size, n, "affinity")
+                    .map(|c| c.ops_per_s)
+                    .unwrap_or(0.0);
+                let erl = find(cells, rtt, size, n, "erlang")
+                    .map(|c| c.ops_per_s)
+                    .unwrap_or(0.0);
+                let raw = find(cells, rtt, size, n, "raw-tcp")
+                    .map(|c| c.ops_per_s)
+                    .unwrap_or(0.0);
+                let _ = writeln!(r, " {} | {} |", ratio(aff, erl), ratio(aff, raw));
+            }
+            let _ = writeln!(r);
+        }
+    }
+    let _ = writeln!(r, "## CPU time per round trip (both processes, µs)\n");
+    let _ = write!(r, "| RTT | payload | actors |");
+    for c in &configs {
+        let _ = write!(r, " {c} |");
+    }
+    let _ = write!(r, "\n|---|---|---|");
+    for _ in &configs {
+        let _ = write!(r, "---|");
+    }
+    let _ = writeln!(r);
+    for &rtt in &rtts {
+        for &size in &sizes {
+            for &n in &actors {
+                let _ = write!(r, "| {rtt} ms | {} | {n} |", human(size));
+                for c in &configs {
+                    match find(cells, rtt, size, n, c) {
+                        Some(x) => {
+                            let _ = write!(r, " {:.0} |", x.cpu_us_per_msg);
+                        }
+                        None => {
+                            let _ = write!(r, " – |");
+                        }
+                    }
+                }
+                let _ = writeln!(r);
+            }
+        }
+    }
+    let sweep: Vec<&Cell> = cells.iter().filter(|c| c.series == "sweep").collect();
+    if !sweep.is_empty() {
+        let _ = writeln!(
+            r,
+            "\n## Connections per peer (Fig. 2): affinity, 128 actors, 512 KiB, 1 ms\n"
+        );
+        let _ = writeln!(
+            r,
+            "| connections | ops/s | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|"
+        );
+        for c in sweep {
+            let _ = writeln!(
+                r,
+                "| {} | {:.1} | {:.2} | {:.2} | {:.2} |",
+                c.parallelism,
+                c.ops_per_s,
+                c.p50_us as f64 / 1e3,
+                c.p99_us as f64 / 1e3,
+                c.max_us as f64 / 1e3
+            );
+        }
+    }
+    let _ = writeln!(r, "\n## Targets\n");
+    let mut check = |what: String, got: f64, want: f64| {
+        let verdict = if got >= want {
+            "met".to_string()
+        } else {
+            format!("missed by {:.0}%", (1.0 - got / want) * 100.0)
+        };
+        let _ = writeln!(r, "- {what}: {got:.2} (target ≥ {want}) — {verdict}");
+    };
+    for size in [512 * 1024, 8 * 1024 * 1024] {
+        if let (Some(a), Some(raw), Some(erl)) = (
+            find(cells, 20, size, 128, "affinity"),
+            find(cells, 20, size, 128, "raw-tcp"),
+            find(cells, 20, size, 128, "erlang"),
+        ) {
+            check(
+                format!("20 ms, {}, 128 actors: affinity / raw-tcp", human(size)),
+                a.ops_per_s / raw.ops_per_s,
+                0.8,
+            );
+            check(
+                format!("20 ms, {}, 128 actors: affinity / erlang", human(size)),
+                a.ops_per_s / erl.ops_per_s,
+                5.0,
+            );
+        }
+    }
+    for &n in &actors {
+        if let (Some(a), Some(erl)) = (
+            find(cells, 1, 1024, n, "affinity"),
+            find(cells, 1, 1024, n, "erlang"),
+        ) {
+            let want = if n == 16 { 2.0 } else { 1.0 };
+            check(
+                format!("1 ms, 1 KiB, {n} actors: affinity / erlang"),
+                a.ops_per_s / erl.ops_per_s,
+                want,
+            );
+        }
+    }
+    match plot(out) {
+        Ok(files) => {
+            let _ = writeln!(r, "\n## Plots\n");
+            for f in files {
+                let _ = writeln!(r, "![{f}]({f})");
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(r, "\n(Plots not drawn: {e})");
+            eprintln!("plots not drawn: {e}");
+        }
+    }
+    std::fs::write(out.join("report.md"), r).map_err(|e| e.to_string())?;
+    eprintln!("wrote {}", out.join("report.md").display());
+    Ok(())
+}
+
+/// The plotting script, built into the binary.
+const PLOT_PY: &str = include_str!("../../../../bench/plot_micro.py");
+
+/// Draws the PNG plots with Python's matplotlib (installed with pip when missing).
+fn plot(out: &Path) -> Result<Vec<String>, String> {
+    let has = |py: &str| {
+        Command::new(py)
+            .args(["-c", "import matplotlib"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !has("python3") {
+        eprintln!("matplotlib is not installed: installing it with pip ...");
+        let ok = Command::new("python3")
+            .args(["-m", "pip", "install", "-q", "matplotlib"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok || !has("python3") {
+            return Err("python3 with matplotlib is needed for the plots".into());
+        }
+    }
+    let script = out.join("plot_micro.py");
+    std::fs::write(&script, PLOT_PY).map_err(|e| e.to_string())?;
+    let o = Command::new("python3")
+        .arg(&script)
+        .arg(out)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&script);
+    if !o.status.success() {
+        return Err(String::from_utf8_lossy(&o.stderr).to_string());
+    }
+    Ok(String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
