@@ -152,12 +152,10 @@ async fn main() -> Result<(), Error> {
     println!("report from {:?}: total {}", report.counter, report.total);
 
     // 8. Monitors: a future that resolves when the actor stops or its node goes away.
-    //    The watch request travels on the `membership` lane and the Stop on a `default`
-    //    lane; lanes are not ordered with each other, so give the watch a moment to land
-    //    (if the Stop won the race, the monitor would resolve with `NoProc`).
+    //    The watch request takes the lane this task's messages to the actor take, so it is
+    //    in place before the Stop sent after it arrives.
     let counter_by_id = report.counter;
     let watch = a.monitor(&counter_by_id);
-    tokio::time::sleep(Duration::from_millis(100)).await;
     counter_by_id.send(CounterMsg::Stop).await?;
     let reason = tokio::time::timeout(Duration::from_secs(2), watch).await?;
     println!("counter monitor fired: {reason:?}");

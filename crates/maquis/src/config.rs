@@ -260,7 +260,8 @@ impl Config {
         self.apply_vars(std::env::vars())
     }
 
-    /// Applies `MAQUIS_*` overrides from an iterator of (name, value) pairs; other names are ignored.
+    /// Applies `MAQUIS_*` overrides from an iterator of (name, value) pairs; names without the
+    /// prefix are ignored, an unknown `MAQUIS_*` name is an error (as unknown TOML keys are).
     pub fn apply_vars(
         mut self,
         vars: impl IntoIterator<Item = (String, String)>,
@@ -299,7 +300,12 @@ impl Config {
                 }
                 "GOSSIP_INTERVAL_MS" => self.gossip_interval_ms = parse(v, "gossip_interval_ms")?,
                 "EVENT_BUFFER" => self.event_buffer = parse(v, "event_buffer")?,
-                _ => {}
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        key: "environment",
+                        reason: format!("unknown variable {key} (a typo?)"),
+                    })
+                }
             }
         }
         Ok(self)
@@ -509,6 +515,9 @@ mod tests {
             .is_err());
         assert!(Config::default()
             .apply_vars([("MAQUIS_PARALLELISM".to_string(), "many".to_string())])
+            .is_err());
+        assert!(Config::default()
+            .apply_vars([("MAQUIS_PARALELISM".to_string(), "4".to_string())])
             .is_err());
     }
 }

@@ -88,6 +88,14 @@ impl Dispatcher {
         &self.specs
     }
 
+    /// The channel table as (name, parallelism) in lane order; two nodes must agree on it.
+    pub fn table(&self) -> Vec<(String, u16)> {
+        self.specs
+            .iter()
+            .map(|s| (s.name.clone(), s.parallelism))
+            .collect()
+    }
+
     /// Lanes per peer in all.
     pub fn total_lanes(&self) -> usize {
         self.specs
@@ -104,9 +112,11 @@ impl Dispatcher {
             .unwrap_or(0)
     }
 
-    /// Which channel a name denotes (unknown → `default`).
+    /// Which channel a name denotes (unknown → `default`; `membership` is reserved for
+    /// protocol traffic, so application sends naming it also go to `default`).
     pub fn channel_index(&self, name: Option<&str>) -> usize {
-        name.and_then(|n| self.by_name.get(n).copied())
+        name.filter(|n| *n != MEMBERSHIP_CHANNEL)
+            .and_then(|n| self.by_name.get(n).copied())
             .unwrap_or(self.default_channel)
     }
 
@@ -173,6 +183,11 @@ mod tests {
         let s = d.pick(&v, 1, 2);
         assert_eq!(d.lane_of(s).map(|(c, _)| c), Some("vnode"));
         assert!((0..10).all(|i| d.pick(&v, i, i + 1) == s));
+        let reserved = SendOpts::on("membership");
+        assert_eq!(
+            d.lane_of(d.pick(&reserved, 1, 2)).map(|(c, _)| c),
+            Some("default")
+        );
         let unknown = SendOpts::on("nope");
         assert_eq!(
             d.lane_of(d.pick(&unknown, 1, 2)).map(|(c, _)| c),

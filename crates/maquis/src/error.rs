@@ -57,7 +57,8 @@ pub enum CallError {
     /// The target actor does not exist on its node.
     #[error("no such actor on the remote node")]
     NoProc,
-    /// The responder dropped the reply handle without replying, or the node went down.
+    /// No reply will come: the target's node went down or left, or this node stopped. (A
+    /// responder that drops its `ReplyTo` without answering is seen as a timeout.)
     #[error("no reply: {0}")]
     NoReply(String),
     /// The reply could not be decoded into the expected type.
@@ -137,6 +138,9 @@ pub enum ConnError {
     /// The peer keeps a connection of its own for this lane (the tie-break chose it).
     #[error("superseded by {0}'s own connection")]
     Superseded(crate::id::NodeId),
+    /// The two nodes' configurations cannot work together (e.g. different channel tables).
+    #[error("incompatible configuration: {0}")]
+    Incompatible(String),
     /// The peer sent something out of order.
     #[error("protocol: {0}")]
     Protocol(String),

@@ -506,3 +506,59 @@ async fn garbage_on_the_listen_port_leaves_the_node_serving() {
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_channel_tables_are_refused_with_a_reason() {
+    let a = start_with(config("ct1").parallelism(1)).await;
+    let b = start_with(config("ct2").parallelism(4)).await;
+    let err = b
+        .join_wait(a.addr(), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("channel tables differ"), "{text}");
+    assert!(
+        text.contains("default:1") && text.contains("default:4"),
+        "{text}"
+    );
+    assert_eq!(member_names(&a), vec!["ct1"]);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_fails_at_once_when_the_target_node_goes_down() {
+    let nodes = cluster("cd", 2, |c| c).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (got_tx, got_rx) = tokio::sync::oneshot::channel();
+    let mut got_tx = Some(got_tx);
+    let sink = b.spawn_fn(move |mut inbox: maquis::Inbox<Slow>| async move {
+        // Holds the request without answering.
+        let held = inbox.recv().await;
+        let _ = got_tx.take().map(|t| t.send(()));
+        let _keep = held;
+        let _ = inbox.recv().await;
+    });
+    b.register("sink", &sink).unwrap();
+    let r: ActorRef<Slow> = a.remote("cd2", "sink").unwrap();
+    let call = tokio::spawn(async move {
+        let t = std::time::Instant::now();
+        let res = r
+            .call(
+                |reply| Slow::Wait {
+                    ms: 0,
+                    tag: 9,
+                    reply,
+                },
+                Duration::from_secs(30),
+            )
+            .await;
+        (res, t.elapsed())
+    });
+    got_rx.await.unwrap();
+    b.shutdown().await;
+    let (res, took) = call.await.unwrap();
+    assert!(matches!(res, Err(CallError::NoReply(_))), "{res:?}");
+    assert!(took < Duration::from_secs(10), "the call waited {took:?}");
+    a.shutdown().await;
+}

@@ -48,6 +48,7 @@ async fn a_silent_peer_is_declared_down_by_heartbeat_timeout() {
         node: ghost.clone(),
         lane: lane.clone(),
         nonce,
+        channels: vec![("membership".into(), 1), ("default".into(), 1)],
     };
     s.write_all(&handshake::encode_handshake(&hello).unwrap())
         .await

@@ -78,7 +78,7 @@ async fn wait_watch(node: &maquis::Node) {
     until("remote watch arrives", Duration::from_secs(5), || {
         let n = node
             .status()
-            .counters
+            .gauges
             .get("remote_watchers")
             .copied()
             .unwrap_or(0);

@@ -180,7 +180,8 @@ impl<M: Message> ActorRef<M> {
         opts: &SendOpts,
     ) -> Result<R, CallError> {
         let rt = self.runtime()?;
-        let (call, rx) = rt.calls.open();
+        let target = (!rt.is_local(&self.node)?).then(|| self.node.clone());
+        let (call, rx) = rt.calls.open(target);
         let reply = ReplyTo::new(
             rt.id.clone(),
             call,

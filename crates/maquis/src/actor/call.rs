@@ -31,53 +31,61 @@ pub(crate) enum CallOutcome {
 #[derive(Default)]
 pub(crate) struct PendingCalls {
     next: AtomicU64,
-    waiting: Mutex<HashMap<u64, oneshot::Sender<CallOutcome>>>,
+    waiting: Mutex<HashMap<u64, Waiting>>,
 }
 
+/// A waiting call: the node of the actor it waits on (`None` if local) and where the outcome goes.
+type Waiting = (Option<NodeId>, oneshot::Sender<CallOutcome>);
+
 impl PendingCalls {
-    pub fn open(&self) -> (u64, oneshot::Receiver<CallOutcome>) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiting>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a call to an actor on `target` (`None`: a local actor).
+    pub fn open(&self, target: Option<NodeId>) -> (u64, oneshot::Receiver<CallOutcome>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, tx);
+        self.lock().insert(id, (target, tx));
         (id, rx)
     }
 
     pub fn cancel(&self, id: u64) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        self.lock().remove(&id);
     }
 
     /// Completes a call; false when nobody waits for it any more (late or unknown reply).
     pub fn complete(&self, id: u64, outcome: CallOutcome) -> bool {
-        let tx = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
-        match tx {
-            Some(tx) => tx.send(outcome).is_ok(),
+        let waiting = self.lock().remove(&id);
+        match waiting {
+            Some((_, tx)) => tx.send(outcome).is_ok(),
             None => false,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().len()
+    }
+
+    /// Fails at once every call waiting on an actor of `node` (it went down or left).
+    pub fn fail_node(&self, node: &NodeId) {
+        let mut map = self.lock();
+        let hit: Vec<u64> = map
+            .iter()
+            .filter(|(_, (t, _))| t.as_ref() == Some(node))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in hit {
+            if let Some((_, tx)) = map.remove(&id) {
+                let _ = tx.send(CallOutcome::Failed(format!("node {} went away", node.name)));
+            }
+        }
     }
 
     /// Fails every waiting call (node shutdown).
     pub fn fail_all(&self, why: &str) {
-        let all: Vec<_> = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .collect();
-        for (_, tx) in all {
+        let all: Vec<_> = self.lock().drain().collect();
+        for (_, (_, tx)) in all {
             let _ = tx.send(CallOutcome::Failed(why.to_string()));
         }
     }

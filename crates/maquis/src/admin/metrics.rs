@@ -150,6 +150,14 @@ pub fn render_metrics(status: &Status) -> String {
         family_header(&mut out, &family, &help, "counter");
         let _ = writeln!(out, "{family} {value}");
     }
+    for (name, value) in &status.gauges {
+        let family = gauge_family(name);
+        if is_builtin_family(&family) || family.ends_with("_total") {
+            continue;
+        }
+        family_header(&mut out, &family, &format!("Node gauge {name}."), "gauge");
+        let _ = writeln!(out, "{family} {value}");
+    }
 
     out
 }
@@ -169,6 +177,15 @@ fn peer_sample(out: &mut String, name: &str, peer: &PeerStatus, value: impl std:
 
 fn is_builtin_family(name: &str) -> bool {
     LANE_FAMILIES.iter().any(|f| f.0 == name) || [PEER_UP, PEER_RTT, MEMBERS].contains(&name)
+}
+
+/// `maquis_<sanitized name>` for a node gauge.
+fn gauge_family(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("maquis_{clean}")
 }
 
 /// `maquis_<sanitized name>_total` for a node counter.

@@ -52,8 +52,11 @@ pub struct Status {
     pub members: Vec<String>,
     /// One entry per peer this node knows of.
     pub peers: Vec<PeerStatus>,
-    /// Node-level counters, by name.
+    /// Node-level counters (monotonic), by name.
     pub counters: BTreeMap<String, u64>,
+    /// Node-level gauges (current values: actors, pending calls, …), by name.
+    #[serde(default)]
+    pub gauges: BTreeMap<String, u64>,
 }
 
 /// The state of one peer, as part of [`Status`].
@@ -92,7 +95,9 @@ pub struct LaneStatus {
     pub bytes_in: u64,
     /// Bytes queued for sending right now.
     pub queued_bytes: u64,
-    /// Messages dropped on the lane (e.g. because its queue was full).
+    /// Frames discarded on the lane: a write that failed (the whole batch), or frames still
+    /// queued when the peer was dropped. A full queue never drops: senders wait or get
+    /// `Backpressure`.
     pub dropped: u64,
 }
 

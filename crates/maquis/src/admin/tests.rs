@@ -67,6 +67,7 @@ fn sample_status() -> Status {
             ("actor.spawned".to_owned(), 5),
             ("messages_routed".to_owned(), 42),
         ]),
+        gauges: BTreeMap::from([("actors".to_owned(), 3)]),
     }
 }
 

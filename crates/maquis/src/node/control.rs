@@ -150,9 +150,26 @@ fn handle(inner: &Arc<Inner>, st: &mut State, msg: Control) {
             }
         }
         Control::Leave { done } => {
+            let before: Vec<_> = inner
+                .peers
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
             let fx = overlay(inner, |o| o.on_leave());
             apply(inner, st, fx);
-            let _ = done.send(());
+            // `leave` returns once the goodbyes are written (or a second has passed), so a
+            // process may exit right after it.
+            let closing: Vec<_> = before
+                .into_iter()
+                .filter(|p| p.close.is_cancelled())
+                .collect();
+            tokio::spawn(async move {
+                let all = closing.iter().map(|p| p.drained(Duration::from_secs(1)));
+                futures::future::join_all(all).await;
+                let _ = done.send(());
+            });
         }
         Control::Remove { name } => {
             let fx = overlay(inner, |o| o.on_remove(&name));
@@ -246,6 +263,7 @@ fn peer_down(inner: &Arc<Inner>, st: &mut State, peer: &NodeId, reason: &str) {
     }
     inner.monitors.node_down(peer);
     inner.registry.forget_node(peer);
+    inner.calls.fail_node(peer);
     let fx = overlay(inner, |o| o.on_connection(peer, false));
     apply(inner, st, fx);
 }
@@ -360,6 +378,7 @@ fn apply(inner: &Arc<Inner>, st: &mut State, effects: Vec<RawEffect>) {
                 }
                 inner.monitors.node_down(&id);
                 inner.registry.forget_node(&id);
+                inner.calls.fail_node(&id);
             }
             Effect::Send(to, bytes) => match inner.peer(&to.name).filter(|p| p.id == to) {
                 Some(p) => inner.send_control(&p, &Header::Overlay, bytes),

@@ -234,8 +234,23 @@ impl Inner {
         );
     }
 
+    /// Sends a watch request on the lane the current actor's messages to `target` take, so a
+    /// monitor set up before a send is in place when that message arrives.
     pub(crate) fn send_monitor(&self, to: &NodeId, watch: u64, target: u64) {
-        self.send_control_to(to, &Header::Monitor { watch, target });
+        self.send_watch(to, target, &Header::Monitor { watch, target });
+    }
+
+    fn send_watch(&self, to: &NodeId, target: u64, header: &Header) {
+        let receiver = crate::dispatch::hash_of(&Dest::Id(target));
+        let sender = crate::actor::current_actor();
+        let opts = SendOpts::default();
+        if self
+            .try_send_frame(to, &opts, sender, receiver, header, Bytes::new())
+            .is_err()
+        {
+            // The data lane is full: the membership lane still gets it there, unordered.
+            self.send_control_to(to, header);
+        }
     }
 
     /// Cancels a watch.
@@ -245,7 +260,7 @@ impl Inner {
             WatchTarget::Local(id) => self.registry.unwatch(*id, watch),
             WatchTarget::Actor(node, id) => {
                 if self.monitors.remove(watch).is_some() {
-                    self.send_control_to(node, &Header::Demonitor { watch, target: *id });
+                    self.send_watch(node, *id, &Header::Demonitor { watch, target: *id });
                 }
             }
             WatchTarget::Node(_) => {
@@ -308,12 +323,20 @@ impl Inner {
             abort: abort.clone(),
             close: close.clone(),
             changed: Default::default(),
+            writers: Default::default(),
         });
+        let mut writers = Vec::with_capacity(tasks.len());
         for (lane, task) in tasks {
             let slot = lane.slot;
-            tokio::spawn(run_writer(lane, task, abort.clone(), close.clone()));
+            writers.push(tokio::spawn(run_writer(
+                lane,
+                task,
+                abort.clone(),
+                close.clone(),
+            )));
             tokio::spawn(connector::run(self.clone(), peer.clone(), slot));
         }
+        *peer.writers.lock().unwrap_or_else(|e| e.into_inner()) = writers;
         peer
     }
 

@@ -56,15 +56,20 @@ impl Node {
             })
             .collect();
         peers.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut counters = inner.counters.snapshot();
-        counters.insert("actors".into(), inner.registry.len() as u64);
-        counters.insert("pending_calls".into(), inner.calls.len() as u64);
-        counters.insert("monitors".into(), inner.monitors.len() as u64);
-        counters.insert(
-            "remote_watchers".into(),
-            inner.registry.remote_watchers() as u64,
-        );
-        counters.insert("registered_names".into(), inner.registry.names() as u64);
+        let counters = inner.counters.snapshot();
+        let gauges = std::collections::BTreeMap::from([
+            ("actors".to_string(), inner.registry.len() as u64),
+            ("pending_calls".to_string(), inner.calls.len() as u64),
+            ("monitors".to_string(), inner.monitors.len() as u64),
+            (
+                "remote_watchers".to_string(),
+                inner.registry.remote_watchers() as u64,
+            ),
+            (
+                "registered_names".to_string(),
+                inner.registry.names() as u64,
+            ),
+        ]);
         Status {
             name: inner.id.name.clone(),
             incarnation: inner.id.incarnation,
@@ -73,6 +78,7 @@ impl Node {
             members: self.members().into_iter().map(|m| m.name).collect(),
             peers,
             counters,
+            gauges,
         }
     }
 

@@ -23,6 +23,16 @@ use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE
 /// How a tie-break refusal starts, so the dialer can tell it from other refusals.
 const SUPERSEDED: &str = "superseded";
 
+/// How a refusal for incompatible configurations starts.
+const INCOMPATIBLE: &str = "incompatible";
+
+fn show_table(t: &[(String, u16)]) -> String {
+    t.iter()
+        .map(|(c, p)| format!("{c}:{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
 const READ_BUFFER: usize = 64 * 1024;
 
@@ -85,6 +95,7 @@ async fn accept_handshake(
         node: dialer,
         lane,
         nonce: dialer_nonce,
+        channels,
     } = read_msg(s).await?
     else {
         return Err(ConnError::Protocol("expected Hello".into()));
@@ -138,6 +149,16 @@ async fn accept_handshake(
         )));
     }
     let reject = |reason: String| HandshakeMsg::Rejected { reason };
+    let ours = inner.dispatch.table();
+    if channels != ours {
+        let why = format!(
+            "{INCOMPATIBLE}: channel tables differ (ours {}, theirs {})",
+            show_table(&ours),
+            show_table(&channels)
+        );
+        write_msg(s, &reject(why.clone())).await?;
+        return Err(ConnError::Incompatible(format!("{dialer}: {why}")));
+    }
     if dialer.name == me.name {
         write_msg(s, &reject("a node of the same name".into())).await?;
         return Err(ConnError::Protocol(format!("{dialer} has our name")));
@@ -200,6 +221,7 @@ async fn dial_inner(
             node: me.clone(),
             lane: lane.clone(),
             nonce,
+            channels: inner.dispatch.table(),
         },
     )
     .await?;
@@ -234,6 +256,9 @@ async fn dial_inner(
         HandshakeMsg::Accepted => Ok((acceptor, s)),
         HandshakeMsg::Rejected { reason } if reason.starts_with(SUPERSEDED) => {
             Err(ConnError::Superseded(acceptor))
+        }
+        HandshakeMsg::Rejected { reason } if reason.starts_with(INCOMPATIBLE) => {
+            Err(ConnError::Incompatible(reason))
         }
         HandshakeMsg::Rejected { reason } => Err(ConnError::Rejected(reason)),
         _ => Err(ConnError::Protocol("expected Accepted".into())),
@@ -281,7 +306,11 @@ async fn read_loop(
 ) {
     let lane = peer.lanes[slot].clone();
     let decoder = FrameDecoder::new(inner.config.max_frame_bytes);
-    let mut frames = FramedRead::with_capacity(read, decoder, READ_BUFFER);
+    let counted = Counted {
+        inner: read,
+        lane: lane.clone(),
+    };
+    let mut frames = FramedRead::with_capacity(counted, decoder, READ_BUFFER);
     let reason = loop {
         let next = tokio::select! {
             _ = info.cancel.cancelled() => break "closed".to_string(),
@@ -289,9 +318,7 @@ async fn read_loop(
         };
         match next {
             Some(Ok(frame)) => {
-                let size = frame.payload.len() as u64 + 8;
                 lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
-                lane.metrics.bytes_in.fetch_add(size, Ordering::Relaxed);
                 peer.last_seen_us.store(inner.now_us(), Ordering::Relaxed);
                 inner.handle_frame(&peer, frame).await;
             }
@@ -314,5 +341,27 @@ async fn read_loop(
                 slot,
             })
             .await;
+    }
+}
+
+/// A read half that adds every byte it reads to its lane's `bytes_in`.
+struct Counted {
+    inner: OwnedReadHalf,
+    lane: Arc<super::lane::Lane>,
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &r {
+            let n = (buf.filled().len() - before) as u64;
+            self.lane.metrics.bytes_in.fetch_add(n, Ordering::Relaxed);
+        }
+        r
     }
 }

@@ -65,7 +65,11 @@ pub(crate) async fn run(inner: Arc<Inner>, peer: Arc<Peer>, slot: usize) {
                 delay = (delay * 2).clamp(min, max);
             }
             Err(e) => {
-                tracing::debug!(peer = %peer.id, lane = %lane.id, error = %e, "dial failed");
+                if let ConnError::Incompatible(why) = &e {
+                    tracing::warn!(peer = %peer.id, %why, "peer refused: incompatible configuration");
+                } else {
+                    tracing::debug!(peer = %peer.id, lane = %lane.id, error = %e, "dial failed");
+                }
                 let _ = inner
                     .control
                     .send(Control::DialFailed {

@@ -27,6 +27,8 @@ pub struct Peer {
     pub close: CancellationToken,
     /// Signalled when a lane loses its connection (connectors wait on it).
     pub changed: Notify,
+    /// The lanes' writer tasks (they end once `close` has drained them, or on `abort`).
+    pub writers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Peer {
@@ -51,6 +53,13 @@ impl Peer {
                 _ = &mut changed => {}
             }
         }
+    }
+
+    /// Waits (up to `limit`) until every lane's writer has ended: after `close`, that is when
+    /// the frames queued before it have been written.
+    pub async fn drained(&self, limit: std::time::Duration) {
+        let writers = std::mem::take(&mut *self.writers.lock().unwrap_or_else(|e| e.into_inner()));
+        let _ = tokio::time::timeout(limit, futures::future::join_all(writers)).await;
     }
 
     /// Connected lanes.

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! dialer                                   acceptor
-//!   Hello { magic, version, node, lane, nonce } ->
+//!   Hello { magic, version, node, lane, nonce, channels } ->
 //!                    <- Challenge { node, nonce, proof }   (or Rejected)
 //!   Response { proof } ->
 //!                    <- Accepted                           (or Rejected)
@@ -57,6 +57,8 @@ pub enum HandshakeMsg {
         lane: LaneId,
         /// The dialer's nonce.
         nonce: Nonce,
+        /// The dialer's channel table, (name, parallelism) in lane order; both ends must agree.
+        channels: Vec<(String, u16)>,
     },
     /// Acceptor → dialer: its identity, its nonce, and its proof that it knows the cookie.
     Challenge {
@@ -479,6 +481,7 @@ mod tests {
                 node: t.dialer.clone(),
                 lane: t.lane.clone(),
                 nonce: t.dialer_nonce,
+                channels: vec![("membership".into(), 1), ("default".into(), 16)],
             },
             HandshakeMsg::Challenge {
                 node: t.acceptor.clone(),
@@ -528,14 +531,18 @@ mod tests {
                 any::<u16>(),
                 node_id(),
                 lane,
-                any::<Nonce>()
+                any::<Nonce>(),
+                prop::collection::vec((".{0,10}", any::<u16>()), 0..4)
             )
-                .prop_map(|(magic, version, node, lane, nonce)| HandshakeMsg::Hello {
-                    magic,
-                    version,
-                    node,
-                    lane,
-                    nonce
+                .prop_map(|(magic, version, node, lane, nonce, channels)| {
+                    HandshakeMsg::Hello {
+                        magic,
+                        version,
+                        node,
+                        lane,
+                        nonce,
+                        channels,
+                    }
                 }),
             (node_id(), any::<Nonce>(), any::<Proof>())
                 .prop_map(|(node, nonce, proof)| HandshakeMsg::Challenge { node, nonce, proof }),
