@@ -192,7 +192,11 @@ impl<M: Message> ActorRef<M> {
         let msg = make(reply);
         if let Err(e) = self.deliver(msg, opts, Some(call), true).await {
             rt.calls.cancel(call);
-            return Err(e.into());
+            // A missing local actor reads the same as a missing remote one.
+            return Err(match e {
+                SendError::NoProc => CallError::NoProc,
+                e => e.into(),
+            });
         }
         let outcome = match tokio::time::timeout(timeout, rx).await {
             Err(_) => {

@@ -1,0 +1,239 @@
+//! The commands the RESP front understands.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt};
+
+use super::reply::Reply;
+use super::ServerState;
+use crate::error::RingError;
+
+/// Per-connection state.
+#[derive(Debug, Default)]
+pub(crate) struct ConnState {
+    pub id: u64,
+    pub name: Option<Bytes>,
+}
+
+/// The commands listed by `COMMAND COUNT` and `INFO`.
+pub const COMMANDS: &[&str] = &[
+    "PING", "ECHO", "GET", "SET", "DEL", "EXISTS", "MGET", "MSET", "INFO", "COMMAND", "CLIENT",
+    "SELECT", "QUIT", "CONFIG", "HELLO",
+];
+
+fn arity(name: &str) -> Reply {
+    Reply::err(format!(
+        "wrong number of arguments for '{}' command",
+        name.to_ascii_lowercase()
+    ))
+}
+
+fn ring_err(e: RingError) -> Reply {
+    Reply::err(e.to_string())
+}
+
+fn upper(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_ascii_uppercase()
+}
+
+/// Runs one request; returns the reply and whether to close the connection after it.
+pub(crate) async fn execute(
+    state: &ServerState,
+    conn: &mut ConnState,
+    args: Vec<Bytes>,
+) -> (Reply, bool) {
+    let Some(first) = args.first() else {
+        return (Reply::err("empty command"), false);
+    };
+    let name = upper(first);
+    let ring = &state.ring;
+    let n = args.len();
+    let batch = state.config.max_batch.max(1);
+    let reply = match name.as_str() {
+        "PING" => match n {
+            1 => Reply::Simple("PONG"),
+            2 => Reply::Bulk(Some(args[1].clone())),
+            _ => arity(&name),
+        },
+        "ECHO" if n == 2 => Reply::Bulk(Some(args[1].clone())),
+        "GET" if n == 2 => match ring.get(&args[1]).await {
+            Ok(v) => Reply::Bulk(v),
+            Err(e) => ring_err(e),
+        },
+        "SET" if n == 3 => match ring.put(&args[1], args[2].clone()).await {
+            Ok(()) => Reply::ok(),
+            Err(e) => ring_err(e),
+        },
+        "SET" if n > 3 => Reply::err("syntax error (SET options are not supported)"),
+        "DEL" if n >= 2 => {
+            let results: Vec<Result<bool, RingError>> = stream::iter(args[1..].to_vec())
+                .map(|k| {
+                    let ring = ring.clone();
+                    async move { ring.delete(&k).await }
+                })
+                .buffered(batch)
+                .collect()
+                .await;
+            let mut count = 0;
+            let mut failure = None;
+            for r in results {
+                match r {
+                    Ok(true) => count += 1,
+                    Ok(false) => {}
+                    Err(e) => failure = failure.or(Some(e)),
+                }
+            }
+            match failure {
+                Some(e) => ring_err(e),
+                None => Reply::Int(count),
+            }
+        }
+        "EXISTS" if n >= 2 => {
+            let results: Vec<Result<Option<Bytes>, RingError>> = stream::iter(args[1..].to_vec())
+                .map(|k| {
+                    let ring = ring.clone();
+                    async move { ring.get(&k).await }
+                })
+                .buffered(batch)
+                .collect()
+                .await;
+            let mut count = 0;
+            let mut failure = None;
+            for r in results {
+                match r {
+                    Ok(Some(_)) => count += 1,
+                    Ok(None) => {}
+                    Err(e) => failure = failure.or(Some(e)),
+                }
+            }
+            match failure {
+                Some(e) => ring_err(e),
+                None => Reply::Int(count),
+            }
+        }
+        "MGET" if n >= 2 => {
+            let results: Vec<Result<Option<Bytes>, RingError>> = stream::iter(args[1..].to_vec())
+                .map(|k| {
+                    let ring = ring.clone();
+                    async move { ring.get(&k).await }
+                })
+                .buffered(batch)
+                .collect()
+                .await;
+            match results.into_iter().collect::<Result<Vec<_>, _>>() {
+                Ok(values) => Reply::Array(values.into_iter().map(Reply::Bulk).collect()),
+                Err(e) => ring_err(e),
+            }
+        }
+        "MSET" if n >= 3 && n % 2 == 1 => {
+            let results: Vec<Result<(), RingError>> = stream::iter(
+                args[1..]
+                    .chunks(2)
+                    .map(|kv| (kv[0].clone(), kv[1].clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .map(|(k, v)| {
+                let ring = ring.clone();
+                async move { ring.put(&k, v).await }
+            })
+            .buffered(batch)
+            .collect()
+            .await;
+            match results.into_iter().find_map(Result::err) {
+                Some(e) => ring_err(e),
+                None => Reply::ok(),
+            }
+        }
+        "INFO" if n <= 2 => {
+            let section = args
+                .get(1)
+                .map(|s| String::from_utf8_lossy(s).to_lowercase());
+            Reply::text(super::info::render(state, section.as_deref()).await)
+        }
+        "COMMAND" => match args.get(1).map(|s| upper(s)).as_deref() {
+            None | Some("DOCS") | Some("INFO") | Some("LIST") => Reply::Array(Vec::new()),
+            Some("COUNT") => Reply::Int(COMMANDS.len() as i64),
+            Some(other) => Reply::err(format!("unknown subcommand '{other}'")),
+        },
+        "CLIENT" if n >= 2 => client(state, conn, &args),
+        "SELECT" if n == 2 => match args[1].as_ref() {
+            b"0" => Reply::ok(),
+            _ => Reply::err("DB index is out of range"),
+        },
+        "QUIT" => return (Reply::ok(), true),
+        "CONFIG" if n >= 2 => match upper(&args[1]).as_str() {
+            "GET" if n == 3 => match String::from_utf8_lossy(&args[2]).to_lowercase().as_str() {
+                "save" => Reply::Array(vec![Reply::text("save"), Reply::text("")]),
+                "appendonly" => Reply::Array(vec![Reply::text("appendonly"), Reply::text("no")]),
+                _ => Reply::Array(Vec::new()),
+            },
+            "RESETSTAT" => Reply::ok(),
+            other => Reply::err(format!("CONFIG {other} is not supported")),
+        },
+        "HELLO" => match args.get(1).map(|v| v.as_ref()) {
+            None | Some(b"2") => Reply::Array(vec![
+                Reply::text("server"),
+                Reply::text("redis"),
+                Reply::text("version"),
+                Reply::text(super::info::REDIS_VERSION),
+                Reply::text("proto"),
+                Reply::Int(2),
+                Reply::text("id"),
+                Reply::Int(conn.id as i64),
+                Reply::text("mode"),
+                Reply::text("standalone"),
+                Reply::text("role"),
+                Reply::text("master"),
+                Reply::text("modules"),
+                Reply::Array(Vec::new()),
+            ]),
+            Some(_) => Reply::Error("NOPROTO unsupported protocol version".into()),
+        },
+        "ECHO" | "GET" | "SET" | "DEL" | "EXISTS" | "MGET" | "MSET" | "INFO" | "CLIENT"
+        | "SELECT" | "CONFIG" => arity(&name),
+        _ => {
+            let mut shown = String::new();
+            for a in args.iter().skip(1).take(8) {
+                shown.push('\'');
+                shown.push_str(&String::from_utf8_lossy(&a[..a.len().min(64)]));
+                shown.push_str("' ");
+            }
+            let cmd = String::from_utf8_lossy(&first[..first.len().min(128)]).to_string();
+            Reply::err(format!(
+                "unknown command '{cmd}', with args beginning with: {shown}"
+            ))
+        }
+    };
+    (reply, false)
+}
+
+fn client(state: &ServerState, conn: &mut ConnState, args: &[Bytes]) -> Reply {
+    match upper(&args[1]).as_str() {
+        "SETNAME" if args.len() == 3 => {
+            if args[2].iter().any(|b| *b <= b' ') {
+                return Reply::err(
+                    "Client names cannot contain spaces, newlines or special characters.",
+                );
+            }
+            conn.name = (!args[2].is_empty()).then(|| args[2].clone());
+            Reply::ok()
+        }
+        "GETNAME" => Reply::Bulk(conn.name.clone()),
+        "ID" => Reply::Int(conn.id as i64),
+        "SETINFO" | "NO-EVICT" | "NO-TOUCH" => Reply::ok(),
+        "REPLY" => Reply::ok(),
+        "INFO" | "LIST" => Reply::text(format!(
+            "id={} name={} connected_clients={}\n",
+            conn.id,
+            conn.name
+                .as_ref()
+                .map(|n| String::from_utf8_lossy(n).to_string())
+                .unwrap_or_default(),
+            state.clients.load(Ordering::Relaxed)
+        )),
+        other => Reply::err(format!(
+            "unknown subcommand or wrong number of arguments for '{other}'"
+        )),
+    }
+}

@@ -1,0 +1,82 @@
+//! The `INFO` text.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use super::ServerState;
+
+/// The Redis version reported to clients (they use it to pick features).
+pub const REDIS_VERSION: &str = "7.0.0";
+
+/// Renders `INFO` (all sections, or one of `server`, `clients`, `stats`, `ring`).
+pub(crate) async fn render(state: &ServerState, section: Option<&str>) -> String {
+    let want = |s: &str| {
+        matches!(
+            section,
+            None | Some("all") | Some("everything") | Some("default")
+        ) || section == Some(s)
+    };
+    let ring = &state.ring;
+    let mut out = String::new();
+    if want("server") {
+        let _ = write!(
+            out,
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\nredis_mode:standalone\r\nserver_name:maquis-ring\r\nmaquis_ring_version:{}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nnode_name:{}\r\nnode_addr:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::process::id(),
+            state.addr.port(),
+            state.started.elapsed().as_secs(),
+            ring.name(),
+            ring.node().addr(),
+        );
+    }
+    if want("clients") {
+        let _ = write!(
+            out,
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
+            state.clients.load(Ordering::Relaxed),
+            state.config.max_clients
+        );
+    }
+    if want("stats") {
+        let s = ring.stats();
+        let _ = write!(
+            out,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nring_reads:{}\r\nring_writes:{}\r\nring_echoes:{}\r\nring_read_repairs:{}\r\n\r\n",
+            state.connections.load(Ordering::Relaxed),
+            state.commands.load(Ordering::Relaxed),
+            s.reads.get(),
+            s.writes.get(),
+            s.echoes.get(),
+            s.read_repairs.get(),
+        );
+    }
+    if want("ring") {
+        let cfg = ring.config();
+        let r = ring.ring();
+        let _ = write!(
+            out,
+            "# Ring\r\nring_partitions:{}\r\nring_version:{}\r\nring_claimant:{}\r\nring_nodes:{}\r\nring_members:{}\r\nring_pending_transfers:{}\r\nring_leaving:{}\r\nn_val:{}\r\nr:{}\r\nw:{}\r\nstorage_delay_ms:{}\r\n",
+            r.partitions,
+            r.version,
+            r.claimant,
+            r.nodes.join(","),
+            ring.node().members().len(),
+            r.pending_transfers(),
+            r.leaving.join(","),
+            cfg.n_val,
+            cfg.r,
+            cfg.w,
+            cfg.storage_delay.as_millis(),
+        );
+        if let Ok(st) = ring.status().await {
+            let _ = write!(
+                out,
+                "ring_owned_partitions:{}\r\nring_local_vnodes:{}\r\nring_local_keys:{}\r\nring_local_bytes:{}\r\nring_handoffs:{}\r\nring_fallback_keys:{}\r\n",
+                st.owned, st.vnodes, st.keys, st.bytes, st.handoffs, st.stray_keys
+            );
+        }
+        out.push_str("\r\n");
+    }
+    out
+}

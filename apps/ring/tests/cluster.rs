@@ -1,0 +1,407 @@
+//! Multi-node behaviour of the ring: convergence, preference lists, quorums with a node down,
+//! handoff on join and on leave.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use maquis_ring::{vnode_name, vnode_opts, RingNode, VnodeMsg};
+
+fn key(i: usize) -> String {
+    format!("key:{i}")
+}
+
+fn value(i: usize, round: usize) -> Bytes {
+    Bytes::from(format!("value-{i}-{round}"))
+}
+
+async fn write_keys(node: &RingNode, range: std::ops::Range<usize>, round: usize) {
+    for i in range {
+        node.put(key(i), value(i, round))
+            .await
+            .unwrap_or_else(|e| panic!("put {}: {e}", key(i)));
+    }
+}
+
+async fn check_keys(node: &RingNode, range: std::ops::Range<usize>, round: usize) {
+    for i in range {
+        let got = node
+            .get(key(i))
+            .await
+            .unwrap_or_else(|e| panic!("get {} on {}: {e}", key(i), node.name()));
+        if got != Some(value(i, round)) {
+            let k = key(i);
+            let mut replicas = Vec::new();
+            for (p, owner) in node.preflist(k.as_bytes()) {
+                let vnode: Option<maquis::ActorRef<VnodeMsg>> =
+                    node.node().remote(&owner, &vnode_name(p));
+                let r = match vnode {
+                    Some(v) => format!(
+                        "{:?}",
+                        v.call_with(
+                            |reply| VnodeMsg::Get {
+                                key: Bytes::from(k.clone()),
+                                hops: 0,
+                                reply
+                            },
+                            Duration::from_secs(1),
+                            &vnode_opts(p)
+                        )
+                        .await
+                    ),
+                    None => "not a member".into(),
+                };
+                replicas.push(format!("{owner}/{p}: {r}"));
+            }
+            panic!(
+                "{k} on {}: got {got:?}; targets {:?}; replicas {replicas:#?}",
+                node.name(),
+                node.targets(k.as_bytes())
+            );
+        }
+    }
+}
+
+fn assert_same_preflists(nodes: &[RingNode], keys: usize) {
+    for i in 0..keys {
+        let k = key(i);
+        let first = nodes[0].preflist(k.as_bytes());
+        assert_eq!(first.len(), 3);
+        let owners: BTreeSet<_> = first.iter().map(|(_, o)| o.clone()).collect();
+        assert_eq!(owners.len(), 3.min(nodes.len()), "{k}: {first:?}");
+        for n in &nodes[1..] {
+            assert_eq!(n.preflist(k.as_bytes()), first, "{k} on {}", n.name());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_and_five_nodes_converge_with_identical_preflists() {
+    let nodes = cluster("conv", 3, ring_config()).await;
+    let ring = nodes[0].ring();
+    for n in &nodes {
+        assert_eq!(*n.ring(), *ring);
+        let owned = ring.owned_by(n.name()).len();
+        assert!((21..=22).contains(&owned), "{} owns {owned}", n.name());
+    }
+    assert_same_preflists(&nodes, 1000);
+    stop(&nodes).await;
+
+    let nodes = cluster("five", 5, ring_config().partitions(128)).await;
+    let ring = nodes[0].ring();
+    for n in &nodes {
+        assert_eq!(*n.ring(), *ring);
+        let owned = ring.owned_by(n.name()).len();
+        assert!((25..=26).contains(&owned), "{} owns {owned}", n.name());
+    }
+    // Vnodes that handed their partition off forward for a grace period, then stop: in the
+    // end each node runs one vnode per partition it owns.
+    for n in &nodes {
+        let owned = ring.owned_by(n.name()).len();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let st = n.status().await.unwrap();
+            if st.vnodes == owned {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{}: {st:?}", n.name());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_same_preflists(&nodes, 1000);
+    stop(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_and_kv_from_every_node() {
+    let nodes = cluster("kv", 3, ring_config()).await;
+    for n in &nodes {
+        let payload = Bytes::from(format!("hello from {}", n.name()));
+        assert_eq!(n.echo(payload.clone()).await.unwrap(), payload);
+    }
+    write_keys(&nodes[0], 0..50, 0).await;
+    for n in &nodes {
+        check_keys(n, 0..50, 0).await;
+    }
+    nodes[1].put("k", Bytes::from("v1")).await.unwrap();
+    nodes[2].put("k", Bytes::from("v2")).await.unwrap();
+    assert_eq!(nodes[0].get("k").await.unwrap(), Some(Bytes::from("v2")));
+    assert!(nodes[0].delete("k").await.unwrap());
+    assert_eq!(nodes[1].get("k").await.unwrap(), None);
+    assert!(!nodes[2].delete("k").await.unwrap());
+    assert_eq!(nodes[2].get("never-written").await.unwrap(), None);
+
+    // A client node follows the ring and coordinates requests, but owns nothing.
+    let client = start("kv0-client", ring_config().claim(false)).await;
+    client
+        .join(nodes[0].node().addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    client
+        .wait_converged(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(client.ring().nodes, vec!["kv1", "kv2", "kv3"]);
+    assert_eq!(*client.ring(), *nodes[0].ring());
+    check_keys(&client, 0..50, 0).await;
+    client.put("from-client", Bytes::from("c")).await.unwrap();
+    assert_eq!(
+        nodes[2].get("from-client").await.unwrap(),
+        Some(Bytes::from("c"))
+    );
+    assert_eq!(
+        client.echo(Bytes::from("e")).await.unwrap(),
+        Bytes::from("e")
+    );
+    assert_eq!(client.status().await.unwrap().keys, 0);
+    client.shutdown().await;
+    stop(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_reads_and_writes_with_one_node_killed() {
+    let nodes = cluster("q", 3, ring_config()).await;
+    write_keys(&nodes[0], 0..100, 0).await;
+    let dead = nodes[2].clone();
+    dead.shutdown().await;
+    // Before the failure is detected: the dead replica never answers, the two others do.
+    check_keys(&nodes[0], 0..100, 0).await;
+    write_keys(&nodes[1], 0..30, 1).await;
+    check_keys(&nodes[0], 0..30, 1).await;
+    // After it is detected: requests go to the live primaries (and fallbacks if any).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while nodes[0].node().member(dead.name()).is_some() {
+        assert!(std::time::Instant::now() < deadline, "failure not detected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check_keys(&nodes[1], 0..30, 1).await;
+    check_keys(&nodes[1], 30..100, 0).await;
+    write_keys(&nodes[0], 100..150, 0).await;
+    check_keys(&nodes[1], 100..150, 0).await;
+    assert!(nodes[0].delete(key(5)).await.unwrap());
+    assert_eq!(nodes[1].get(key(5)).await.unwrap(), None);
+    // A down node keeps its partitions (no data moves to nodes that never had it).
+    assert!(nodes[0].ring().has_node(dead.name()));
+    stop(&nodes[..2]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_survives_a_join_and_a_leave_while_serving() {
+    // Small chunks: every partition moves in several chunks.
+    let cfg = ring_config().handoff_chunk(4, 64 * 1024);
+    let mut nodes = cluster("ho", 3, cfg.clone()).await;
+    write_keys(&nodes[0], 0..300, 0).await;
+
+    // Traffic during the changes: writes and reads of keys 300.., checked as they go.
+    let stop_flag = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let traffic = {
+        let n = nodes[1].clone();
+        let (stop_flag, errors, done) = (stop_flag.clone(), errors.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut i = 300;
+            while stop_flag.load(Ordering::Relaxed) == 0 {
+                let k = key(i);
+                match n.put(&k, value(i, 0)).await {
+                    Ok(()) => match n.get(&k).await {
+                        Ok(Some(v)) if v == value(i, 0) => {}
+                        other => {
+                            eprintln!("read-your-write failed for {k}: {other:?}");
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    },
+                    Err(e) => {
+                        eprintln!("put {k} failed: {e}");
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let old = i % 300;
+                match n.get(key(old)).await {
+                    Ok(Some(v)) if v == value(old, 0) => {}
+                    other => {
+                        eprintln!("read of {} failed: {other:?}", key(old));
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                i += 1;
+                done.store(i, Ordering::Relaxed);
+            }
+        })
+    };
+
+    // A fourth node joins: about a quarter of the partitions move to it by handoff.
+    let newcomer = start("ho4", cfg.clone()).await;
+    newcomer
+        .join(nodes[0].node().addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    nodes.push(newcomer.clone());
+    converge(&nodes).await;
+    let owned = nodes[0].ring().owned_by("ho4").len();
+    assert_eq!(owned, 16, "the newcomer owns a quarter of the ring");
+    let st = newcomer.status().await.unwrap();
+    assert!(
+        st.keys > 100,
+        "handoff brought data to the newcomer: {st:?}"
+    );
+    for n in &nodes {
+        check_keys(n, 0..300, 0).await;
+    }
+
+    // Node 1 (the claimant) leaves: its partitions are handed off before it goes, and the
+    // next lowest-named node takes over as claimant.
+    let leaver = nodes.remove(0);
+    // Keep the traffic on a node that stays.
+    stop_flag.store(1, Ordering::Relaxed);
+    traffic.await.unwrap();
+    let written = done.load(Ordering::Relaxed);
+    let traffic = {
+        let n = nodes[0].clone();
+        let (errors, done) = (errors.clone(), done.clone());
+        let stop_flag = Arc::new(AtomicUsize::new(0));
+        let s2 = stop_flag.clone();
+        (
+            tokio::spawn(async move {
+                let mut i = written;
+                while s2.load(Ordering::Relaxed) == 0 {
+                    let k = key(i);
+                    match n.put(&k, value(i, 0)).await {
+                        Ok(()) => {}
+                        Err(e) => {
+                            eprintln!("put {k} failed: {e}");
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    match n.get(&k).await {
+                        Ok(Some(v)) if v == value(i, 0) => {}
+                        other => {
+                            eprintln!("read-your-write failed for {k}: {other:?}");
+                            errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    i += 1;
+                    done.store(i, Ordering::Relaxed);
+                }
+            }),
+            stop_flag,
+        )
+    };
+    leaver.leave(Duration::from_secs(20)).await.unwrap();
+    converge(&nodes).await;
+    traffic.1.store(1, Ordering::Relaxed);
+    traffic.0.await.unwrap();
+    let total = done.load(Ordering::Relaxed);
+    assert!(total > 300, "traffic ran during the changes");
+    assert_eq!(
+        errors.load(Ordering::Relaxed),
+        0,
+        "requests failed during handoff"
+    );
+    assert!(!nodes[0].ring().has_node("ho1"));
+    // The next lowest-named node is the claimant now (it publishes the ring that forgets ho1).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while nodes[0].ring().claimant != "ho2" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ho2 did not take over"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for n in &nodes {
+        check_keys(n, 0..total, 0).await;
+    }
+    stop(&nodes).await;
+}
+
+async fn wait_gone(observer: &RingNode, name: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while observer.node().member(name).is_some() {
+        assert!(std::time::Instant::now() < deadline, "{name} not seen down");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_data_is_handed_back_to_a_restarted_primary() {
+    let cfg = ring_config();
+    let mut nodes = cluster("hh", 4, cfg.clone()).await;
+    let down = nodes.pop().unwrap();
+    down.shutdown().await;
+    wait_gone(&nodes[0], "hh4").await;
+    // Writes whose preference list holds hh4 go to a fallback (sloppy quorum).
+    write_keys(&nodes[0], 0..200, 0).await;
+    let fallback_keys: usize = {
+        let mut n = 0;
+        for node in &nodes {
+            n += node.status().await.unwrap().stray_keys;
+        }
+        n
+    };
+    assert!(fallback_keys > 0, "fallbacks hold hh4's replicas");
+    let expected = (0..200)
+        .filter(|i| {
+            nodes[0]
+                .preflist(key(*i).as_bytes())
+                .iter()
+                .any(|(_, o)| o == "hh4")
+        })
+        .count();
+    // hh4 comes back (a new incarnation, empty): the fallbacks hand its replicas back.
+    let back = start("hh4", cfg).await;
+    back.join(nodes[0].node().addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    nodes.push(back.clone());
+    converge(&nodes).await;
+    let st = back.status().await.unwrap();
+    assert_eq!(
+        st.keys, expected,
+        "every fallback replica came back: {st:?}"
+    );
+    // Now lose another node: hh4's replicas are needed for the quorums.
+    let gone = nodes.remove(0);
+    gone.shutdown().await;
+    check_keys(&nodes[0], 0..200, 0).await;
+    stop(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_repair_refills_an_emptied_replica() {
+    let cfg = ring_config();
+    let mut nodes = cluster("rr", 3, cfg.clone()).await;
+    write_keys(&nodes[0], 0..100, 0).await;
+    // rr3 restarts empty (same name, new incarnation): it keeps its partitions, without data.
+    let old = nodes.pop().unwrap();
+    old.shutdown().await;
+    wait_gone(&nodes[0], "rr3").await;
+    let fresh = start("rr3", cfg).await;
+    fresh
+        .join(nodes[0].node().addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    nodes.push(fresh.clone());
+    converge(&nodes).await;
+    assert_eq!(fresh.status().await.unwrap().keys, 0);
+    // Reads still see every value (two replicas have it) and repair the third.
+    check_keys(&nodes[0], 0..100, 0).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fresh.status().await.unwrap().keys < 100 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "read repair did not refill rr3"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(nodes[0].stats().read_repairs.get() >= 100);
+    // With rr1 gone, the repaired replicas make the quorums.
+    let gone = nodes.remove(0);
+    gone.shutdown().await;
+    check_keys(&nodes[0], 0..100, 0).await;
+    stop(&nodes).await;
+}

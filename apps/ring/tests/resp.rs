@@ -1,0 +1,338 @@
+//! The Redis-protocol front: a real Redis client, `redis-cli` when installed, pipelines, and
+//! malformed input.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::*;
+use maquis_ring::{RespConfig, RespServer, RingNode};
+
+async fn cluster_with_resp(prefix: &str) -> (Vec<RingNode>, Vec<RespServer>) {
+    let nodes = cluster(prefix, 3, ring_config()).await;
+    let mut servers = Vec::new();
+    for n in &nodes {
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        servers.push(n.serve_resp(addr, RespConfig::default()).await.unwrap());
+    }
+    (nodes, servers)
+}
+
+fn client(addr: SocketAddr) -> redis::Connection {
+    let c = redis::Client::open(format!("redis://{addr}/")).unwrap();
+    c.get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_client_speaks_to_every_node() {
+    let (nodes, servers) = cluster_with_resp("rc").await;
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.local_addr()).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut a = client(addrs[0]);
+        let mut b = client(addrs[1]);
+        let mut c = client(addrs[2]);
+        let pong: String = redis::cmd("PING").query(&mut a).unwrap();
+        assert_eq!(pong, "PONG");
+        let hello: String = redis::cmd("PING").arg("hello").query(&mut b).unwrap();
+        assert_eq!(hello, "hello");
+
+        let () = redis::cmd("SET").arg("k1").arg("v1").query(&mut a).unwrap();
+        let v: Option<String> = redis::cmd("GET").arg("k1").query(&mut b).unwrap();
+        assert_eq!(v.as_deref(), Some("v1"));
+        let binary: Vec<u8> = (0..=255u8).collect();
+        let () = redis::cmd("SET")
+            .arg("bin")
+            .arg(&binary)
+            .query(&mut c)
+            .unwrap();
+        let back: Vec<u8> = redis::cmd("GET").arg("bin").query(&mut a).unwrap();
+        assert_eq!(back, binary);
+        let missing: Option<String> = redis::cmd("GET").arg("nope").query(&mut c).unwrap();
+        assert_eq!(missing, None);
+
+        let () = redis::cmd("MSET")
+            .arg("m1")
+            .arg("a")
+            .arg("m2")
+            .arg("b")
+            .arg("m3")
+            .arg("c")
+            .query(&mut c)
+            .unwrap();
+        let got: Vec<Option<String>> = redis::cmd("MGET")
+            .arg("m1")
+            .arg("nope")
+            .arg("m3")
+            .arg("m2")
+            .query(&mut a)
+            .unwrap();
+        assert_eq!(
+            got,
+            vec![Some("a".into()), None, Some("c".into()), Some("b".into())]
+        );
+        let n: i64 = redis::cmd("EXISTS")
+            .arg("m1")
+            .arg("m2")
+            .arg("nope")
+            .arg("m1")
+            .query(&mut b)
+            .unwrap();
+        assert_eq!(n, 3);
+        let n: i64 = redis::cmd("DEL")
+            .arg("m1")
+            .arg("m2")
+            .arg("nope")
+            .query(&mut b)
+            .unwrap();
+        assert_eq!(n, 2);
+        let n: i64 = redis::cmd("EXISTS")
+            .arg("m1")
+            .arg("m2")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 0);
+
+        let info: String = redis::cmd("INFO").query(&mut a).unwrap();
+        assert!(info.contains("redis_version:"), "{info}");
+        assert!(info.contains("ring_partitions:64"), "{info}");
+        let ring: String = redis::cmd("INFO").arg("ring").query(&mut a).unwrap();
+        assert!(ring.contains("ring_nodes:rc1,rc2,rc3"), "{ring}");
+        assert!(!ring.contains("# Server"));
+
+        let () = redis::cmd("SELECT").arg(0).query(&mut a).unwrap();
+        assert!(redis::cmd("SELECT").arg(3).query::<()>(&mut a).is_err());
+        let () = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg("tester")
+            .query(&mut a)
+            .unwrap();
+        let name: String = redis::cmd("CLIENT").arg("GETNAME").query(&mut a).unwrap();
+        assert_eq!(name, "tester");
+        let count: i64 = redis::cmd("COMMAND").arg("COUNT").query(&mut a).unwrap();
+        assert!(count >= 12);
+
+        // Errors keep the connection usable.
+        let e = redis::cmd("FLUSHALL").query::<()>(&mut a).unwrap_err();
+        assert!(e.to_string().contains("unknown command"), "{e}");
+        let e = redis::cmd("GET").query::<()>(&mut a).unwrap_err();
+        assert!(e.to_string().contains("wrong number of arguments"), "{e}");
+        let e = redis::cmd("SET")
+            .arg("k")
+            .arg("v")
+            .arg("NX")
+            .query::<()>(&mut a)
+            .unwrap_err();
+        assert!(e.to_string().contains("syntax error"), "{e}");
+        let pong: String = redis::cmd("PING").query(&mut a).unwrap();
+        assert_eq!(pong, "PONG");
+
+        // A pipeline: many requests in one write, replies in order.
+        let mut pipe = redis::pipe();
+        for i in 0..200 {
+            pipe.cmd("SET").arg(format!("p{i}")).arg(i).ignore();
+        }
+        for i in 0..200 {
+            pipe.cmd("GET").arg(format!("p{i}"));
+        }
+        let values: Vec<i64> = pipe.query(&mut b).unwrap();
+        assert_eq!(values, (0..200).collect::<Vec<i64>>());
+    })
+    .await
+    .unwrap();
+    for s in &servers {
+        s.stop();
+    }
+    stop(&nodes).await;
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .ok()?;
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_and_benchmark_when_installed() {
+    if std::process::Command::new("redis-cli")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("NOTE: redis-cli is not installed; skipping the redis-cli checks");
+        return;
+    }
+    let (nodes, servers) = cluster_with_resp("cli").await;
+    let ports: Vec<u16> = servers.iter().map(|s| s.local_addr().port()).collect();
+    tokio::task::spawn_blocking(move || {
+        assert_eq!(redis_cli(ports[0], &["PING"]).unwrap(), "PONG");
+        assert_eq!(
+            redis_cli(ports[0], &["SET", "cli-key", "hello world"]).unwrap(),
+            "OK"
+        );
+        assert_eq!(
+            redis_cli(ports[1], &["GET", "cli-key"]).unwrap(),
+            "hello world"
+        );
+        assert_eq!(redis_cli(ports[2], &["EXISTS", "cli-key"]).unwrap(), "1");
+        assert_eq!(redis_cli(ports[2], &["DEL", "cli-key"]).unwrap(), "1");
+        assert_eq!(redis_cli(ports[0], &["GET", "cli-key"]).unwrap(), "");
+        let err = redis_cli(ports[0], &["NOSUCH", "x"]).unwrap();
+        assert!(err.contains("unknown command"), "{err}");
+        let info = redis_cli(ports[1], &["INFO", "ring"]).unwrap();
+        assert!(info.contains("ring_version:"), "{info}");
+        let bench = std::process::Command::new("redis-benchmark")
+            .args([
+                "-p",
+                &ports[0].to_string(),
+                "-t",
+                "set,get",
+                "-n",
+                "300",
+                "-c",
+                "4",
+                "-q",
+            ])
+            .output();
+        match bench {
+            Ok(out) => {
+                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                println!("redis-benchmark: {text}");
+                assert!(out.status.success(), "{out:?}");
+                assert!(text.contains("SET") && text.contains("GET"), "{text}");
+            }
+            Err(_) => println!("NOTE: redis-benchmark is not installed; skipping it"),
+        }
+    })
+    .await
+    .unwrap();
+    for s in &servers {
+        s.stop();
+    }
+    stop(&nodes).await;
+}
+
+/// Sends raw bytes and reads what comes back until the server closes or `wait` passes.
+fn exchange(addr: SocketAddr, input: &[u8], half_close: bool, wait: Duration) -> (Vec<u8>, bool) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    s.write_all(input).unwrap();
+    if half_close {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (out, false),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_gets_errors_and_the_server_keeps_serving() {
+    let node = start("bad1", ring_config()).await;
+    let server = node
+        .serve_resp("127.0.0.1:0".parse().unwrap(), RespConfig::default())
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::task::spawn_blocking(move || {
+        // A connection that stays open through everything below.
+        let mut keep = TcpStream::connect(addr).unwrap();
+        keep.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let wait = Duration::from_secs(5);
+        let cases: &[(&[u8], &str)] = &[
+            (b"*abc\r\n", "-ERR Protocol error: invalid multibulk length"),
+            (
+                b"*99999999999\r\n",
+                "-ERR Protocol error: invalid multibulk length",
+            ),
+            (
+                b"*1\r\n$99999999999\r\n",
+                "-ERR Protocol error: invalid bulk length",
+            ),
+            (b"*1\r\n$-7\r\n", "-ERR Protocol error: invalid bulk length"),
+            (b"*2\r\n:1\r\n", "-ERR Protocol error: expected '$'"),
+            (b"*1\r\n$3\r\nGETXX\r\n", "-ERR Protocol error"),
+            (
+                b"*1\r\n$1000000000\r\nabc",
+                "-ERR Protocol error: invalid bulk length",
+            ),
+        ];
+        for (input, want) in cases {
+            let (out, closed) = exchange(addr, input, false, wait);
+            let text = String::from_utf8_lossy(&out);
+            assert!(
+                text.starts_with(want),
+                "{:?} -> {text:?}",
+                String::from_utf8_lossy(input)
+            );
+            assert!(closed, "closed after a protocol error");
+        }
+        // Over the inline limit without a newline.
+        let (out, closed) = exchange(addr, &vec![b'x'; 70 * 1024], false, wait);
+        assert!(String::from_utf8_lossy(&out).starts_with("-ERR Protocol error: too big inline"));
+        assert!(closed);
+        // Truncated frames, then the client closes: the server closes too, silently.
+        for input in [
+            &b"*2\r\n$3\r\nGET\r\n$10\r\nabc"[..],
+            b"*3\r\n",
+            b"*1\r\n$4\r\nPI",
+        ] {
+            let (out, closed) = exchange(addr, input, true, wait);
+            assert!(out.is_empty() && closed, "{out:?}");
+        }
+        // Garbage as inline commands: error replies, the connection stays.
+        let (out, _) = exchange(
+            addr,
+            b"\x00\x01\x02 garbage\r\nFOO bar\r\n$5\r\nPING\r\n",
+            true,
+            wait,
+        );
+        let text = String::from_utf8_lossy(&out);
+        assert_eq!(text.matches("-ERR unknown command").count(), 3, "{text:?}");
+        assert!(text.ends_with("+PONG\r\n"), "{text:?}");
+        // Random bytes.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20 {
+            let junk: Vec<u8> = (0..512)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    (seed >> 24) as u8
+                })
+                .collect();
+            let _ = exchange(addr, &junk, true, wait);
+        }
+        // Still serving, on the old connection and on new ones.
+        keep.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let mut buf = [0u8; 7];
+        keep.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"+PONG\r\n");
+        let (out, _) = exchange(addr, b"PING\r\nQUIT\r\n", false, wait);
+        assert_eq!(out, b"+PONG\r\n+OK\r\n");
+        let mut c = client(addr);
+        let () = redis::cmd("SET")
+            .arg("after")
+            .arg("ok")
+            .query(&mut c)
+            .unwrap();
+        let v: String = redis::cmd("GET").arg("after").query(&mut c).unwrap();
+        assert_eq!(v, "ok");
+    })
+    .await
+    .unwrap();
+    server.stop();
+    node.shutdown().await;
+}
