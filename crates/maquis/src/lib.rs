@@ -32,6 +32,7 @@
 
 pub mod actor;
 pub mod admin;
+pub mod broadcast;
 pub mod config;
 pub mod dispatch;
 pub mod echo;

@@ -6,6 +6,11 @@ pub mod micro;
 pub mod micro_report;
 pub mod procs;
 pub mod rawtcp;
+pub mod ring_agent;
+pub mod ring_bench;
+pub mod ring_proc;
+pub mod ring_redis;
+pub mod ring_report;
 pub mod stats;
 
 use std::process::ExitCode;
@@ -18,6 +23,12 @@ pub enum BenchCommand {
     /// PARTISAN Fig. 1–4: closed-loop actor pairs over an emulated link, against Distributed
     /// Erlang and raw TCP (needs root for the link emulator).
     Micro(micro::MicroArgs),
+    /// PARTISAN Fig. 5–6: the echo service of a 3-node ring (`maquis-ring`), one connection
+    /// per peer against parallel lanes with affinity, over an emulated link (needs root).
+    Echo(ring_bench::EchoArgs),
+    /// PARTISAN Fig. 7–8: the quorum key-value store of a 3-node ring, the same two
+    /// configurations (needs root); `--redis` adds redis-benchmark against `ring serve --resp`.
+    Kvs(ring_bench::KvsArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -34,6 +45,8 @@ pub enum AgentCommand {
     RawServer(rawtcp::RawServerArgs),
     /// Plain TCP client over several connections.
     RawClient(rawtcp::RawClientArgs),
+    /// Ring node that also generates the echo or key-value load.
+    RingNode(ring_agent::RingNodeArgs),
 }
 
 /// Runs a benchmark command.
@@ -44,11 +57,22 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }
+        BenchCommand::Echo(args) => {
+            tokio::task::spawn_blocking(move || ring_bench::run_echo(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
+        BenchCommand::Kvs(args) => {
+            tokio::task::spawn_blocking(move || ring_bench::run_kvs(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
         BenchCommand::Agent(a) => match a {
             AgentCommand::MicroServer(x) => agent::server(x).await,
             AgentCommand::MicroClient(x) => agent::client(x).await,
             AgentCommand::RawServer(x) => rawtcp::server(x).await,
             AgentCommand::RawClient(x) => rawtcp::client(x).await,
+            AgentCommand::RingNode(x) => ring_agent::ring_node(x).await,
         },
     };
     match r {

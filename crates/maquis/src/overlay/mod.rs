@@ -5,6 +5,7 @@
 //! `membership` channel, set a timer). The same code can run in a simulator.
 
 mod full_mesh;
+mod hyparview;
 mod static_overlay;
 
 use std::net::SocketAddr;
@@ -15,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use full_mesh::FullMesh;
+pub use hyparview::{HyParView, HyParViewConfig, HyParViewMsg};
 pub use static_overlay::StaticOverlay;
 
 use crate::id::NodeId;

@@ -1,0 +1,30 @@
+//! A deterministic discrete-event simulator for Maquis's peer-to-peer protocols.
+//!
+//! It runs the very same [`HyParView`](maquis::overlay::HyParView) overlay (through the
+//! [`Overlay`](maquis::overlay::Overlay) trait) and [`Plumtree`](maquis::broadcast::Plumtree)
+//! broadcast state machines that a node runs, thousands of them in one thread, on simulated
+//! time (a queue of events), with a latency per message, simulated connections and failure
+//! detection. A [`Scenario`] says what happens (bootstrap, massive failure, churn, partition);
+//! [`run`] returns the [`Report`] of what was measured. The same scenario gives the same report.
+//!
+//! ```
+//! use maquis_sim::{run, Fault, Scenario};
+//!
+//! let mut s = Scenario::new("tiny", 40, Fault::MassiveFailure { fraction: 0.3 });
+//! s.broadcasts = 10;
+//! s.routed_sends = 50;
+//! let r = run(&s);
+//! assert_eq!(r.live, 28);
+//! assert_eq!(r.components, 1);
+//! ```
+#![deny(missing_docs)]
+
+mod queue;
+mod report;
+mod run;
+mod scenario;
+mod world;
+
+pub use report::Report;
+pub use run::run;
+pub use scenario::{Fault, Scenario};

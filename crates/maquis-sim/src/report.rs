@@ -1,0 +1,165 @@
+//! What a simulation measured.
+
+use std::fmt;
+
+use crate::world::World;
+
+/// The metrics of one simulation run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// The scenario's name.
+    pub name: String,
+    /// Nodes started in all (bootstrap and churn).
+    pub nodes: usize,
+    /// Nodes alive at the end.
+    pub live: usize,
+    /// Connected components of the active-view graph among live nodes, at the end.
+    pub components: usize,
+    /// Live nodes with an empty active view, at the end.
+    pub isolated: usize,
+    /// Fraction of active-view links between live nodes that both ends have, at the end.
+    pub symmetry: f64,
+    /// Fraction of the live nodes that delivered the first broadcast after the fault.
+    pub delivery_first: f64,
+    /// Mean delivery fraction of the next `broadcasts` (100 by default) broadcasts.
+    pub delivery_mean_100: f64,
+    /// Delivery fraction of the last of those.
+    pub delivery_last: f64,
+    /// Relative message redundancy, mean over the measured broadcasts: payload messages
+    /// received / (nodes reached − 1) − 1. 0 is a perfect tree.
+    pub rmr: f64,
+    /// Last delivery hop: hops to the farthest node, mean over the measured broadcasts.
+    pub ldh: f64,
+    /// Shuffle periods after the fault (or the heal, or the end of churn) until the active-view
+    /// graph is connected and every broadcast from then on reaches all live nodes; `None`: not
+    /// within the healing window.
+    pub healing_periods: Option<u32>,
+    /// Fraction of routed sends between random live pairs that arrived (`None`: not measured).
+    pub routed_delivery: Option<f64>,
+    /// Wall-clock time of the run.
+    pub wall_ms: u64,
+    /// Peak resident memory of the process so far (VmHWM), in KiB.
+    pub peak_rss_kb: u64,
+    /// Messages sent in the simulation.
+    pub messages: u64,
+    /// GRAFTs sent (tree repairs), over the whole run.
+    pub grafts: u64,
+    /// PRUNEs sent (redundant links cut), over the whole run.
+    pub prunes: u64,
+}
+
+impl Report {
+    /// The column names of [`Report::row`], Markdown style.
+    pub fn header() -> String {
+        "| scenario | nodes | live | components | isolated | symmetry | delivery_first | \
+         delivery_mean_100 | delivery_last | rmr | ldh | healing_periods | routed_delivery | \
+         messages | grafts | prunes | wall_ms | peak_rss_kb |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            .to_string()
+    }
+
+    /// One Markdown table row.
+    pub fn row(&self) -> String {
+        let heal = self
+            .healing_periods
+            .map_or("never".to_string(), |h| h.to_string());
+        let routed = self
+            .routed_delivery
+            .map_or("-".to_string(), |r| format!("{:.4}", r));
+        format!(
+            "| {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            self.name,
+            self.nodes,
+            self.live,
+            self.components,
+            self.isolated,
+            self.symmetry,
+            self.delivery_first,
+            self.delivery_mean_100,
+            self.delivery_last,
+            self.rmr,
+            self.ldh,
+            heal,
+            routed,
+            self.messages,
+            self.grafts,
+            self.prunes,
+            self.wall_ms,
+            self.peak_rss_kb
+        )
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.row())
+    }
+}
+
+/// The active-view graph among live nodes.
+pub(crate) struct Graph {
+    pub components: usize,
+    pub isolated: usize,
+    pub symmetry: f64,
+}
+
+fn find(parent: &mut [u32], mut x: u32) -> u32 {
+    while parent[x as usize] != x {
+        let p = parent[x as usize];
+        parent[x as usize] = parent[p as usize];
+        x = p;
+    }
+    x
+}
+
+pub(crate) fn graph(w: &World) -> Graph {
+    let n = w.nodes.len();
+    let mut parent: Vec<u32> = (0..n as u32).collect();
+    let (mut links, mut symmetric, mut isolated) = (0u64, 0u64, 0);
+    for i in (0..n).filter(|&i| w.alive[i]) {
+        let me = &w.ids[i];
+        let view = w.nodes[i].hv.neighbors();
+        if view.is_empty() {
+            isolated += 1;
+        }
+        for a in view {
+            let j = w.index(a);
+            if j >= n || !w.alive[j] {
+                continue;
+            }
+            links += 1;
+            if w.nodes[j].hv.neighbors().contains(me) {
+                symmetric += 1;
+            }
+            let (ri, rj) = (find(&mut parent, i as u32), find(&mut parent, j as u32));
+            if ri != rj {
+                parent[ri as usize] = rj;
+            }
+        }
+    }
+    let components = (0..n)
+        .filter(|&i| w.alive[i] && find(&mut parent, i as u32) == i as u32)
+        .count();
+    Graph {
+        components,
+        isolated,
+        symmetry: if links == 0 {
+            1.0
+        } else {
+            symmetric as f64 / links as f64
+        },
+    }
+}
+
+/// VmHWM of this process, in KiB (0 where /proc is not available).
+pub(crate) fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,258 @@
+//! The timeline of a scenario, and the metrics computed from it.
+
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use crate::queue::Micros;
+use crate::report::{graph, peak_rss_kb, Report};
+use crate::scenario::{Fault, Scenario};
+use crate::world::World;
+
+fn us(d: Duration) -> Micros {
+    d.as_micros().min(u128::from(u64::MAX)) as Micros
+}
+
+enum Act {
+    Broadcast,
+    Health(u32),
+    ChurnCrash,
+    ChurnJoin,
+}
+
+impl World {
+    fn live(&self) -> Vec<u32> {
+        (0..self.nodes.len() as u32)
+            .filter(|&i| self.alive[i as usize])
+            .collect()
+    }
+
+    fn random_live(&mut self) -> Option<u32> {
+        if !self.alive.iter().any(|a| *a) {
+            return None;
+        }
+        loop {
+            let i = self.rng.gen_range(0..self.nodes.len());
+            if self.alive[i] {
+                return Some(i as u32);
+            }
+        }
+    }
+
+    fn crash_fraction(&mut self, fraction: f64) {
+        let mut live = self.live();
+        let k = ((live.len() as f64) * fraction.clamp(0.0, 1.0)).round() as usize;
+        let (victims, _) = live.partial_shuffle(&mut self.rng, k);
+        for &v in victims.iter() {
+            self.crash(v);
+        }
+    }
+
+    fn join_new(&mut self) {
+        let contact = self.random_live();
+        let i = self.spawn();
+        if let Some(c) = contact {
+            self.join(i, c);
+        }
+    }
+
+    /// Delivery fraction of broadcast `b` among nodes alive now that had joined when it was sent.
+    fn delivery(&self, b: usize) -> f64 {
+        let at = self.bcasts[b].at;
+        let (mut want, mut got) = (0u64, 0u64);
+        for i in 0..self.nodes.len() {
+            if self.alive[i] && self.born[i] <= at {
+                want += 1;
+                if self.delivered(b, i) {
+                    got += 1;
+                }
+            }
+        }
+        if want == 0 {
+            1.0
+        } else {
+            got as f64 / want as f64
+        }
+    }
+}
+
+/// Runs a scenario to the end and measures it. Deterministic: the same scenario gives the same
+/// report (but for `wall_ms` and `peak_rss_kb`).
+pub fn run(s: &Scenario) -> Report {
+    let started = Instant::now();
+    let period = us(s.hyparview.shuffle_period).max(1);
+    let churn_per_period = match s.fault {
+        Fault::Churn { fraction, .. } => ((s.nodes as f64) * fraction).round() as usize,
+        _ => 0,
+    };
+    let churn_periods = match s.fault {
+        Fault::Churn { periods, .. } => periods as usize,
+        _ => 0,
+    };
+    let mut w = World::new(s, s.nodes + churn_per_period * churn_periods);
+
+    // Bootstrap: each new node joins a random existing one.
+    let join_every = us(s.join_every);
+    for k in 0..s.nodes {
+        w.run_until(k as Micros * join_every);
+        w.join_new();
+    }
+    w.run_until(w.now() + u64::from(s.stabilize_periods) * period);
+    let every = us(s.broadcast_every).max(1);
+    for _ in 0..s.warmup_broadcasts {
+        if let Some(o) = w.random_live() {
+            w.broadcast(o);
+        }
+        w.run_until(w.now() + every);
+    }
+    w.run_until(w.now() + us(s.drain));
+
+    // The fault.
+    let t1 = w.now();
+    let mut acts: Vec<(Micros, Act)> = Vec::new();
+    let (t_measure, t_heal) = match s.fault {
+        Fault::None => (t1, t1),
+        Fault::MassiveFailure { fraction } => {
+            w.crash_fraction(fraction);
+            (t1, t1)
+        }
+        Fault::Churn { periods, .. } => {
+            for c in 0..u64::from(periods) {
+                acts.push((t1 + c * period, Act::ChurnCrash));
+                for _ in 0..churn_per_period {
+                    let at = t1 + c * period + w.rng.gen_range(0..period);
+                    acts.push((at, Act::ChurnJoin));
+                }
+            }
+            (t1, t1 + u64::from(periods) * period)
+        }
+        Fault::Partition { periods } => {
+            let side: Vec<bool> = (0..w.nodes.len()).map(|_| w.rng.gen()).collect();
+            w.partition(side);
+            w.run_until(t1 + u64::from(periods) * period);
+            w.heal();
+            (w.now(), w.now())
+        }
+    };
+    let window_end = t_heal + u64::from(s.healing_window) * period;
+    let first_at = t_measure + 1000;
+    let count = (1 + s.broadcasts).max(((window_end - first_at) / every + 1) as usize);
+    for b in 0..count as u64 {
+        acts.push((first_at + b * every, Act::Broadcast));
+    }
+    for k in 0..=s.healing_window {
+        acts.push((t_heal + u64::from(k) * period, Act::Health(k)));
+    }
+    acts.sort_by_key(|(t, _)| *t);
+    let mut measured: Vec<usize> = Vec::new();
+    let mut connected = vec![false; s.healing_window as usize + 1];
+    let mut last = t1;
+    for (at, act) in acts {
+        w.run_until(at);
+        last = last.max(at);
+        match act {
+            Act::Broadcast => {
+                if let Some(o) = w.random_live() {
+                    measured.push(w.broadcast(o));
+                }
+            }
+            Act::Health(k) => {
+                let g = graph(&w);
+                connected[k as usize] = g.components == 1;
+            }
+            Act::ChurnCrash => w.crash_fraction(churn_per_period as f64 / s.nodes as f64),
+            Act::ChurnJoin => w.join_new(),
+        }
+    }
+    w.run_until(last + us(s.drain));
+
+    // Deliveries, redundancy, healing.
+    let fractions: Vec<f64> = measured.iter().map(|&b| w.delivery(b)).collect();
+    let window = &fractions[..fractions.len().min(1 + s.broadcasts)];
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let delivery_first = window.first().copied().unwrap_or(0.0);
+    let delivery_mean_100 = mean(window.get(1..).unwrap_or(&[]));
+    let delivery_last = window.last().copied().unwrap_or(0.0);
+    let rmrs: Vec<f64> = measured[..window.len()]
+        .iter()
+        .map(|&b| &w.bcasts[b])
+        .filter(|b| b.reached > 1)
+        .map(|b| b.received as f64 / f64::from(b.reached - 1) - 1.0)
+        .collect();
+    let hops: Vec<f64> = measured[..window.len()]
+        .iter()
+        .map(|&b| f64::from(w.bcasts[b].max_hops))
+        .collect();
+    let healing_periods = (0..=s.healing_window).find(|&k| {
+        let from = t_heal + u64::from(k) * period;
+        connected[k as usize]
+            && measured
+                .iter()
+                .zip(&fractions)
+                .filter(|(&b, _)| w.bcasts[b].at >= from)
+                .all(|(_, f)| *f >= 1.0)
+    });
+
+    // Routing: one heartbeat period, then routed sends between random live pairs.
+    let mut routed_delivery = None;
+    if s.routed_sends > 0 {
+        let mut origins = w.live();
+        if s.heartbeat_origins > 0 && s.heartbeat_origins < origins.len() {
+            let k = s.heartbeat_origins;
+            origins.partial_shuffle(&mut w.rng, k);
+            origins.truncate(k);
+        }
+        for &i in &origins {
+            w.pt_call(i, |pt, _, out| pt.start_heartbeats(out));
+        }
+        w.run_until(w.now() + us(s.plumtree.heartbeat_every));
+        for &i in &origins {
+            w.nodes[i as usize].pt.stop_heartbeats();
+        }
+        w.run_until(w.now() + us(s.drain));
+        let before = w.counters.routed_ok;
+        let mut sent = 0u64;
+        for _ in 0..s.routed_sends {
+            let Some(a) = w.random_live() else { break };
+            let b = origins[w.rng.gen_range(0..origins.len())];
+            if a != b && w.alive[b as usize] {
+                w.route(a, b);
+                sent += 1;
+            }
+            w.run_until(w.now() + 200);
+        }
+        w.run_until(w.now() + us(s.drain));
+        if sent > 0 {
+            routed_delivery = Some((w.counters.routed_ok - before) as f64 / sent as f64);
+        }
+    }
+
+    let g = graph(&w);
+    Report {
+        name: s.name.clone(),
+        nodes: w.nodes.len(),
+        live: w.live().len(),
+        components: g.components,
+        isolated: g.isolated,
+        symmetry: g.symmetry,
+        delivery_first,
+        delivery_mean_100,
+        delivery_last,
+        rmr: mean(&rmrs),
+        ldh: mean(&hops),
+        healing_periods,
+        routed_delivery,
+        wall_ms: started.elapsed().as_millis() as u64,
+        peak_rss_kb: peak_rss_kb(),
+        messages: w.counters.messages,
+        grafts: w.counters.grafts,
+        prunes: w.counters.prunes,
+    }
+}

@@ -1,0 +1,790 @@
+//! HyParView (Leitão, Pereira, Rodrigues, DSN 2007): a peer-to-peer overlay with two partial views.
+//!
+//! The *active view* (a few nodes, symmetric, one open connection each) is what broadcast runs
+//! over; the *passive view* (a few dozen identities, no connection) is the reserve that repairs
+//! it. A new node sends JOIN to a contact, which adds it and starts a FORWARDJOIN random walk
+//! through each of its other neighbours: the walk ends (after `arwl` hops, or earlier at a node
+//! with a single neighbour) at a node that adds the newcomer to its active view, and the node
+//! at hop `arwl - prwl` puts it in its passive view. A node whose active view is full drops a
+//! random neighbour (DISCONNECT; the dropped one keeps it as passive). A neighbour declared down
+//! is replaced by a NEIGHBOR request to a random passive node: high priority (always accepted)
+//! when the active view is empty, low priority (accepted only into a free slot) otherwise; a
+//! refused request moves on to another passive node. Every shuffle period a node sends SHUFFLE
+//! (itself, `shuffle_active` active and `shuffle_passive` passive identities) on a random walk;
+//! where the walk ends, the receiver answers the originator directly with as many of its own
+//! passive identities, and both merge what they got into their passive views, evicting first the
+//! identities they sent. A leaving node tells its neighbours, which forget it and replace it.
+//!
+//! Beyond the paper, each one documented at its place: replacements for several failed
+//! neighbours run in parallel; an active view below its size is topped up from the passive view
+//! every shuffle period; and nodes recently declared down are remembered (a few) and re-dialed one
+//! per period, so that when a partition heals the two sides find each other again.
+//!
+//! Members are this node, its active view, and the nodes the broadcast layer reports routes to
+//! (see [`HyParView::set_routes`]); a node in the active view is reached directly, another one
+//! through the neighbour its route names.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::{Effects, Overlay, Route, TimerId};
+use crate::id::NodeId;
+
+const SHUFFLE: TimerId = TimerId(1);
+/// Random walks longer than this are cut short (the length comes from the network).
+const MAX_TTL: u8 = 32;
+
+/// HyParView's parameters; the defaults are the paper's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HyParViewConfig {
+    /// Active view size: log10(n) + c in the paper; 5 suits clusters up to about 10,000 nodes.
+    pub active_size: usize,
+    /// Passive view size (the paper uses 6 × the active size).
+    pub passive_size: usize,
+    /// Active random walk length of FORWARDJOIN.
+    pub arwl: u8,
+    /// Passive random walk length: the walk's node at this many hops left adds the newcomer to
+    /// its passive view.
+    pub prwl: u8,
+    /// Random walk length of SHUFFLE.
+    pub shuffle_ttl: u8,
+    /// How many active-view identities a SHUFFLE carries (ka).
+    pub shuffle_active: usize,
+    /// How many passive-view identities a SHUFFLE carries (kp).
+    pub shuffle_passive: usize,
+    /// How often a node shuffles (and tops up its active view, and re-dials one suspect).
+    pub shuffle_period: Duration,
+    /// How many nodes recently declared down are remembered and re-dialed (0 turns it off).
+    pub suspects: usize,
+    /// The most routes to non-neighbours kept from [`HyParView::set_routes`].
+    pub max_routes: usize,
+    /// Seed of the random choices; `None` derives one from the node's identity.
+    pub seed: Option<u64>,
+}
+
+impl Default for HyParViewConfig {
+    fn default() -> Self {
+        HyParViewConfig {
+            active_size: 5,
+            passive_size: 30,
+            arwl: 6,
+            prwl: 3,
+            shuffle_ttl: 6,
+            shuffle_active: 3,
+            shuffle_passive: 4,
+            shuffle_period: Duration::from_secs(1),
+            suspects: 8,
+            max_routes: 100_000,
+            seed: None,
+        }
+    }
+}
+
+/// HyParView protocol messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HyParViewMsg {
+    /// The sender joins through the receiver.
+    Join,
+    /// A random walk introducing `node`, with `ttl` hops left.
+    ForwardJoin {
+        /// The joining node.
+        node: NodeId,
+        /// Hops left.
+        ttl: u8,
+    },
+    /// The end of a FORWARDJOIN walk: the sender added the receiver to its active view.
+    ForwardJoinReply,
+    /// Asks the receiver to take the sender into its active view.
+    Neighbor {
+        /// High priority (the sender has no neighbour left): always accepted.
+        high: bool,
+    },
+    /// The answer to [`HyParViewMsg::Neighbor`].
+    NeighborReply {
+        /// Whether the sender took the receiver into its active view.
+        accepted: bool,
+    },
+    /// The sender removed the receiver from its active view.
+    Disconnect {
+        /// The sender leaves the cluster (otherwise it only dropped the receiver).
+        leaving: bool,
+    },
+    /// A random walk carrying a sample of `origin`'s views.
+    Shuffle {
+        /// The node that started the shuffle; the reply goes to it directly.
+        origin: NodeId,
+        /// Hops left.
+        ttl: u8,
+        /// The origin and some of its active and passive identities.
+        nodes: Vec<NodeId>,
+    },
+    /// The answer to a shuffle: a sample of the sender's passive view.
+    ShuffleReply {
+        /// The identities.
+        nodes: Vec<NodeId>,
+    },
+}
+
+type Msg = HyParViewMsg;
+
+/// A random element of `from` not in `skip`.
+fn pick<'a>(rng: &mut StdRng, from: &'a [NodeId], skip: &[&NodeId]) -> Option<&'a NodeId> {
+    let n = from.iter().filter(|n| !skip.contains(n)).count();
+    if n == 0 {
+        return None;
+    }
+    from.iter()
+        .filter(|n| !skip.contains(n))
+        .nth(rng.gen_range(0..n))
+}
+
+/// Up to `k` distinct random elements of `from`, other than `skip`.
+fn sample(rng: &mut StdRng, from: &[NodeId], k: usize, skip: &NodeId) -> Vec<NodeId> {
+    let mut pool: Vec<&NodeId> = from.iter().filter(|n| *n != skip).collect();
+    let mut out = Vec::with_capacity(k.min(pool.len()));
+    while out.len() < k && !pool.is_empty() {
+        let i = rng.gen_range(0..pool.len());
+        out.push(pool.swap_remove(i).clone());
+    }
+    out
+}
+
+/// A NEIGHBOR request awaiting its reply.
+#[derive(Debug)]
+struct Pending {
+    node: NodeId,
+    high: bool,
+    /// Already waiting at the previous shuffle period: given up at the next one.
+    old: bool,
+}
+
+/// The HyParView overlay.
+#[derive(Debug)]
+pub struct HyParView {
+    me: NodeId,
+    cfg: HyParViewConfig,
+    rng: StdRng,
+    active: Vec<NodeId>,
+    passive: Vec<NodeId>,
+    /// NEIGHBOR requests awaiting a reply.
+    pending: Vec<Pending>,
+    /// Refused this period: not asked again until the next shuffle period.
+    tried: Vec<NodeId>,
+    /// Recently declared down (oldest first), re-dialed one per period.
+    suspects: VecDeque<NodeId>,
+    /// The identities sent in the last shuffle (evicted first when the reply is merged).
+    sent: Vec<NodeId>,
+    routes: BTreeMap<NodeId, NodeId>,
+    version: u64,
+    left: bool,
+}
+
+impl HyParView {
+    /// A node with empty views.
+    pub fn new(me: NodeId, cfg: HyParViewConfig) -> Self {
+        let seed = cfg.seed.unwrap_or_else(|| {
+            let mut h = DefaultHasher::new();
+            me.hash(&mut h);
+            h.finish()
+        });
+        HyParView {
+            me,
+            rng: StdRng::seed_from_u64(seed),
+            cfg,
+            active: Vec::new(),
+            passive: Vec::new(),
+            pending: Vec::new(),
+            tried: Vec::new(),
+            suspects: VecDeque::new(),
+            sent: Vec::new(),
+            routes: BTreeMap::new(),
+            version: 0,
+            left: false,
+        }
+    }
+
+    /// This node.
+    pub fn me(&self) -> &NodeId {
+        &self.me
+    }
+
+    /// The parameters.
+    pub fn config(&self) -> &HyParViewConfig {
+        &self.cfg
+    }
+
+    /// The active view: the neighbours broadcast runs over.
+    pub fn neighbors(&self) -> &[NodeId] {
+        &self.active
+    }
+
+    /// The passive view.
+    pub fn passive(&self) -> &[NodeId] {
+        &self.passive
+    }
+
+    /// A number that changes whenever the active view does (to notice changes cheaply).
+    pub fn view_version(&self) -> u64 {
+        self.version
+    }
+
+    /// Replaces the routes to non-neighbours, `(destination, neighbour to go through)`, as the
+    /// broadcast layer learns them from heartbeats (`Plumtree::routes`). Their destinations
+    /// count as members; at most `max_routes` are kept.
+    pub fn set_routes(&mut self, routes: impl IntoIterator<Item = (NodeId, NodeId)>) {
+        self.routes.clear();
+        for (dst, via) in routes {
+            if self.routes.len() >= self.cfg.max_routes {
+                break;
+            }
+            if dst != self.me {
+                self.routes.insert(dst, via);
+            }
+        }
+    }
+
+    fn is_active(&self, n: &NodeId) -> bool {
+        self.active.contains(n)
+    }
+
+    fn is_pending(&self, n: &NodeId) -> bool {
+        self.pending.iter().any(|p| p.node == *n)
+    }
+
+    fn add_passive(&mut self, n: NodeId) {
+        if n == self.me || self.is_active(&n) || self.passive.contains(&n) {
+            return;
+        }
+        if self.passive.len() >= self.cfg.passive_size.max(1) {
+            let i = self.rng.gen_range(0..self.passive.len());
+            self.passive.swap_remove(i);
+        }
+        self.passive.push(n);
+    }
+
+    /// Adds a node to the active view, dropping a random neighbour if it is full.
+    fn add_active(&mut self, n: NodeId, fx: &mut Effects<Msg>) {
+        if n == self.me || self.is_active(&n) {
+            return;
+        }
+        self.passive.retain(|p| *p != n);
+        self.suspects.retain(|p| *p != n);
+        self.pending.retain(|p| p.node != n);
+        if self.active.len() >= self.cfg.active_size.max(1) {
+            let i = self.rng.gen_range(0..self.active.len());
+            let dropped = self.active.swap_remove(i);
+            fx.send(dropped.clone(), Msg::Disconnect { leaving: false });
+            fx.disconnect(dropped.clone());
+            self.add_passive(dropped);
+        }
+        fx.connect(n.clone());
+        self.active.push(n);
+        self.version += 1;
+    }
+
+    fn remove_active(&mut self, n: &NodeId) -> bool {
+        let before = self.active.len();
+        self.active.retain(|a| a != n);
+        let removed = self.active.len() != before;
+        if removed {
+            self.version += 1;
+        }
+        removed
+    }
+
+    fn suspect(&mut self, n: NodeId) {
+        if self.cfg.suspects == 0 {
+            return;
+        }
+        self.suspects.retain(|s| *s != n);
+        self.suspects.push_back(n);
+        while self.suspects.len() > self.cfg.suspects {
+            self.suspects.pop_front();
+        }
+    }
+
+    /// Asks passive nodes to fill the free active slots, one request per slot, in parallel (the
+    /// paper starts one replacement per failed neighbour). High priority only when the active
+    /// view is empty, and then for one request at a time.
+    fn fill(&mut self, fx: &mut Effects<Msg>) {
+        while self.active.len() + self.pending.len() < self.cfg.active_size {
+            let busy: Vec<NodeId> = self.pending.iter().map(|p| p.node.clone()).collect();
+            let skip: Vec<&NodeId> = busy.iter().chain(self.tried.iter()).collect();
+            let q = pick(&mut self.rng, &self.passive, &skip).cloned();
+            let Some(q) = q else { return };
+            let high = self.active.is_empty() && !self.pending.iter().any(|p| p.high);
+            self.pending.push(Pending {
+                node: q.clone(),
+                high,
+                old: false,
+            });
+            fx.connect(q.clone());
+            fx.send(q, Msg::Neighbor { high });
+        }
+    }
+
+    /// Merges identities into the passive view, evicting first those in `sent`.
+    fn integrate(&mut self, nodes: Vec<NodeId>, sent: &[NodeId]) {
+        let cap = self.cfg.passive_size.max(1);
+        let mut fresh: Vec<NodeId> = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            if n != self.me
+                && !self.is_active(&n)
+                && !self.passive.contains(&n)
+                && !fresh.contains(&n)
+            {
+                fresh.push(n);
+            }
+        }
+        fresh.truncate(cap);
+        let mut excess = (self.passive.len() + fresh.len()).saturating_sub(cap);
+        if excess > 0 {
+            // Evict the identities just sent away first, then random ones.
+            self.passive.retain(|p| {
+                let evict = excess > 0 && sent.contains(p);
+                excess -= usize::from(evict);
+                !evict
+            });
+            while excess > 0 && !self.passive.is_empty() {
+                let i = self.rng.gen_range(0..self.passive.len());
+                self.passive.swap_remove(i);
+                excess -= 1;
+            }
+        }
+        self.passive.extend(fresh);
+    }
+
+    fn shuffle(&mut self, fx: &mut Effects<Msg>) {
+        let Some(q) = pick(&mut self.rng, &self.active, &[]).cloned() else {
+            return;
+        };
+        let mut nodes = vec![self.me.clone()];
+        let (ka, kp) = (self.cfg.shuffle_active, self.cfg.shuffle_passive);
+        nodes.extend(sample(&mut self.rng, &self.active, ka, &q));
+        nodes.extend(sample(&mut self.rng, &self.passive, kp, &q));
+        self.sent = nodes.clone();
+        let ttl = self.cfg.shuffle_ttl.min(MAX_TTL);
+        fx.send(
+            q,
+            Msg::Shuffle {
+                origin: self.me.clone(),
+                ttl,
+                nodes,
+            },
+        );
+    }
+
+    /// Re-dials the oldest suspect (beyond the paper): if it answers, the connection comes up
+    /// and `on_connection` asks it to be a neighbour, which joins partitions that healed.
+    fn probe(&mut self, fx: &mut Effects<Msg>) {
+        if let Some(s) = self.suspects.pop_front() {
+            fx.connect(s.clone());
+            self.suspects.push_back(s);
+        }
+    }
+
+    fn on_forward_join(&mut self, from: &NodeId, node: NodeId, ttl: u8, fx: &mut Effects<Msg>) {
+        if node == self.me {
+            return;
+        }
+        if ttl == 0 || self.active.len() <= 1 {
+            return self.accept_walk(node, fx);
+        }
+        if ttl == self.cfg.prwl {
+            self.add_passive(node.clone());
+        }
+        match pick(&mut self.rng, &self.active, &[from, &node]) {
+            Some(next) => fx.send(
+                next.clone(),
+                Msg::ForwardJoin {
+                    node,
+                    ttl: ttl.min(MAX_TTL) - 1,
+                },
+            ),
+            None => self.accept_walk(node, fx),
+        }
+    }
+
+    fn accept_walk(&mut self, node: NodeId, fx: &mut Effects<Msg>) {
+        if !self.is_active(&node) {
+            self.add_active(node.clone(), fx);
+            fx.send(node, Msg::ForwardJoinReply);
+        }
+    }
+
+    fn on_shuffle(
+        &mut self,
+        from: &NodeId,
+        origin: NodeId,
+        ttl: u8,
+        mut nodes: Vec<NodeId>,
+        fx: &mut Effects<Msg>,
+    ) {
+        if origin == self.me {
+            return;
+        }
+        nodes.truncate(1 + self.cfg.shuffle_active + self.cfg.shuffle_passive);
+        let ttl = ttl.min(MAX_TTL).saturating_sub(1);
+        if ttl > 0 && self.active.len() > 1 {
+            if let Some(next) = pick(&mut self.rng, &self.active, &[from, &origin]) {
+                let msg = Msg::Shuffle { origin, ttl, nodes };
+                return fx.send(next.clone(), msg);
+            }
+        }
+        let reply = sample(&mut self.rng, &self.passive, nodes.len(), &origin);
+        fx.connect(origin.clone());
+        fx.send(
+            origin.clone(),
+            Msg::ShuffleReply {
+                nodes: reply.clone(),
+            },
+        );
+        if !self.is_active(&origin) && !self.is_pending(&origin) {
+            fx.disconnect(origin);
+        }
+        self.integrate(nodes, &reply);
+    }
+
+    fn on_neighbor(&mut self, from: &NodeId, high: bool, fx: &mut Effects<Msg>) {
+        let accepted =
+            self.is_active(from) || high || self.active.len() < self.cfg.active_size.max(1);
+        if accepted {
+            self.add_active(from.clone(), fx);
+        } else {
+            self.add_passive(from.clone());
+            fx.connect(from.clone());
+        }
+        fx.send(from.clone(), Msg::NeighborReply { accepted });
+    }
+
+    fn on_neighbor_reply(&mut self, from: &NodeId, accepted: bool, fx: &mut Effects<Msg>) {
+        let asked = self.is_pending(from);
+        self.pending.retain(|p| p.node != *from);
+        if accepted && asked {
+            self.add_active(from.clone(), fx);
+        } else if accepted && !self.is_active(from) {
+            // An answer to a request given up, or overtaken (we took the sender in and dropped it
+            // since): the sender has us, we do not have it; undo its side.
+            fx.connect(from.clone());
+            fx.send(from.clone(), Msg::Disconnect { leaving: false });
+            fx.disconnect(from.clone());
+        } else if !accepted {
+            self.tried.push(from.clone());
+            if !self.is_active(from) {
+                fx.disconnect(from.clone());
+            }
+            self.fill(fx);
+        }
+    }
+
+    fn on_disconnect(&mut self, from: &NodeId, leaving: bool, fx: &mut Effects<Msg>) {
+        let was_active = self.remove_active(from);
+        if leaving {
+            self.passive.retain(|p| p != from);
+            self.pending.retain(|p| p.node != *from);
+            self.routes.remove(from);
+            fx.left(from.clone());
+            self.fill(fx);
+        } else if was_active {
+            self.add_passive(from.clone());
+        }
+    }
+}
+
+impl Overlay for HyParView {
+    type Msg = HyParViewMsg;
+
+    fn name(&self) -> &'static str {
+        "hyparview"
+    }
+
+    fn on_start(&mut self, fx: &mut Effects<Msg>) {
+        // A random phase, so that nodes started together do not shuffle in lockstep.
+        let period = self.cfg.shuffle_period;
+        let first = period.mul_f64(0.5 + self.rng.gen::<f64>());
+        fx.timer(SHUFFLE, first);
+    }
+
+    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Msg>) {
+        self.left = false;
+        if *contact == self.me {
+            return;
+        }
+        self.add_active(contact.clone(), fx);
+        fx.send(contact.clone(), Msg::Join);
+    }
+
+    fn on_leave(&mut self, fx: &mut Effects<Msg>) {
+        for a in std::mem::take(&mut self.active) {
+            fx.send(a.clone(), Msg::Disconnect { leaving: true });
+            fx.left(a.clone());
+            fx.disconnect(a);
+        }
+        for p in std::mem::take(&mut self.pending) {
+            fx.disconnect(p.node);
+        }
+        for (dst, _) in std::mem::take(&mut self.routes) {
+            fx.left(dst);
+        }
+        self.passive.clear();
+        self.suspects.clear();
+        self.tried.clear();
+        self.version += 1;
+        self.left = true;
+    }
+
+    fn on_message(&mut self, from: &NodeId, msg: Msg, fx: &mut Effects<Msg>) {
+        if *from == self.me || (self.left && msg != Msg::Join) {
+            return;
+        }
+        match msg {
+            Msg::Join => {
+                self.left = false;
+                self.add_active(from.clone(), fx);
+                let ttl = self.cfg.arwl.min(MAX_TTL);
+                for a in self.active.iter().filter(|a| *a != from) {
+                    let node = from.clone();
+                    fx.send(a.clone(), Msg::ForwardJoin { node, ttl });
+                }
+            }
+            Msg::ForwardJoin { node, ttl } => self.on_forward_join(from, node, ttl, fx),
+            Msg::ForwardJoinReply => self.add_active(from.clone(), fx),
+            Msg::Neighbor { high } => self.on_neighbor(from, high, fx),
+            Msg::NeighborReply { accepted } => self.on_neighbor_reply(from, accepted, fx),
+            Msg::Disconnect { leaving } => self.on_disconnect(from, leaving, fx),
+            Msg::Shuffle { origin, ttl, nodes } => self.on_shuffle(from, origin, ttl, nodes, fx),
+            Msg::ShuffleReply { mut nodes } => {
+                nodes.truncate(1 + self.cfg.shuffle_active + self.cfg.shuffle_passive);
+                let sent = std::mem::take(&mut self.sent);
+                self.integrate(nodes, &sent);
+            }
+        }
+    }
+
+    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Msg>) {
+        if self.left {
+            return;
+        }
+        if up {
+            // A suspect answered a probe (or dialed us): it was wrongly declared down.
+            if let Some(i) = self.suspects.iter().position(|s| s == peer) {
+                self.suspects.remove(i);
+                if !self.is_active(peer) && !self.is_pending(peer) {
+                    self.pending.push(Pending {
+                        node: peer.clone(),
+                        high: true,
+                        old: false,
+                    });
+                    fx.send(peer.clone(), Msg::Neighbor { high: true });
+                }
+            }
+            return;
+        }
+        let was_pending = self.is_pending(peer);
+        if was_pending {
+            self.pending.retain(|p| p.node != *peer);
+            self.passive.retain(|p| p != peer);
+        }
+        if was_pending || self.remove_active(peer) {
+            self.suspect(peer.clone());
+            self.fill(fx);
+        }
+    }
+
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg>) {
+        if timer != SHUFFLE {
+            return;
+        }
+        if !self.left {
+            self.tried.clear();
+            // A request unanswered for a whole period is given up (its answer may be lost),
+            // so that it does not hold an active slot forever.
+            for p in std::mem::take(&mut self.pending) {
+                if !p.old {
+                    self.pending.push(Pending { old: true, ..p });
+                } else if !self.is_active(&p.node) {
+                    fx.disconnect(p.node);
+                }
+            }
+            // Beyond the paper: an active view below its size is topped up every period.
+            self.fill(fx);
+            self.shuffle(fx);
+            self.probe(fx);
+        }
+        fx.timer(SHUFFLE, self.cfg.shuffle_period);
+    }
+
+    fn members(&self) -> Vec<NodeId> {
+        let mut all: BTreeSet<NodeId> = self.active.iter().cloned().collect();
+        all.extend(self.routes.keys().cloned());
+        all.insert(self.me.clone());
+        all.into_iter().collect()
+    }
+
+    fn route(&self, dst: &NodeId) -> Route {
+        if *dst == self.me || self.is_active(dst) {
+            return Route::Direct;
+        }
+        match self.routes.get(dst) {
+            Some(via) if self.is_active(via) => Route::Via(via.clone()),
+            _ => Route::Unreachable,
+        }
+    }
+}
+
+// Tests of several nodes together (joins, failures, leave, shuffles) drive the overlay through
+// the `Overlay` trait in `maquis-sim/tests/hyparview.rs`.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::overlay::Effect;
+
+    fn id(i: usize) -> NodeId {
+        NodeId::new(
+            format!("n{i}"),
+            format!("127.0.0.1:{}", 1000 + i).parse().unwrap(),
+            1,
+        )
+    }
+
+    fn cfg() -> HyParViewConfig {
+        HyParViewConfig {
+            active_size: 3,
+            passive_size: 6,
+            shuffle_active: 2,
+            shuffle_passive: 2,
+            ..HyParViewConfig::default()
+        }
+    }
+
+    #[test]
+    fn empty_active_view_asks_with_high_priority() {
+        let mut a = HyParView::new(id(0), cfg());
+        a.passive = vec![id(1), id(2)];
+        a.active = vec![id(3)];
+        let mut fx = Effects::default();
+        a.on_connection(&id(3), false, &mut fx);
+        let highs: Vec<bool> = fx
+            .drain()
+            .filter_map(|e| match e {
+                Effect::Send(_, Msg::Neighbor { high }) => Some(high),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(highs, vec![true, false]);
+        // A full node refuses low priority and accepts high priority.
+        let mut full = HyParView::new(id(5), cfg());
+        full.active = vec![id(6), id(7), id(8)];
+        let mut fx = Effects::default();
+        full.on_message(&id(0), Msg::Neighbor { high: false }, &mut fx);
+        assert!(!full.is_active(&id(0)) && full.passive().contains(&id(0)));
+        full.on_message(&id(0), Msg::Neighbor { high: true }, &mut fx);
+        assert!(full.is_active(&id(0)) && full.neighbors().len() == 3);
+        let sent: Vec<Msg> = fx
+            .drain()
+            .filter_map(|e| match e {
+                Effect::Send(_, m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert!(sent.contains(&Msg::NeighborReply { accepted: false }));
+        assert!(sent.contains(&Msg::Disconnect { leaving: false }));
+        assert!(sent.contains(&Msg::NeighborReply { accepted: true }));
+    }
+
+    #[test]
+    fn forward_join_walk_ends_in_active_and_passes_passive() {
+        let mut a = HyParView::new(id(0), cfg());
+        a.active = vec![id(1), id(2)];
+        let mut fx = Effects::default();
+        a.on_message(
+            &id(1),
+            Msg::ForwardJoin {
+                node: id(9),
+                ttl: 3,
+            },
+            &mut fx,
+        );
+        assert!(a.passive().contains(&id(9)), "added at ttl == prwl");
+        let e: Vec<_> = fx.drain().collect();
+        assert!(e.contains(&Effect::Send(
+            id(2),
+            Msg::ForwardJoin {
+                node: id(9),
+                ttl: 2
+            }
+        )));
+        a.on_message(
+            &id(1),
+            Msg::ForwardJoin {
+                node: id(9),
+                ttl: 0,
+            },
+            &mut fx,
+        );
+        assert!(a.is_active(&id(9)) && !a.passive().contains(&id(9)));
+        assert!(fx
+            .drain()
+            .any(|e| e == Effect::Send(id(9), Msg::ForwardJoinReply)));
+    }
+
+    #[test]
+    fn routes_and_members() {
+        let mut a = HyParView::new(id(0), cfg());
+        let mut fx = Effects::default();
+        a.on_join(&id(1), &mut fx);
+        a.set_routes([(id(5), id(1)), (id(6), id(4))]);
+        assert_eq!(a.route(&id(1)), Route::Direct);
+        assert_eq!(a.route(&id(5)), Route::Via(id(1)));
+        assert_eq!(
+            a.route(&id(6)),
+            Route::Unreachable,
+            "via is not a neighbour"
+        );
+        assert_eq!(a.route(&id(7)), Route::Unreachable);
+        assert_eq!(a.members(), vec![id(0), id(1), id(5), id(6)]);
+    }
+
+    #[test]
+    fn suspect_that_answers_is_asked_to_be_a_neighbour() {
+        let mut a = HyParView::new(id(0), cfg());
+        let mut fx = Effects::default();
+        a.on_join(&id(1), &mut fx);
+        a.on_connection(&id(1), false, &mut fx);
+        fx.drain().for_each(drop);
+        a.on_timer(SHUFFLE, &mut fx);
+        assert!(fx.drain().any(|e| e == Effect::Connect(id(1))), "re-dialed");
+        a.on_connection(&id(1), true, &mut fx);
+        assert!(fx
+            .drain()
+            .any(|e| e == Effect::Send(id(1), Msg::Neighbor { high: true })));
+    }
+
+    #[test]
+    fn unanswered_neighbor_request_is_given_up_after_a_period() {
+        let mut a = HyParView::new(id(0), cfg());
+        a.passive = vec![id(1)];
+        let mut fx = Effects::default();
+        a.on_timer(SHUFFLE, &mut fx);
+        assert!(fx
+            .drain()
+            .any(|e| e == Effect::Send(id(1), Msg::Neighbor { high: true })));
+        assert!(a.is_pending(&id(1)));
+        a.on_timer(SHUFFLE, &mut fx);
+        assert!(a.is_pending(&id(1)), "still within its period");
+        fx.drain().for_each(drop);
+        a.on_timer(SHUFFLE, &mut fx);
+        let e: Vec<_> = fx.drain().collect();
+        assert!(e.contains(&Effect::Disconnect(id(1))), "given up");
+        assert!(
+            e.contains(&Effect::Send(id(1), Msg::Neighbor { high: true })),
+            "asked again"
+        );
+        assert!(a.passive().contains(&id(1)));
+    }
+}
