@@ -81,7 +81,7 @@ pub(crate) async fn run(job: HandoffJob) {
 }
 
 fn handoff_opts(p: u32) -> SendOpts {
-    SendOpts::on(HANDOFF_CHANNEL).partition_key(&p)
+    SendOpts::on(HANDOFF_CHANNEL).partition(u64::from(p))
 }
 
 fn push_ring(job: &HandoffJob) {

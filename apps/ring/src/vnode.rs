@@ -42,7 +42,7 @@ pub fn vnode_name(p: u32) -> String {
 
 /// Send options of the traffic of partition `p` on the `vnode` channel.
 pub fn vnode_opts(p: u32) -> SendOpts {
-    SendOpts::on(VNODE_CHANNEL).partition_key(&p)
+    SendOpts::on(VNODE_CHANNEL).partition(u64::from(p))
 }
 
 /// An entry moved by handoff: a key and its object (value or tombstone).

@@ -17,7 +17,10 @@ use crate::id::{DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
 pub struct SendOpts {
     /// The channel to send on; an unknown name falls back to `default`.
     pub channel: Option<String>,
-    /// A partition key: messages with equal keys share a lane.
+    /// A partition key: the message goes on lane `key mod parallelism` of its channel, so
+    /// messages with equal keys share a lane, and keys `0..n` spread evenly over the lanes
+    /// (PARTISAN's partition keys). [`SendOpts::partition`] sets an index as is;
+    /// [`SendOpts::partition_key`] hashes any value first.
     pub partition_key: Option<u64>,
     /// Reserved for acknowledged delivery (not yet implemented; ignored).
     pub ack: bool,
@@ -40,9 +43,16 @@ impl SendOpts {
         self
     }
 
-    /// Sets the partition key: any hashable value.
+    /// Sets the partition key from any hashable value (its hash picks the lane).
     pub fn partition_key<K: Hash + ?Sized>(mut self, key: &K) -> Self {
         self.partition_key = Some(hash_of(key));
+        self
+    }
+
+    /// Sets the partition key to an index used as is: lane `index mod parallelism`. Indexes
+    /// `0..n` (partitions, actor numbers) then share the lanes evenly.
+    pub fn partition(mut self, index: u64) -> Self {
+        self.partition_key = Some(index);
         self
     }
 }
@@ -126,7 +136,7 @@ impl Dispatcher {
         let spec = &self.specs[ch];
         let p = spec.parallelism.max(1) as u64;
         let index = match opts.partition_key {
-            Some(key) => hash_of(&key) % p,
+            Some(key) => key % p,
             None if self.affinity => hash_of(&(sender, receiver)) % p,
             None => (self.round_robin[ch].fetch_add(1, Ordering::Relaxed) as u64) % p,
         };
@@ -179,6 +189,10 @@ mod tests {
         let picks: Vec<_> = (0..16).map(|_| d.pick(&opts, 1, 2)).collect();
         let distinct: std::collections::HashSet<_> = picks.iter().collect();
         assert_eq!(distinct.len(), 16);
+        let spread: std::collections::HashSet<_> = (0..4u64)
+            .map(|i| d.pick(&SendOpts::on("vnode").partition(i), 1, 2))
+            .collect();
+        assert_eq!(spread.len(), 4, "indexes 0..4 take the 4 vnode lanes");
         let v = SendOpts::on("vnode").partition_key("key-7");
         let s = d.pick(&v, 1, 2);
         assert_eq!(d.lane_of(s).map(|(c, _)| c), Some("vnode"));

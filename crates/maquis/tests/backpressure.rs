@@ -109,3 +109,37 @@ async fn fast_sender_slow_receiver_stays_bounded() {
         n.shutdown().await;
     }
 }
+
+#[derive(Serialize, Deserialize)]
+enum Ask {
+    Fill,
+    Ping(maquis::ReplyTo<u8>),
+}
+
+/// A call to an actor whose mailbox stays full fails with `Timeout` at its deadline: the wait
+/// for room counts against the call's timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_timeout_covers_the_wait_for_room() {
+    let nodes = cluster("room", 1, |c| c.mailbox_capacity(1)).await;
+    let node = nodes[0].clone();
+    // An actor that never reads its mailbox.
+    let stuck = node.spawn_fn(|inbox: maquis::Inbox<Ask>| async move {
+        let _keep = inbox;
+        std::future::pending::<()>().await;
+    });
+    let mut filled = 0;
+    while stuck.try_send(Ask::Fill).is_ok() {
+        filled += 1;
+        assert!(filled <= 1, "the mailbox holds more than its capacity");
+    }
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        stuck.call(Ask::Ping, Duration::from_millis(200)),
+    )
+    .await
+    .expect("the call must end at its own deadline");
+    assert!(matches!(outcome, Err(maquis::CallError::Timeout)));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    node.shutdown().await;
+}

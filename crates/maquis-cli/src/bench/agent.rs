@@ -152,6 +152,7 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let payload = Bytes::from(vec![0x42u8; args.size]);
+    let affinity = maquis::config::parse_switch(&args.node.affinity).map_err(|e| e.to_string())?;
     let start = Instant::now();
     let measure_from = start + Duration::from_secs_f64(args.warmup_s);
     let stop_at = measure_from + Duration::from_secs_f64(args.limit_s);
@@ -163,6 +164,13 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         let payload = payload.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (messages, echo) = (args.messages, args.echo);
+        // With affinity, actor i keys its messages with i (PARTISAN's partition keys): the
+        // actors spread evenly over the lanes, and each pair keeps one lane both ways.
+        let opts = if affinity {
+            maquis::SendOpts::default().partition(i as u64)
+        } else {
+            maquis::SendOpts::default()
+        };
         node.spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
             let mut lat = Vec::with_capacity(messages as usize);
             let mut errors = 0;
@@ -172,13 +180,14 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
                     break;
                 }
                 let r = partner
-                    .call(
+                    .call_with(
                         |reply| Ping {
                             payload: payload.clone(),
                             echo,
                             reply,
                         },
                         Duration::from_secs(60),
+                        &opts,
                     )
                     .await;
                 match r {

@@ -304,7 +304,7 @@ impl Setup<'_> {
 
     fn agent_cmd(&self, host: usize) -> Command {
         let mut c = self.net.command(host, self.exe);
-        c.env("RUST_LOG", "warn");
+        c.env("RUST_LOG", super::stats::agent_log_filter());
         c
     }
 

@@ -111,7 +111,7 @@ pub fn write(
         args.messages.map(|m| m.to_string()).unwrap_or_else(|| if args.quick { "2000".into() } else { "10000".into() }),
         args.cell_seconds.unwrap_or(if args.quick { 3.0 } else { 10.0 })
     );
-    let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, lane = hash(sender, receiver); `raw-tcp` plain TCP over 16 connections, no runtime.\n");
+    let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, actor i sends with partition key i (lane i mod 16, replies on the same lane); `raw-tcp` plain TCP over 16 connections, no runtime.\n");
     let _ = writeln!(r, "## Link emulator\n");
     let _ = writeln!(r, "| RTT | packets | Gbit/s (active) | lateness p50 | p99 | max | warnings |\n|---|---|---|---|---|---|---|");
     for (rtt, s) in netem {

@@ -12,6 +12,7 @@ pub mod ring_proc;
 pub mod ring_redis;
 pub mod ring_report;
 pub mod stats;
+pub mod teardown;
 
 use std::process::ExitCode;
 
@@ -51,6 +52,12 @@ pub enum AgentCommand {
 
 /// Runs a benchmark command.
 pub async fn run(cmd: BenchCommand) -> ExitCode {
+    if !matches!(cmd, BenchCommand::Agent(_)) {
+        if let Err(e) = teardown::install() {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let r = match cmd {
         BenchCommand::Micro(args) => {
             tokio::task::spawn_blocking(move || micro::run(&args).map(|_| ()))

@@ -641,7 +641,7 @@ impl Setup<'_> {
         let mut nodes = Vec::new();
         for (i, h) in hosts.iter().take(3).enumerate() {
             let mut c = self.host_cmd(i, self.exe)?;
-            c.env("RUST_LOG", "warn")
+            c.env("RUST_LOG", super::stats::agent_log_filter())
                 .args(["bench", "agent", "ring-node"])
                 .args(["--name", &format!("n{}", i + 1)])
                 .args(["--listen", &format!("{}:{}", h.addr, self.port)])

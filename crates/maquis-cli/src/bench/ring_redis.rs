@@ -257,7 +257,7 @@ fn run_config(
                 (c, "ready")
             }
         };
-        c.env("RUST_LOG", "warn");
+        c.env("RUST_LOG", super::stats::agent_log_filter());
         let mut p = Proc::start(&format!("{config} resp node {name}"), c, log_stdio(log))?;
         p.expect(&[ready], Duration::from_secs(90))?;
         nodes.push(p);

@@ -70,3 +70,8 @@ fn clock_ticks() -> f64 {
         100.0
     }
 }
+
+/// The log filter handed to the processes a benchmark starts: `RUST_LOG` when set, else `warn`.
+pub fn agent_log_filter() -> String {
+    std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())
+}

@@ -162,7 +162,8 @@ impl<M: Message> ActorRef<M> {
     }
 
     /// Request/response: builds the request with a fresh [`ReplyTo`], sends it, and waits up to
-    /// `timeout` for the reply. Each call has its own id, so a late reply never satisfies
+    /// `timeout` in all: waiting for room in a full mailbox or lane queue counts against the same
+    /// deadline as waiting for the reply. Each call has its own id, so a late reply never satisfies
     /// another call.
     pub async fn call<R: Message>(
         &self,
@@ -182,23 +183,28 @@ impl<M: Message> ActorRef<M> {
         let rt = self.runtime()?;
         let target = (!rt.is_local(&self.node)?).then(|| self.node.clone());
         let (call, rx) = rt.calls.open(target);
-        let reply = ReplyTo::new(
-            rt.id.clone(),
-            call,
-            current_actor(),
-            opts.channel.clone(),
-            &rt,
-        );
+        let reply = ReplyTo::new(rt.id.clone(), call, current_actor(), opts, &rt);
         let msg = make(reply);
-        if let Err(e) = self.deliver(msg, opts, Some(call), true).await {
-            rt.calls.cancel(call);
-            // A missing local actor reads the same as a missing remote one.
-            return Err(match e {
-                SendError::NoProc => CallError::NoProc,
-                e => e.into(),
-            });
+        // One deadline covers both the wait for room (a full mailbox or lane queue) and the wait
+        // for the reply.
+        let deadline = tokio::time::Instant::now() + timeout;
+        let sent = tokio::time::timeout_at(deadline, self.deliver(msg, opts, Some(call), true));
+        match sent.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                rt.calls.cancel(call);
+                // A missing local actor reads the same as a missing remote one.
+                return Err(match e {
+                    SendError::NoProc => CallError::NoProc,
+                    e => e.into(),
+                });
+            }
+            Err(_) => {
+                rt.calls.cancel(call);
+                return Err(CallError::Timeout);
+            }
         }
-        let outcome = match tokio::time::timeout(timeout, rx).await {
+        let outcome = match tokio::time::timeout_at(deadline, rx).await {
             Err(_) => {
                 rt.calls.cancel(call);
                 return Err(CallError::Timeout);

@@ -98,6 +98,7 @@ pub struct ReplyTo<R> {
     call: u64,
     caller: u64,
     channel: Option<String>,
+    partition_key: Option<u64>,
     rt: Weak<Inner>,
     _m: PhantomData<fn(R) -> R>,
 }
@@ -114,6 +115,7 @@ struct ReplyWire {
     call: u64,
     caller: u64,
     channel: Option<String>,
+    partition_key: Option<u64>,
 }
 
 impl<R> Serialize for ReplyTo<R> {
@@ -123,6 +125,7 @@ impl<R> Serialize for ReplyTo<R> {
             call: self.call,
             caller: self.caller,
             channel: self.channel.clone(),
+            partition_key: self.partition_key,
         }
         .serialize(s)
     }
@@ -136,6 +139,7 @@ impl<'de, R> Deserialize<'de> for ReplyTo<R> {
             call: w.call,
             caller: w.caller,
             channel: w.channel,
+            partition_key: w.partition_key,
             rt: decode_node(),
             _m: PhantomData,
         })
@@ -147,14 +151,15 @@ impl<R: Message> ReplyTo<R> {
         node: NodeId,
         call: u64,
         caller: u64,
-        channel: Option<String>,
+        opts: &SendOpts,
         rt: &std::sync::Arc<Inner>,
     ) -> Self {
         ReplyTo {
             node,
             call,
             caller,
-            channel,
+            channel: opts.channel.clone(),
+            partition_key: opts.partition_key,
             rt: std::sync::Arc::downgrade(rt),
             _m: PhantomData,
         }
@@ -165,8 +170,9 @@ impl<R: Message> ReplyTo<R> {
         &self.node
     }
 
-    /// Sends the reply, waiting while the lane's queue is full. A reply whose caller has given
-    /// up (timed out) is dropped on arrival.
+    /// Sends the reply, waiting while the lane's queue is full. It travels on the request's
+    /// channel and partition key, so request and reply share a lane. A reply whose caller has
+    /// given up (timed out) is dropped on arrival.
     pub async fn send(self, value: R) -> Result<(), SendError> {
         let rt = self.rt.upgrade().ok_or(SendError::NodeStopped)?;
         if rt.is_local(&self.node)? {
@@ -181,6 +187,7 @@ impl<R: Message> ReplyTo<R> {
         };
         let opts = SendOpts {
             channel: self.channel.clone(),
+            partition_key: self.partition_key,
             ..SendOpts::default()
         };
         rt.send_frame(

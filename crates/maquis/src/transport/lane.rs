@@ -287,7 +287,17 @@ pub async fn run_writer(
                     let _ = c.writer.shutdown().await;
                     break;
                 }
-                match write_batch(&mut c.writer, &mut batch).await {
+                // A write to a peer that stopped reading may never finish: the connection's
+                // end (replaced, or the peer dropped) must still end it, or the write half
+                // would keep the socket open with the peer's unread data in it.
+                let ConnHandle { writer, cancel, .. } = c;
+                let written = tokio::select! {
+                    biased;
+                    _ = abort.cancelled() => Err(std::io::Error::other("peer dropped")),
+                    _ = cancel.cancelled() => Err(std::io::Error::other("connection closed")),
+                    r = write_batch(writer, &mut batch) => r,
+                };
+                match written {
                     Ok(bytes) => {
                         lane.metrics.msgs_out.fetch_add(n as u64, Ordering::Relaxed);
                         lane.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -408,5 +418,60 @@ mod tests {
             .dialed_by_me = true;
         assert!(matches!(lane.offer_incoming(false), Offer::Reject(_)));
         assert_eq!(lane.offer_incoming(true), Offer::Accept);
+    }
+
+    /// A connection that ends while its writer is blocked in a write (the peer stopped
+    /// reading) ends the write too: the socket closes instead of holding the peer's data.
+    #[tokio::test]
+    async fn a_closed_connection_ends_a_blocked_write() {
+        use tokio::io::AsyncReadExt;
+        const BIG: usize = 32 << 20;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let (read_half, write_half) = client.into_split();
+        let (lane, task) = Lane::new(LaneId::new("default", 0), 1, 1 << 20);
+        let cancel = CancellationToken::new();
+        let info = ConnInfo {
+            id: 1,
+            dialed_by_me: true,
+            cancel: cancel.clone(),
+        };
+        lane.install(info, write_half);
+        let writer = tokio::spawn(run_writer(
+            lane.clone(),
+            task,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        ));
+        lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![1u8; BIG]))
+            .unwrap();
+        // The write has begun once the first byte arrives; the rest cannot fit in the
+        // socket buffers while nobody reads.
+        let mut first = [0u8; 1];
+        server.read_exact(&mut first).await.unwrap();
+        cancel.cancel();
+        drop(read_half);
+        let mut got = 1usize;
+        let mut buf = vec![0u8; 1 << 16];
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                match server.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got += n,
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the socket stayed open");
+        assert!(
+            got < BIG,
+            "the whole frame was written after the connection ended"
+        );
+        assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
+        drop(lane);
+        writer.abort();
     }
 }
