@@ -249,7 +249,7 @@ impl RingNode {
                 e => RingError::Call(e),
             })?;
         self.shared.stats.echoes.inc();
-        Ok(back)
+        Ok(back.into_bytes())
     }
 
     /// Quorum read (R of N).

@@ -53,10 +53,11 @@ pub type Entry = (Bytes, Object);
 pub enum VnodeMsg {
     /// Echo service: send the payload back.
     Echo {
-        /// The payload.
+        /// The payload (shared with the received frame, not copied).
+        #[serde(with = "maquis::payload::shared")]
         payload: Bytes,
         /// Where it goes back.
-        reply: ReplyTo<Bytes>,
+        reply: ReplyTo<maquis::Payload>,
     },
     /// Read one key.
     Get {
@@ -339,7 +340,7 @@ impl Vnode {
         match msg {
             VnodeMsg::Echo { payload, reply } => {
                 self.touch();
-                let _ = reply.send(payload).await;
+                let _ = reply.send(payload.into()).await;
             }
             VnodeMsg::Get { key, hops, reply } => {
                 self.touch();

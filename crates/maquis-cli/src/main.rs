@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod node_cmd;
+mod sim_cmd;
 
 use std::process::ExitCode;
 
@@ -54,6 +55,8 @@ enum Command {
     /// Benchmarks (each prints ratios against baselines run in the same invocation).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Simulate the peer-to-peer overlay (HyParView and Plumtree) and print what it measured.
+    Sim(sim_cmd::SimArgs),
 }
 
 fn init_tracing() {
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
             } => ping(&admin, &to, count, size).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
+            Command::Sim(args) => sim_cmd::run(args).await,
             Command::Netem { cmd } => {
                 match tokio::task::spawn_blocking(move || maquis_netem::run(cmd)).await {
                     Ok(Ok(())) => ExitCode::SUCCESS,

@@ -23,8 +23,10 @@ mod queue;
 mod report;
 mod run;
 mod scenario;
+mod suite;
 mod world;
 
 pub use report::Report;
 pub use run::run;
 pub use scenario::{Fault, Scenario};
+pub use suite::{run_suite, ScenarioKind, Suite, SuiteError, SuiteReport, MAX_NODES};

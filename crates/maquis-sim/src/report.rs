@@ -2,10 +2,12 @@
 
 use std::fmt;
 
+use serde::Serialize;
+
 use crate::world::World;
 
-/// The metrics of one simulation run.
-#[derive(Clone, Debug, PartialEq)]
+/// The metrics of one simulation run (serialized with these field names).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     /// The scenario's name.
     pub name: String,

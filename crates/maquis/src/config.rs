@@ -20,6 +20,11 @@ pub enum OverlayKind {
     Static,
     /// Everyone connects to everyone; membership spreads by gossip.
     FullMesh,
+    /// HyParView partial views (a few neighbours each) with Plumtree broadcast; members are
+    /// learned from heartbeats, and sends to non-neighbours are routed hop by hop. `hyparview`
+    /// is accepted as another name.
+    #[serde(rename = "peer-to-peer", alias = "hyparview")]
+    PeerToPeer,
 }
 
 impl OverlayKind {
@@ -28,6 +33,7 @@ impl OverlayKind {
         match self {
             OverlayKind::Static => "static",
             OverlayKind::FullMesh => "full-mesh",
+            OverlayKind::PeerToPeer => "peer-to-peer",
         }
     }
 }
@@ -38,9 +44,12 @@ impl std::str::FromStr for OverlayKind {
         match s {
             "static" => Ok(OverlayKind::Static),
             "full-mesh" | "fullmesh" | "full_mesh" => Ok(OverlayKind::FullMesh),
+            "peer-to-peer" | "hyparview" => Ok(OverlayKind::PeerToPeer),
             other => Err(ConfigError::Invalid {
                 key: "overlay",
-                reason: format!("unknown overlay {other:?} (expected static or full-mesh)"),
+                reason: format!(
+                    "unknown overlay {other:?} (expected static, full-mesh or peer-to-peer)"
+                ),
             }),
         }
     }
@@ -124,6 +133,31 @@ pub struct Config {
     pub gossip_interval_ms: u64,
     /// Membership events buffered for each subscriber before it lags.
     pub event_buffer: usize,
+    /// Peer-to-peer overlay: active view size (neighbours with an open connection).
+    pub hyparview_active_size: usize,
+    /// Peer-to-peer overlay: passive view size (known identities kept in reserve).
+    pub hyparview_passive_size: usize,
+    /// Peer-to-peer overlay: active random walk length (ARWL) of a join.
+    pub hyparview_arwl: u8,
+    /// Peer-to-peer overlay: passive random walk length (PRWL), at most `hyparview_arwl`.
+    pub hyparview_prwl: u8,
+    /// Peer-to-peer overlay: active-view identities a shuffle carries.
+    pub hyparview_shuffle_active: usize,
+    /// Peer-to-peer overlay: passive-view identities a shuffle carries.
+    pub hyparview_shuffle_passive: usize,
+    /// Peer-to-peer overlay: shuffle period, in milliseconds.
+    pub hyparview_shuffle_period_ms: u64,
+    /// Peer-to-peer overlay: period of the heartbeat each node broadcasts (members and routes
+    /// are learned from them), in milliseconds.
+    pub member_heartbeat_ms: u64,
+    /// Peer-to-peer overlay: a member whose heartbeats stopped for this long is dropped from
+    /// the members (and reported down), in milliseconds.
+    pub member_timeout_ms: u64,
+    /// Peer-to-peer overlay: a routed message is dropped after this many hops.
+    pub hop_limit: u16,
+    /// Broadcast messages a topic subscription buffers; when it is full the oldest is dropped
+    /// (and counted).
+    pub subscription_capacity: usize,
 }
 
 impl Default for Config {
@@ -149,6 +183,17 @@ impl Default for Config {
             max_pending_handshakes: 128,
             gossip_interval_ms: 2000,
             event_buffer: 1024,
+            hyparview_active_size: 5,
+            hyparview_passive_size: 30,
+            hyparview_arwl: 6,
+            hyparview_prwl: 3,
+            hyparview_shuffle_active: 3,
+            hyparview_shuffle_passive: 4,
+            hyparview_shuffle_period_ms: 1000,
+            member_heartbeat_ms: 1000,
+            member_timeout_ms: 5000,
+            hop_limit: 16,
+            subscription_capacity: 1024,
         }
     }
 }
@@ -243,6 +288,26 @@ impl Config {
         self
     }
 
+    /// Sets the peer-to-peer overlay's view sizes (active, passive).
+    pub fn hyparview_views(mut self, active: usize, passive: usize) -> Self {
+        self.hyparview_active_size = active;
+        self.hyparview_passive_size = passive;
+        self
+    }
+
+    /// Sets the peer-to-peer overlay's member heartbeat period and member timeout.
+    pub fn member_heartbeat(mut self, every: Duration, timeout: Duration) -> Self {
+        self.member_heartbeat_ms = every.as_millis() as u64;
+        self.member_timeout_ms = timeout.as_millis() as u64;
+        self
+    }
+
+    /// Sets how many broadcast messages a topic subscription buffers.
+    pub fn subscription_capacity(mut self, n: usize) -> Self {
+        self.subscription_capacity = n;
+        self
+    }
+
     /// Parses a TOML document (unknown keys are an error).
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::File(e.to_string()))
@@ -300,6 +365,31 @@ impl Config {
                 }
                 "GOSSIP_INTERVAL_MS" => self.gossip_interval_ms = parse(v, "gossip_interval_ms")?,
                 "EVENT_BUFFER" => self.event_buffer = parse(v, "event_buffer")?,
+                "HYPARVIEW_ACTIVE_SIZE" => {
+                    self.hyparview_active_size = parse(v, "hyparview_active_size")?
+                }
+                "HYPARVIEW_PASSIVE_SIZE" => {
+                    self.hyparview_passive_size = parse(v, "hyparview_passive_size")?
+                }
+                "HYPARVIEW_ARWL" => self.hyparview_arwl = parse(v, "hyparview_arwl")?,
+                "HYPARVIEW_PRWL" => self.hyparview_prwl = parse(v, "hyparview_prwl")?,
+                "HYPARVIEW_SHUFFLE_ACTIVE" => {
+                    self.hyparview_shuffle_active = parse(v, "hyparview_shuffle_active")?
+                }
+                "HYPARVIEW_SHUFFLE_PASSIVE" => {
+                    self.hyparview_shuffle_passive = parse(v, "hyparview_shuffle_passive")?
+                }
+                "HYPARVIEW_SHUFFLE_PERIOD_MS" => {
+                    self.hyparview_shuffle_period_ms = parse(v, "hyparview_shuffle_period_ms")?
+                }
+                "MEMBER_HEARTBEAT_MS" => {
+                    self.member_heartbeat_ms = parse(v, "member_heartbeat_ms")?
+                }
+                "MEMBER_TIMEOUT_MS" => self.member_timeout_ms = parse(v, "member_timeout_ms")?,
+                "HOP_LIMIT" => self.hop_limit = parse(v, "hop_limit")?,
+                "SUBSCRIPTION_CAPACITY" => {
+                    self.subscription_capacity = parse(v, "subscription_capacity")?
+                }
                 _ => {
                     return Err(ConfigError::Invalid {
                         key: "environment",
@@ -357,6 +447,7 @@ impl Config {
                 "gossip interval and event buffer must be > 0",
             ));
         }
+        self.validate_peer_to_peer()?;
         let mut seen = std::collections::HashSet::new();
         for c in &self.channels {
             if c.name.is_empty() || c.name.len() > 64 {
@@ -382,6 +473,69 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    fn validate_peer_to_peer(&self) -> Result<(), ConfigError> {
+        if self.hyparview_active_size == 0 || self.hyparview_active_size > 1024 {
+            return Err(invalid("hyparview_active_size", "must be 1 to 1024"));
+        }
+        if self.hyparview_passive_size == 0 || self.hyparview_passive_size > 65_536 {
+            return Err(invalid("hyparview_passive_size", "must be 1 to 65536"));
+        }
+        if self.hyparview_arwl == 0 || self.hyparview_arwl > 32 {
+            return Err(invalid("hyparview_arwl", "must be 1 to 32"));
+        }
+        if self.hyparview_prwl > self.hyparview_arwl {
+            return Err(invalid("hyparview_prwl", "must be at most hyparview_arwl"));
+        }
+        if self.hyparview_shuffle_active > 1024 || self.hyparview_shuffle_passive > 1024 {
+            return Err(invalid(
+                "hyparview_shuffle_active",
+                "shuffle sizes must be at most 1024",
+            ));
+        }
+        if self.hyparview_shuffle_period_ms == 0 {
+            return Err(invalid("hyparview_shuffle_period_ms", "must be > 0"));
+        }
+        if self.member_heartbeat_ms == 0 || self.member_timeout_ms <= self.member_heartbeat_ms {
+            return Err(invalid(
+                "member_timeout_ms",
+                "member_heartbeat_ms must be > 0 and member_timeout_ms larger",
+            ));
+        }
+        if self.hop_limit == 0 {
+            return Err(invalid("hop_limit", "must be at least 1"));
+        }
+        if self.subscription_capacity == 0 {
+            return Err(invalid("subscription_capacity", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The HyParView parameters of the peer-to-peer overlay.
+    pub fn hyparview(&self) -> crate::overlay::HyParViewConfig {
+        crate::overlay::HyParViewConfig {
+            active_size: self.hyparview_active_size,
+            passive_size: self.hyparview_passive_size,
+            arwl: self.hyparview_arwl,
+            prwl: self.hyparview_prwl,
+            shuffle_ttl: self.hyparview_arwl,
+            shuffle_active: self.hyparview_shuffle_active,
+            shuffle_passive: self.hyparview_shuffle_passive,
+            shuffle_period: Duration::from_millis(self.hyparview_shuffle_period_ms),
+            ..crate::overlay::HyParViewConfig::default()
+        }
+    }
+
+    /// The Plumtree parameters broadcast runs with (member heartbeats, route lifetime and hop
+    /// limit from this configuration, the rest Plumtree's defaults).
+    pub fn plumtree(&self) -> crate::broadcast::PlumtreeConfig {
+        crate::broadcast::PlumtreeConfig {
+            heartbeat_every: Duration::from_millis(self.member_heartbeat_ms),
+            route_ttl: Duration::from_millis(self.member_timeout_ms),
+            hop_limit: self.hop_limit,
+            ..crate::broadcast::PlumtreeConfig::default()
+        }
     }
 
     /// The resolved channel table: `membership` (1 lane) first, then `default`, then the named ones.
@@ -518,6 +672,62 @@ mod tests {
             .is_err());
         assert!(Config::default()
             .apply_vars([("MAQUIS_PARALELISM".to_string(), "4".to_string())])
+            .is_err());
+    }
+
+    #[test]
+    fn peer_to_peer_selection_and_parameters() {
+        for name in ["peer-to-peer", "hyparview"] {
+            let c = Config::from_toml(&format!(
+                "overlay = \"{name}\"\nhyparview_active_size = 3\n"
+            ))
+            .unwrap();
+            assert_eq!(c.overlay, OverlayKind::PeerToPeer);
+            assert_eq!(c.hyparview().active_size, 3);
+            assert_eq!(
+                name.parse::<OverlayKind>().unwrap(),
+                OverlayKind::PeerToPeer
+            );
+        }
+        assert_eq!(OverlayKind::PeerToPeer.as_str(), "peer-to-peer");
+        let err = Config::from_toml("overlay = \"gossip\"").unwrap_err();
+        assert!(matches!(err, ConfigError::File(_)), "{err}");
+        let err = "gossip".parse::<OverlayKind>().unwrap_err();
+        assert!(err.to_string().contains("peer-to-peer"), "{err}");
+        let c = Config::default()
+            .apply_vars([
+                ("MAQUIS_OVERLAY".to_string(), "hyparview".to_string()),
+                ("MAQUIS_HYPARVIEW_PASSIVE_SIZE".to_string(), "6".to_string()),
+                (
+                    "MAQUIS_HYPARVIEW_SHUFFLE_PERIOD_MS".to_string(),
+                    "250".to_string(),
+                ),
+                ("MAQUIS_HOP_LIMIT".to_string(), "8".to_string()),
+                ("MAQUIS_MEMBER_TIMEOUT_MS".to_string(), "3000".to_string()),
+            ])
+            .unwrap();
+        assert_eq!(c.overlay, OverlayKind::PeerToPeer);
+        let hv = c.hyparview();
+        assert_eq!((hv.active_size, hv.passive_size), (5, 6));
+        assert_eq!((hv.arwl, hv.prwl), (6, 3), "the paper's walk lengths");
+        assert_eq!(hv.shuffle_period, Duration::from_millis(250));
+        assert_eq!(c.plumtree().hop_limit, 8);
+        assert_eq!(c.plumtree().route_ttl, Duration::from_secs(3));
+        c.validate().unwrap();
+        assert!(Config::default()
+            .apply_vars([("MAQUIS_OVERLAY".to_string(), "p2p-ish".to_string())])
+            .is_err());
+        let bad = Config {
+            hyparview_prwl: 7,
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
+        let bad =
+            Config::default().member_heartbeat(Duration::from_secs(2), Duration::from_secs(1));
+        assert!(bad.validate().is_err());
+        assert!(Config::default()
+            .subscription_capacity(0)
+            .validate()
             .is_err());
     }
 }

@@ -45,6 +45,28 @@ pub enum SendError {
     NodeStopped,
 }
 
+/// Why a broadcast could not be sent.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum BroadcastError {
+    /// The message could not be encoded.
+    #[error("encode failed: {0}")]
+    Encode(String),
+    /// The message does not fit in one frame.
+    #[error("message too large: {len} bytes, the broadcast limit is {max}")]
+    TooLarge {
+        /// Encoded size.
+        len: usize,
+        /// The limit (`max_frame_bytes` less room for the protocol envelope).
+        max: usize,
+    },
+    /// Topics starting with `$maquis/` belong to the runtime.
+    #[error("the topic {0:?} is reserved")]
+    ReservedTopic(String),
+    /// The node has stopped.
+    #[error("the node has stopped")]
+    Stopped,
+}
+
 /// Why a request/response `call` failed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum CallError {

@@ -40,15 +40,18 @@ pub mod error;
 pub mod id;
 pub mod node;
 pub mod overlay;
+pub mod payload;
 pub mod transport;
 pub mod wire;
 
 pub use actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, ReplyTo};
+pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, OverlayKind};
 pub use dispatch::SendOpts;
-pub use error::{CallError, JoinError, RegisterError, SendError, StartError};
+pub use error::{BroadcastError, CallError, JoinError, RegisterError, SendError, StartError};
 pub use id::{LaneId, NodeId};
-pub use node::{MembershipEvent, Node};
+pub use node::{MembershipEvent, Node, Subscription};
+pub use payload::Payload;
 pub use wire::frame::DownReason;
 
 /// Encodes a value the way messages travel (postcard); refs inside keep their node.

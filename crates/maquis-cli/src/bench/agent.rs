@@ -14,12 +14,13 @@ use super::stats::{cpu_seconds, RunResult};
 /// One benchmark message: the payload, whether to echo it, where to answer.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Ping {
-    /// The payload.
+    /// The payload (shared with the received frame, not copied).
+    #[serde(with = "maquis::payload::shared")]
     pub payload: Bytes,
     /// Send the payload back (else a small acknowledgement).
     pub echo: bool,
     /// Where the answer goes.
-    pub reply: ReplyTo<Bytes>,
+    pub reply: ReplyTo<maquis::Payload>,
 }
 
 /// Node options shared by both roles.
@@ -109,7 +110,7 @@ pub async fn server(args: ServerArgs) -> Result<(), String> {
                 } else {
                     Bytes::from_static(b"ok")
                 };
-                let _ = reply.send(back).await;
+                let _ = reply.send(back.into()).await;
             }
         });
         node.register(&format!("p{i}"), &partner)

@@ -236,13 +236,13 @@ pub fn write(
         }
     }
     let _ = writeln!(r, "\n## Targets\n");
-    let mut check = |what: String, got: f64, want: f64| {
+    let check = |what: String, got: f64, want: f64| {
         let verdict = if got >= want {
             "met".to_string()
         } else {
             format!("missed by {:.0}%", (1.0 - got / want) * 100.0)
         };
-        let _ = writeln!(r, "- {what}: {got:.2} (target ≥ {want}) — {verdict}");
+        format!("- {what}: {got:.2} (target ≥ {want}) — {verdict}")
     };
     for size in [512 * 1024, 8 * 1024 * 1024] {
         if let (Some(a), Some(raw), Some(erl)) = (
@@ -250,16 +250,18 @@ pub fn write(
             find(cells, 20, size, 128, "raw-tcp"),
             find(cells, 20, size, 128, "erlang"),
         ) {
-            check(
+            let line = check(
                 format!("20 ms, {}, 128 actors: affinity / raw-tcp", human(size)),
                 a.ops_per_s / raw.ops_per_s,
                 0.8,
             );
-            check(
+            let _ = writeln!(r, "{line}");
+            let line = check(
                 format!("20 ms, {}, 128 actors: affinity / erlang", human(size)),
                 a.ops_per_s / erl.ops_per_s,
                 5.0,
             );
+            let _ = writeln!(r, "{line}");
         }
     }
     for &n in &actors {
@@ -268,11 +270,22 @@ pub fn write(
             find(cells, 1, 1024, n, "erlang"),
         ) {
             let want = if n == 16 { 2.0 } else { 1.0 };
-            check(
+            let line = check(
                 format!("1 ms, 1 KiB, {n} actors: affinity / erlang"),
                 a.ops_per_s / erl.ops_per_s,
                 want,
             );
+            let _ = writeln!(r, "{line}");
+            // A closed loop of n actors over a 1 ms round trip completes at most n per ms.
+            let ceiling = n as f64 * 1000.0;
+            if want * erl.ops_per_s > ceiling {
+                let _ = writeln!(
+                    r,
+                    "  - unreachable here: {want}× erlang is {:.0}/s, above the closed-loop \
+                     ceiling of {n} actors / 1 ms = {ceiling:.0}/s",
+                    want * erl.ops_per_s
+                );
+            }
         }
     }
     match plot(out) {

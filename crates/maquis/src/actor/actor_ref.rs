@@ -216,7 +216,7 @@ impl<M: Message> ActorRef<M> {
             CallOutcome::Local(b) => b.downcast::<R>().map(|b| *b).map_err(|_| {
                 CallError::Decode("the reply has another type than the call expects".into())
             }),
-            CallOutcome::Remote(bytes) => super::decode_in::<R>(&self.rt, &bytes)
+            CallOutcome::Remote(bytes) => super::decode_frame_in::<R>(&self.rt, &bytes)
                 .map_err(|e| CallError::Decode(e.to_string())),
             CallOutcome::NoProc => Err(CallError::NoProc),
             CallOutcome::Failed(why) => Err(CallError::NoReply(why)),

@@ -47,6 +47,15 @@ pub(crate) fn decode_in<T: serde::de::DeserializeOwned>(
     out
 }
 
+/// Decodes a received frame's payload so that refs inside bind to `node` and
+/// [`crate::Payload`] fields borrow from the frame instead of copying.
+pub(crate) fn decode_frame_in<T: serde::de::DeserializeOwned>(
+    node: &Weak<Inner>,
+    frame: &bytes::Bytes,
+) -> Result<T, postcard::Error> {
+    crate::payload::with_source(frame, || decode_in(node, frame))
+}
+
 /// The node that refs decoded right now bind to.
 pub(crate) fn decode_node() -> Weak<Inner> {
     DECODE_NODE.with(|c| c.borrow().clone()).unwrap_or_default()
@@ -68,7 +77,7 @@ impl<M: Message> Inbox<M> {
         loop {
             match self.rx.recv().await? {
                 Delivery::Local(m) => return Some(m),
-                Delivery::Remote(r) => match decode_in::<M>(&self.node, &r.payload) {
+                Delivery::Remote(r) => match decode_frame_in::<M>(&self.node, &r.payload) {
                     Ok(m) => return Some(m),
                     Err(e) => {
                         if let Some(inner) = self.node.upgrade() {

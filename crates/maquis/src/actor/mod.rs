@@ -12,7 +12,7 @@ use serde::Serialize;
 pub use actor_ref::ActorRef;
 pub use call::ReplyTo;
 pub(crate) use call::{CallOutcome, PendingCalls};
-pub(crate) use context::{current_actor, decode_in, scope as scope_actor};
+pub(crate) use context::{current_actor, decode_frame_in, decode_in, scope as scope_actor};
 pub use context::{Actor, Context, Inbox};
 pub use monitor::Monitor;
 pub(crate) use monitor::{notify_stopped, Monitors, WatchTarget};

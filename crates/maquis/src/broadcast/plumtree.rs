@@ -599,6 +599,17 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             .cloned()
     }
 
+    /// The sequence number of `origin`'s newest heartbeat known here (to tell a node's later
+    /// heartbeats from earlier ones).
+    pub fn route_seq(&self, origin: &P) -> Option<u32> {
+        self.routes.get(origin).map(|e| e.seq)
+    }
+
+    /// The sequence number of this node's last heartbeat (0 before the first).
+    pub fn heartbeat_seq(&self) -> u32 {
+        self.hb_seq
+    }
+
     /// What is known of the way to `dst`.
     pub fn route_info(&self, dst: &P, now: Duration) -> Option<RouteInfo<P>> {
         self.routes.info(dst, now)

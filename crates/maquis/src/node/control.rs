@@ -1,8 +1,13 @@
 //! The control loop: the only place that drives the overlay. Connection events, overlay
 //! messages, timers, heartbeats and API requests arrive on one bounded queue; the overlay's
 //! effects are carried out here, and membership events are derived by diffing `members()`.
+//! Broadcast (Plumtree, in `bcast.rs`) runs here too, over the overlay's neighbours.
+//!
+//! What "down" means depends on the overlay's [`Liveness`]: with `Connection`, a node whose
+//! connection is lost is down (monitors fire, calls fail); with `Membership` a lost connection
+//! only tells the overlay, and a node is down when it leaves `members()`.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,13 +16,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::bcast::Bcast;
 use super::inner::Inner;
 use super::MembershipEvent;
+use crate::broadcast::{PlumtreeTimer, Topic};
 use crate::error::{ConnError, JoinError};
 use crate::id::{LaneId, NodeId, MEMBERSHIP_CHANNEL};
-use crate::overlay::{Effect, RawEffect, TimerId};
+use crate::overlay::{Effect, Liveness, RawEffect, Route, TimerId};
 use crate::transport::conn;
 use crate::wire::frame::Header;
+
+/// The reason given for a peer that said goodbye.
+const BYE: &str = "closed by the peer";
 
 /// Capacity of the control queue; senders wait when it is full.
 pub(crate) const CONTROL_QUEUE: usize = 4096;
@@ -67,6 +77,22 @@ pub(crate) enum Control {
     },
     Timer(TimerId),
     Tick,
+    /// `Node::broadcast`: an encoded message for a topic.
+    Broadcast {
+        topic: Topic,
+        payload: Bytes,
+    },
+    /// A Plumtree message from a neighbour.
+    BroadcastMsg {
+        from: NodeId,
+        payload: Bytes,
+    },
+    BroadcastTimer(PlumtreeTimer),
+    /// A peer the overlay disconnected before its connection was up: close it now if the
+    /// overlay has not asked for it again meanwhile.
+    Linger {
+        peer: NodeId,
+    },
 }
 
 struct State {
@@ -74,6 +100,10 @@ struct State {
     left_hint: HashSet<NodeId>,
     dialing: BTreeSet<SocketAddr>,
     seq: u64,
+    bcast: Bcast,
+    /// Peers the overlay disconnected while their connection was still coming up (`Membership`
+    /// liveness): closed once it is up, so the frames queued for them go out first.
+    unneeded: HashSet<NodeId>,
 }
 
 pub(crate) async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Control>) {
@@ -82,7 +112,12 @@ pub(crate) async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Control>) {
         left_hint: HashSet::new(),
         dialing: BTreeSet::new(),
         seq: 0,
+        bcast: Bcast::new(&inner),
+        unneeded: HashSet::new(),
     };
+    if inner.liveness == Liveness::Membership {
+        st.bcast.start_heartbeats(&inner);
+    }
     let fx = inner
         .overlay
         .lock()
@@ -106,6 +141,9 @@ fn overlay<R>(inner: &Inner, f: impl FnOnce(&mut dyn crate::overlay::DynOverlay)
 fn handle(inner: &Arc<Inner>, st: &mut State, msg: Control) {
     match msg {
         Control::Join { addr, done, retry } => {
+            if inner.liveness == Liveness::Membership {
+                st.bcast.start_heartbeats(inner);
+            }
             let known = inner
                 .peers
                 .read()
@@ -157,6 +195,9 @@ fn handle(inner: &Arc<Inner>, st: &mut State, msg: Control) {
                 .values()
                 .cloned()
                 .collect();
+            if inner.liveness == Liveness::Membership {
+                st.bcast.leave(inner);
+            }
             let fx = overlay(inner, |o| o.on_leave());
             apply(inner, st, fx);
             // `leave` returns once the goodbyes are written (or a second has passed), so a
@@ -196,8 +237,33 @@ fn handle(inner: &Arc<Inner>, st: &mut State, msg: Control) {
         }
         Control::PeerDown { peer, reason } => peer_down(inner, st, &peer, &reason),
         Control::Bye { peer } => {
-            st.left_hint.insert(peer.clone());
-            peer_down(inner, st, &peer, "left");
+            // With `Membership` liveness a goodbye only closes a connection (the overlay
+            // changed its views); the overlay's own messages tell whether the node left.
+            if inner.liveness == Liveness::Connection {
+                st.left_hint.insert(peer.clone());
+            }
+            peer_down(inner, st, &peer, BYE);
+        }
+        Control::Broadcast { topic, payload } => {
+            st.bcast.broadcast(inner, topic, payload);
+        }
+        Control::BroadcastMsg { from, payload } => {
+            if let Err(e) = st.bcast.on_message(inner, &from, &payload) {
+                inner.counters.decode_errors.inc();
+                tracing::warn!(%from, error = %e, "bad broadcast message");
+            }
+            let left = st.bcast.take_left();
+            if !left.is_empty() {
+                st.left_hint.extend(left);
+                settle(inner, st, true);
+            }
+        }
+        Control::BroadcastTimer(t) => st.bcast.on_timer(inner, t),
+        Control::Linger { peer } => {
+            if st.unneeded.remove(&peer) {
+                close_peer(inner, &peer);
+                settle(inner, st, false);
+            }
         }
         Control::OverlayMsg { from, payload } => {
             match overlay(inner, |o| o.on_message(&from, &payload)) {
@@ -212,7 +278,10 @@ fn handle(inner: &Arc<Inner>, st: &mut State, msg: Control) {
             let fx = overlay(inner, |o| o.on_timer(t));
             apply(inner, st, fx);
         }
-        Control::Tick => heartbeat(inner, st),
+        Control::Tick => {
+            heartbeat(inner, st);
+            settle(inner, st, true);
+        }
     }
 }
 
@@ -247,8 +316,10 @@ fn heartbeat(inner: &Arc<Inner>, st: &mut State) {
     }
 }
 
-/// Drops a peer (if it is still that incarnation), fires monitors, and tells the overlay.
+/// Drops a peer's connection (if it is still that incarnation) and tells the overlay. With
+/// `Connection` liveness the node is down: monitors fire and calls fail.
 fn peer_down(inner: &Arc<Inner>, st: &mut State, peer: &NodeId, reason: &str) {
+    let bye = reason == BYE;
     let removed = {
         let mut peers = inner.peers.write().unwrap_or_else(|e| e.into_inner());
         match peers.get(&peer.name) {
@@ -256,16 +327,60 @@ fn peer_down(inner: &Arc<Inner>, st: &mut State, peer: &NodeId, reason: &str) {
             _ => None,
         }
     };
-    if let Some(p) = &removed {
-        p.abort.cancel();
-        inner.counters.peers_down.inc();
-        tracing::info!(%peer, %reason, "peer down");
+    st.unneeded.remove(peer);
+    if inner.liveness == Liveness::Connection {
+        if let Some(p) = &removed {
+            p.abort.cancel();
+            inner.counters.peers_down.inc();
+            tracing::info!(%peer, %reason, "peer down");
+        }
+        node_gone(inner, peer);
+    } else if let Some(p) = &removed {
+        tracing::debug!(%peer, %reason, "connection closed");
+        if bye {
+            // The peer closed it because its views changed: what is queued for it (replies,
+            // forwarded messages) is still written, its end reads until it cuts the connection.
+            p.close.cancel();
+            let abort = p.abort.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                abort.cancel();
+            });
+        } else {
+            p.abort.cancel();
+        }
     }
-    inner.monitors.node_down(peer);
-    inner.registry.forget_node(peer);
-    inner.calls.fail_node(peer);
     let fx = overlay(inner, |o| o.on_connection(peer, false));
     apply(inner, st, fx);
+}
+
+/// A node is down or gone: its monitors fire, its watchers are forgotten, calls to it fail.
+fn node_gone(inner: &Inner, node: &NodeId) {
+    inner.monitors.node_down(node);
+    inner.registry.forget_node(node);
+    inner.calls.fail_node(node);
+}
+
+/// Closes a peer's connections gracefully: a goodbye, the queued frames written, then closed
+/// (cut after 5 s).
+fn close_peer(inner: &Inner, id: &NodeId) {
+    let removed = {
+        let mut peers = inner.peers.write().unwrap_or_else(|e| e.into_inner());
+        match peers.get(&id.name) {
+            Some(p) if p.id == *id => peers.remove(&id.name),
+            _ => None,
+        }
+    };
+    if let Some(p) = removed {
+        inner.send_control(&p, &Header::Bye, Bytes::new());
+        p.close.cancel();
+        // Give the writers time to drain, then cut whatever is left.
+        let abort = p.abort.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            abort.cancel();
+        });
+    }
 }
 
 fn spawn_dial(
@@ -341,6 +456,7 @@ fn apply(inner: &Arc<Inner>, st: &mut State, effects: Vec<RawEffect>) {
     for e in effects {
         match e {
             Effect::Connect(id) => {
+                st.unneeded.remove(&id);
                 if id.name != inner.id.name {
                     if let Err(why) = inner.peer_get_or_create(&id) {
                         tracing::debug!(%id, %why, "connect skipped");
@@ -358,27 +474,12 @@ fn apply(inner: &Arc<Inner>, st: &mut State, effects: Vec<RawEffect>) {
                     spawn_dial(inner, addr, None, false, false);
                 }
             }
+            Effect::Disconnect(id) if inner.liveness == Liveness::Membership => {
+                disconnect_soon(inner, st, id);
+            }
             Effect::Disconnect(id) => {
-                let removed = {
-                    let mut peers = inner.peers.write().unwrap_or_else(|e| e.into_inner());
-                    match peers.get(&id.name) {
-                        Some(p) if p.id == id => peers.remove(&id.name),
-                        _ => None,
-                    }
-                };
-                if let Some(p) = removed {
-                    inner.send_control(&p, &Header::Bye, Bytes::new());
-                    p.close.cancel();
-                    // Give the writers time to drain, then cut whatever is left.
-                    let abort = p.abort.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                        abort.cancel();
-                    });
-                }
-                inner.monitors.node_down(&id);
-                inner.registry.forget_node(&id);
-                inner.calls.fail_node(&id);
+                close_peer(inner, &id);
+                node_gone(inner, &id);
             }
             Effect::Send(to, bytes) => match inner.peer(&to.name).filter(|p| p.id == to) {
                 Some(p) => inner.send_control(&p, &Header::Overlay, bytes),
@@ -396,17 +497,102 @@ fn apply(inner: &Arc<Inner>, st: &mut State, effects: Vec<RawEffect>) {
                 });
             }
             Effect::Left(id) => {
+                if inner.liveness == Liveness::Membership {
+                    st.bcast.departed(&id);
+                }
                 st.left_hint.insert(id);
             }
         }
     }
-    publish(inner, st);
+    settle(inner, st, false);
 }
 
-fn publish(inner: &Inner, st: &mut State) {
-    let now = overlay(inner, |o| o.members());
-    if now == st.members {
+/// `Membership` liveness: the overlay no longer needs a connection. A peer whose membership lane
+/// is up is closed at once (its queued frames are written first); one still connecting is
+/// closed once it connects (or after the handshake timeout), so that a message queued for it
+/// just before (a shuffle reply, say) still goes out, unless the overlay connects it again.
+fn disconnect_soon(inner: &Arc<Inner>, st: &mut State, id: NodeId) {
+    let Some(p) = inner.peer(&id.name).filter(|p| p.id == id) else {
         return;
+    };
+    let slot = inner.dispatch.membership_slot();
+    if p.lanes[slot].is_connected() {
+        st.unneeded.remove(&id);
+        close_peer(inner, &id);
+        return;
+    }
+    if st.unneeded.insert(id.clone()) {
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let limit = Duration::from_millis(inner.config.handshake_timeout_ms);
+            p.wait_connected(slot, limit).await;
+            let _ = inner.control.send(Control::Linger { peer: id }).await;
+        });
+    }
+}
+
+/// After anything that may change the overlay: updates broadcast's neighbours, (with
+/// `Membership` liveness, when `refresh` or the neighbours changed) hands the overlay the
+/// routes heartbeats revealed, publishes membership changes, and rebuilds the route table.
+fn settle(inner: &Arc<Inner>, st: &mut State, refresh: bool) {
+    let want = overlay(inner, |o| o.neighbors()).unwrap_or_else(|| connected_members(inner));
+    let changed = st.bcast.sync_neighbors(inner, want);
+    let membership = inner.liveness == Liveness::Membership;
+    if membership && (changed || refresh) {
+        let max_age = Duration::from_millis(inner.config.member_timeout_ms);
+        let routes = st.bcast.routes(inner, max_age);
+        overlay(inner, |o| o.set_routes(routes));
+    }
+    let moved = publish(inner, st);
+    if membership && (changed || refresh || moved) {
+        rebuild_routes(inner, st);
+    }
+}
+
+/// Members (other than this node) whose membership lane is up.
+fn connected_members(inner: &Inner) -> Vec<NodeId> {
+    let members = overlay(inner, |o| o.members());
+    let peers = inner.peers.read().unwrap_or_else(|e| e.into_inner());
+    members
+        .into_iter()
+        .filter(|m| peers.get(&m.name).is_some_and(|p| p.id == *m && p.is_up()))
+        .collect()
+}
+
+/// The route table the send path reads: every member the overlay reaches through a neighbour.
+fn rebuild_routes(inner: &Inner, st: &State) {
+    let table: HashMap<String, (NodeId, NodeId)> = overlay(inner, |o| {
+        st.members
+            .iter()
+            .filter(|m| **m != inner.id)
+            .filter_map(|m| match o.route(m) {
+                Route::Via(via) => Some((m.name.clone(), (m.clone(), via))),
+                Route::Direct | Route::Unreachable => None,
+            })
+            .collect()
+    });
+    *inner.routes.write().unwrap_or_else(|e| e.into_inner()) = table;
+}
+
+/// The overlay's members; with `Membership` liveness only the newest incarnation of a name.
+fn current_members(inner: &Inner) -> Vec<NodeId> {
+    let mut all = overlay(inner, |o| o.members());
+    if inner.liveness == Liveness::Membership {
+        let mut newest: HashMap<String, u64> = HashMap::new();
+        for m in &all {
+            let e = newest.entry(m.name.clone()).or_insert(m.incarnation);
+            *e = (*e).max(m.incarnation);
+        }
+        all.retain(|m| newest.get(&m.name) == Some(&m.incarnation));
+    }
+    all
+}
+
+/// Publishes the changes of `members()` as events; returns whether there were any.
+fn publish(inner: &Inner, st: &mut State) -> bool {
+    let now = current_members(inner);
+    if now == st.members {
+        return false;
     }
     // Readers woken by an event must already see the new membership.
     *inner.members.write().unwrap_or_else(|e| e.into_inner()) = now.clone();
@@ -421,8 +607,16 @@ fn publish(inner: &Inner, st: &mut State) {
         } else {
             MembershipEvent::Down(n.clone())
         };
+        if inner.liveness == Liveness::Membership {
+            if matches!(ev, MembershipEvent::Down(_)) {
+                inner.counters.peers_down.inc();
+                tracing::info!(node = %inner.id.name, member = %n, "member down");
+            }
+            node_gone(inner, n);
+        }
         let _ = inner.events.send(ev);
     }
     st.left_hint.retain(|n| now.contains(n));
     st.members = now;
+    true
 }

@@ -4,24 +4,39 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::control::Control;
+use super::topics::Topics;
 use super::MembershipEvent;
 use crate::actor::registry::{RemoteMsg, Watcher};
 use crate::actor::{CallOutcome, Monitors, PendingCalls};
+use crate::broadcast::{decide_forward, DropReason, ForwardDecision};
 use crate::config::Config;
 use crate::dispatch::{Dispatcher, SendOpts};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
-use crate::overlay::{DynOverlay, Route};
+use crate::overlay::{DynOverlay, Liveness};
 use crate::transport::lane::{run_writer, Lane};
 use crate::transport::{connector, Peer};
-use crate::wire::frame::{encode_head, Dest, DownReason, Frame, Header, ReplyStatus};
+use crate::wire::frame::{encode_head, Dest, DownReason, Frame, Header, ReplyStatus, Routed};
+
+/// How long a forwarding node waits for room in the next hop's lane before it drops a routed
+/// message (counted in `routed_queue_full`). The wait holds up the lane the message came on, as
+/// a full mailbox does; the limit keeps two nodes forwarding to each other from waiting forever.
+const FORWARD_WAIT: Duration = Duration::from_secs(2);
+
+/// Where a frame for a node goes first.
+enum Hop {
+    /// To the node itself.
+    Direct(Arc<Peer>),
+    /// To a neighbour that forwards it.
+    Via(Arc<Peer>),
+}
 
 /// A monotonically increasing counter.
 #[derive(Debug, Default)]
@@ -62,6 +77,12 @@ counters! {
     bad_frames: "connections closed for a malformed or oversized frame",
     control_drops: "protocol frames dropped because the membership lane was full or gone",
     peers_down: "peers declared down",
+    routed_forwarded: "routed messages this node passed on toward their destination",
+    routed_hop_limit: "routed messages dropped because they reached the hop limit",
+    routed_no_route: "routed messages dropped because this node knew no way on",
+    routed_queue_full: "routed messages dropped because the next hop's lane stayed full",
+    routed_invalid: "routed messages dropped because their lane or header made no sense here",
+    subscription_drops: "broadcast messages dropped from full topic subscriptions (oldest first)",
 }
 
 /// The shared state of a running node.
@@ -76,7 +97,16 @@ pub struct Inner {
     pub(crate) peers: RwLock<HashMap<String, Arc<Peer>>>,
     pub(crate) overlay: Mutex<Box<dyn DynOverlay>>,
     pub(crate) overlay_name: &'static str,
+    /// How nodes are declared down (from the overlay).
+    pub(crate) liveness: Liveness,
     pub(crate) members: RwLock<Vec<NodeId>>,
+    /// The nodes broadcast runs over (the overlay's neighbours), as the control loop last set.
+    pub(crate) neighbors: RwLock<Vec<NodeId>>,
+    /// Routes to non-neighbours, by name: (destination, neighbour to go through). Set by the
+    /// control loop from `Overlay::route`, read by every send (no overlay lock on the way).
+    pub(crate) routes: RwLock<HashMap<String, (NodeId, NodeId)>>,
+    /// Local broadcast subscribers.
+    pub(crate) topics: Topics,
     pub(crate) events: broadcast::Sender<MembershipEvent>,
     pub(crate) control: mpsc::Sender<Control>,
     pub(crate) counters: Counters,
@@ -119,16 +149,11 @@ impl Inner {
             .cloned()
     }
 
-    fn overlay_route(&self, dst: &NodeId) -> Route {
-        self.overlay
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .route(dst)
-    }
-
-    /// The peer whose lanes carry traffic for `dst`.
-    fn next_hop(&self, dst: &NodeId) -> Result<Arc<Peer>, SendError> {
-        if let Some(p) = self.peer(&dst.name) {
+    /// The peer whose lanes carry traffic for `dst`: the node itself when it is a peer, else
+    /// (on overlays with multi-hop routes) the neighbour a route names.
+    fn next_hop(&self, dst: &NodeId) -> Result<Hop, SendError> {
+        let direct = self.peer(&dst.name);
+        if let Some(p) = &direct {
             if p.id.incarnation != dst.incarnation {
                 return Err(SendError::StaleIncarnation {
                     node: dst.name.clone(),
@@ -137,17 +162,67 @@ impl Inner {
                 });
             }
         }
-        let direct = || {
-            self.peer(&dst.name)
-                .filter(|p| p.id == *dst)
-                .ok_or_else(|| SendError::Unreachable(dst.name.clone()))
-        };
-        match self.overlay_route(dst) {
-            Route::Direct => direct(),
-            // A node connected to us is reachable even before the overlay lists it (a reply
-            // to a node that is still joining, say). Multi-hop forwarding (`Via`) belongs to
-            // the peer-to-peer overlay, which is not built yet.
-            Route::Via(_) | Route::Unreachable => direct(),
+        let unreachable = || SendError::Unreachable(dst.name.clone());
+        // A node connected to us is reachable even before the overlay lists it (a reply to a
+        // node that is still joining, say).
+        let direct = direct.filter(|p| p.id == *dst);
+        if self.liveness == Liveness::Connection {
+            return direct.map(Hop::Direct).ok_or_else(unreachable);
+        }
+        if let Some(p) = direct.as_ref().filter(|p| p.is_up()) {
+            return Ok(Hop::Direct(p.clone()));
+        }
+        let route = self
+            .routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&dst.name)
+            .cloned();
+        match route {
+            Some((d, via)) if d == *dst => {
+                if let Some(p) = self.peer(&via.name).filter(|p| p.id == via) {
+                    return Ok(Hop::Via(p));
+                }
+            }
+            Some((d, _)) if d.incarnation > dst.incarnation => {
+                return Err(SendError::StaleIncarnation {
+                    node: dst.name.clone(),
+                    ref_incarnation: dst.incarnation,
+                    current: d.incarnation,
+                })
+            }
+            _ => {}
+        }
+        // A peer still connecting: its lanes queue the frame.
+        direct.map(Hop::Direct).ok_or_else(unreachable)
+    }
+
+    /// The lane and the head of a frame for `dst`, wrapped for forwarding when `dst` is not a
+    /// neighbour.
+    fn route_frame(
+        &self,
+        dst: &NodeId,
+        opts: &SendOpts,
+        sender: u64,
+        receiver: u64,
+        header: &Header,
+        payload_len: usize,
+    ) -> Result<(Arc<Lane>, Bytes), SendError> {
+        let slot = self.dispatch.pick(opts, sender, receiver);
+        match self.next_hop(dst)? {
+            Hop::Direct(peer) => Ok((peer.lanes[slot].clone(), self.head(header, payload_len)?)),
+            Hop::Via(peer) => {
+                let kind = Routed::from_header(header)
+                    .ok_or_else(|| SendError::Unreachable(dst.name.clone()))?;
+                let routed = Header::Routed {
+                    to: dst.clone(),
+                    from: self.id.clone(),
+                    hops: 1,
+                    lane: slot as u16,
+                    kind,
+                };
+                Ok((peer.lanes[slot].clone(), self.head(&routed, payload_len)?))
+            }
         }
     }
 
@@ -172,10 +247,8 @@ impl Inner {
         header: &Header,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let peer = self.next_hop(dst)?;
-        let slot = self.dispatch.pick(opts, sender, receiver);
-        let head = self.head(header, payload.len())?;
-        peer.lanes[slot].enqueue(head, payload, true).await
+        let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
+        lane.enqueue(head, payload, true).await
     }
 
     /// Queues a frame for `dst` or fails with `Backpressure` at once.
@@ -188,10 +261,8 @@ impl Inner {
         header: &Header,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let peer = self.next_hop(dst)?;
-        let slot = self.dispatch.pick(opts, sender, receiver);
-        let head = self.head(header, payload.len())?;
-        peer.lanes[slot].try_enqueue(head, payload)
+        let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
+        lane.try_enqueue(head, payload)
     }
 
     /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts).
@@ -205,9 +276,20 @@ impl Inner {
         }
     }
 
+    /// A protocol frame for a node: on its membership lane if it is a peer, else routed (on
+    /// overlays with multi-hop routes); dropped and counted otherwise.
     fn send_control_to(&self, node: &NodeId, header: &Header) {
         match self.peer(&node.name).filter(|p| p.id == *node) {
             Some(p) => self.send_control(&p, header, Bytes::new()),
+            None if self.liveness == Liveness::Membership => {
+                let opts = SendOpts::default();
+                if self
+                    .try_send_frame(node, &opts, 0, 0, header, Bytes::new())
+                    .is_err()
+                {
+                    self.counters.control_drops.inc();
+                }
+            }
             None => self.counters.control_drops.inc(),
         }
     }
@@ -340,9 +422,146 @@ impl Inner {
         peer
     }
 
-    /// Hands an arriving frame on: to a mailbox, a waiting call, the overlay, or a monitor.
+    /// Hands an arriving frame on: to a mailbox, a waiting call, the overlay, broadcast, a
+    /// monitor, or (routed frames for other nodes) to the next hop.
     pub(crate) async fn handle_frame(&self, peer: &Arc<Peer>, frame: Frame) {
         let Frame { header, payload } = frame;
+        match header {
+            Header::Overlay => {
+                let _ = self
+                    .control
+                    .send(Control::OverlayMsg {
+                        from: peer.id.clone(),
+                        payload,
+                    })
+                    .await;
+            }
+            Header::Broadcast => {
+                let _ = self
+                    .control
+                    .send(Control::BroadcastMsg {
+                        from: peer.id.clone(),
+                        payload,
+                    })
+                    .await;
+            }
+            Header::Heartbeat { seq, sent_us } => {
+                self.send_control(peer, &Header::HeartbeatAck { seq, sent_us }, Bytes::new());
+            }
+            Header::HeartbeatAck { sent_us, .. } => {
+                let rtt = self.now_us().saturating_sub(sent_us).max(1);
+                peer.rtt_us.store(rtt, Ordering::Relaxed);
+            }
+            Header::Bye => {
+                let _ = self
+                    .control
+                    .send(Control::Bye {
+                        peer: peer.id.clone(),
+                    })
+                    .await;
+            }
+            Header::Routed {
+                to,
+                from,
+                hops,
+                lane,
+                kind,
+            } => {
+                if to.name == self.id.name {
+                    if to.incarnation != self.id.incarnation {
+                        self.counters.stale_target.inc();
+                        if let Routed::Send { call: Some(c), .. } = kind {
+                            self.reply_status(&from, c, ReplyStatus::NoProc);
+                        }
+                        return;
+                    }
+                    return self.handle_app(&from, kind.into_header(), payload).await;
+                }
+                self.forward(&peer.id, to, from, hops, lane, kind, payload)
+                    .await;
+            }
+            other => self.handle_app(&peer.id, other, payload).await,
+        }
+    }
+
+    /// Passes a routed message on to the next hop, on the lane slot its sender picked. A next
+    /// hop that is the neighbour it came from (routes that disagree for a moment) counts as no
+    /// route: the message is dropped at once rather than bounced to the hop limit.
+    #[allow(clippy::too_many_arguments)]
+    async fn forward(
+        &self,
+        came_from: &NodeId,
+        to: NodeId,
+        from: NodeId,
+        hops: u16,
+        lane: u16,
+        kind: Routed,
+        payload: Bytes,
+    ) {
+        let slot = usize::from(lane);
+        if slot >= self.dispatch.total_lanes() {
+            self.counters.routed_invalid.inc();
+            return self.routed_failed(&from, &kind, "invalid lane");
+        }
+        let limit = self.config.hop_limit;
+        let next = decide_forward(&self.id, &to, hops, limit, |d| match self.next_hop(d) {
+            Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
+            Err(_) => None,
+        });
+        let peer = match next {
+            ForwardDecision::ForwardTo(id) if id != *came_from => {
+                self.peer(&id.name).filter(|p| p.id == id)
+            }
+            ForwardDecision::ForwardTo(_) => None,
+            ForwardDecision::Drop(DropReason::HopLimit) => {
+                self.counters.routed_hop_limit.inc();
+                tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
+                return self.routed_failed(&from, &kind, "hop limit reached");
+            }
+            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
+        };
+        let Some(peer) = peer else {
+            self.counters.routed_no_route.inc();
+            tracing::debug!(%to, %from, hops, "routed message dropped: no route");
+            return self.routed_failed(&from, &kind, "no route");
+        };
+        let header = Header::Routed {
+            to,
+            from: from.clone(),
+            hops: hops.saturating_add(1),
+            lane,
+            kind: kind.clone(),
+        };
+        let head = match self.head(&header, payload.len()) {
+            Ok(h) => h,
+            Err(_) => {
+                self.counters.routed_invalid.inc();
+                return self.routed_failed(&from, &kind, "frame too large");
+            }
+        };
+        let queued =
+            tokio::time::timeout(FORWARD_WAIT, peer.lanes[slot].enqueue(head, payload, true)).await;
+        match queued {
+            Ok(Ok(())) => self.counters.routed_forwarded.inc(),
+            _ => {
+                self.counters.routed_queue_full.inc();
+                self.routed_failed(&from, &kind, "next hop congested");
+            }
+        }
+    }
+
+    /// A routed call that cannot go on fails at once at its caller instead of timing out.
+    fn routed_failed(&self, from: &NodeId, kind: &Routed, why: &str) {
+        if let Routed::Send { call: Some(c), .. } = kind {
+            if *from != self.id {
+                let status = ReplyStatus::Failed(format!("unreachable: {why}"));
+                self.reply_status(from, *c, status);
+            }
+        }
+    }
+
+    /// Application frames (sends, replies, monitors) from node `from`, direct or routed.
+    async fn handle_app(&self, from: &NodeId, header: Header, payload: Bytes) {
         match header {
             Header::Send {
                 to,
@@ -353,7 +572,7 @@ impl Inner {
                 if incarnation != 0 && incarnation != self.id.incarnation {
                     self.counters.stale_target.inc();
                     if let Some(call) = call {
-                        self.reply_status(&peer.id, call, ReplyStatus::NoProc);
+                        self.reply_status(from, call, ReplyStatus::NoProc);
                     }
                     return;
                 }
@@ -368,7 +587,7 @@ impl Inner {
                     Some(mb) => mb
                         .push_remote(RemoteMsg {
                             payload,
-                            from_node: peer.id.clone(),
+                            from_node: from.clone(),
                             call,
                         })
                         .await
@@ -378,7 +597,7 @@ impl Inner {
                 if !delivered {
                     self.counters.unknown_actor.inc();
                     if let Some(call) = call {
-                        self.reply_status(&peer.id, call, ReplyStatus::NoProc);
+                        self.reply_status(from, call, ReplyStatus::NoProc);
                     }
                 }
             }
@@ -392,40 +611,21 @@ impl Inner {
                     self.counters.late_replies.inc();
                 }
             }
-            Header::Overlay => {
-                let _ = self
-                    .control
-                    .send(Control::OverlayMsg {
-                        from: peer.id.clone(),
-                        payload,
-                    })
-                    .await;
-            }
-            Header::Heartbeat { seq, sent_us } => {
-                self.send_control(peer, &Header::HeartbeatAck { seq, sent_us }, Bytes::new());
-            }
-            Header::HeartbeatAck { sent_us, .. } => {
-                let rtt = self.now_us().saturating_sub(sent_us).max(1);
-                peer.rtt_us.store(rtt, Ordering::Relaxed);
-            }
             Header::Monitor { watch, target } => {
                 let w = Watcher::Remote {
-                    node: peer.id.clone(),
+                    node: from.clone(),
                     watch,
                 };
                 if self.registry.watch(target, w).is_err() {
-                    self.send_down(&peer.id, watch, target, DownReason::NoProc);
+                    self.send_down(from, watch, target, DownReason::NoProc);
                 }
             }
             Header::Demonitor { watch, target } => self.registry.unwatch(target, watch),
             Header::Down { watch, reason, .. } => self.monitors.fire(watch, reason),
-            Header::Bye => {
-                let _ = self
-                    .control
-                    .send(Control::Bye {
-                        peer: peer.id.clone(),
-                    })
-                    .await;
+            // Protocol headers are handled in `handle_frame`.
+            other => {
+                self.counters.routed_invalid.inc();
+                tracing::debug!(%from, header = ?other, "unexpected header dropped");
             }
         }
     }

@@ -1,9 +1,12 @@
 //! `Node`: start a node from a [`Config`], join and leave a cluster, spawn and name actors.
 
+mod bcast;
 mod control;
 mod inner;
 mod status;
+mod topics;
 pub use status::percentile;
+pub use topics::Subscription;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,11 +23,12 @@ pub use inner::{Counter, Counters, Inner};
 
 use crate::actor::registry::Watcher;
 use crate::actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, WatchTarget};
+use crate::broadcast::Topic;
 use crate::config::{Config, OverlayKind};
 use crate::dispatch::Dispatcher;
-use crate::error::{JoinError, RegisterError, StartError};
+use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
 use crate::id::NodeId;
-use crate::overlay::{DynOverlay, Erased, FullMesh, Overlay, StaticOverlay};
+use crate::overlay::{DynOverlay, Erased, FullMesh, HyParView, Liveness, Overlay, StaticOverlay};
 use crate::wire::frame::{Dest, DownReason};
 
 /// A change in the membership a node sees.
@@ -61,6 +65,7 @@ impl Node {
                 OverlayKind::Static => {
                     Box::new(Erased(StaticOverlay::new(id, c.peers.clone(), retry)))
                 }
+                OverlayKind::PeerToPeer => Box::new(Erased(HyParView::new(id, c.hyparview()))),
             }
         })
         .await
@@ -116,6 +121,7 @@ impl Node {
         let id = NodeId::new(config.name.clone(), addr, incarnation);
         let overlay = make(id.clone(), &config);
         let overlay_name = overlay.name();
+        let liveness = overlay.liveness();
         let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
         let (events, _) = broadcast::channel(config.event_buffer);
         let inner = Arc::new(Inner {
@@ -128,7 +134,11 @@ impl Node {
             peers: RwLock::new(Default::default()),
             overlay: Mutex::new(overlay),
             overlay_name,
+            liveness,
             members: RwLock::new(vec![id.clone()]),
+            neighbors: RwLock::new(Vec::new()),
+            routes: RwLock::new(Default::default()),
+            topics: Default::default(),
             events,
             control: control_tx,
             counters: Default::default(),
@@ -162,7 +172,10 @@ impl Node {
             });
         }
         crate::echo::spawn_echo(&node);
-        if node.inner.config.overlay == OverlayKind::FullMesh {
+        if matches!(
+            node.inner.config.overlay,
+            OverlayKind::FullMesh | OverlayKind::PeerToPeer
+        ) {
             for addr in node.inner.config.peers.clone() {
                 let _ = node
                     .inner
@@ -255,7 +268,8 @@ impl Node {
         }
     }
 
-    /// Removes another node from the cluster (on overlays that support it: full-mesh, static).
+    /// Removes another node from the cluster (on overlays that support it: full-mesh, static;
+    /// the peer-to-peer overlay ignores it).
     pub async fn remove(&self, name: &str) {
         let _ = self
             .inner
@@ -266,13 +280,83 @@ impl Node {
             .await;
     }
 
-    /// The members this node sees, itself included.
+    /// The members this node sees, itself included. On the peer-to-peer overlay: this node, its
+    /// neighbours, and every node whose broadcast heartbeat arrived within `member_timeout_ms`.
     pub fn members(&self) -> Vec<NodeId> {
         self.inner
             .members
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The nodes broadcast runs over: on the peer-to-peer overlay the active view (a few
+    /// neighbours), on the others every member with a connection. Excludes this node.
+    pub fn neighbors(&self) -> Vec<NodeId> {
+        self.inner
+            .neighbors
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Broadcasts a message to every subscriber of `topic` on every member, this node included
+    /// (Plumtree: pushed along a spanning tree of the neighbours, announced lazily to the
+    /// others, so that a broken tree repairs itself). Returns once it is queued; delivery is
+    /// best effort (at most once per subscriber). Topics starting with `$maquis/` are reserved.
+    pub async fn broadcast<M: Message>(
+        &self,
+        topic: impl Into<Topic>,
+        msg: &M,
+    ) -> Result<(), BroadcastError> {
+        let topic = topic.into();
+        if topic.as_str().starts_with(bcast::RESERVED_PREFIX) {
+            return Err(BroadcastError::ReservedTopic(topic.to_string()));
+        }
+        let payload = crate::encode(msg).map_err(|e| BroadcastError::Encode(e.to_string()))?;
+        // The payload travels inside a protocol message: leave room for its envelope.
+        let max = self.inner.config.max_frame_bytes.saturating_sub(1024);
+        if payload.len() > max {
+            return Err(BroadcastError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        self.inner
+            .control
+            .send(Control::Broadcast {
+                topic,
+                payload: payload.into(),
+            })
+            .await
+            .map_err(|_| BroadcastError::Stopped)
+    }
+
+    /// Subscribes to a broadcast topic: the subscription yields the messages broadcast on it
+    /// from now on, decoded as `M`. It buffers `subscription_capacity` messages; when full,
+    /// the oldest is dropped and counted (see [`Subscription`]).
+    pub fn subscribe_topic<M: Message>(&self, topic: impl Into<Topic>) -> Subscription<M> {
+        let topic = topic.into();
+        let queue = self
+            .inner
+            .topics
+            .add(topic.clone(), self.inner.config.subscription_capacity);
+        Subscription {
+            topic,
+            queue,
+            node: Arc::downgrade(&self.inner),
+            _m: std::marker::PhantomData,
+        }
+    }
+
+    /// Whether `node` can be watched: a connected peer, or (on overlays where membership, not
+    /// connections, says who is alive) a member.
+    fn watchable(&self, node: &NodeId) -> bool {
+        let inner = &self.inner;
+        match inner.liveness {
+            Liveness::Connection => inner.peer(&node.name).is_some_and(|p| p.id == *node),
+            Liveness::Membership => self.members().contains(node),
+        }
     }
 
     /// A member by name.
@@ -428,7 +512,7 @@ impl Node {
             };
         };
         let target = WatchTarget::Actor(node.clone(), id);
-        let reachable = inner.peer(&node.name).is_some_and(|p| p.id == node);
+        let reachable = self.watchable(&node);
         if reachable {
             inner.monitors.add(watch, target.clone(), tx);
             inner.send_monitor(&node, watch, id);
@@ -450,7 +534,7 @@ impl Node {
         let watch = inner.monitors.next_id();
         let (tx, rx) = oneshot::channel();
         let target = WatchTarget::Node(node.clone());
-        if inner.peer(&node.name).is_some_and(|p| p.id == *node) {
+        if self.watchable(node) {
             inner.monitors.add(watch, target.clone(), tx);
         } else {
             let _ = tx.send(DownReason::NodeDown);
@@ -513,6 +597,7 @@ impl Node {
             crate::actor::notify_stopped(inner, id, watchers);
         }
         inner.calls.fail_all("the node stopped");
+        inner.topics.close_all();
         // The listening socket is closed when this returns (a restart may reuse the address).
         let accept = inner
             .listener_task

@@ -32,7 +32,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Effects, Overlay, Route, TimerId};
+use super::{Effects, Liveness, Overlay, Route, TimerId};
 use crate::id::NodeId;
 
 const SHUFFLE: TimerId = TimerId(1);
@@ -633,6 +633,20 @@ impl Overlay for HyParView {
         match self.routes.get(dst) {
             Some(via) if self.is_active(via) => Route::Via(via.clone()),
             _ => Route::Unreachable,
+        }
+    }
+
+    fn neighbors(&self) -> Option<Vec<NodeId>> {
+        Some(self.active.clone())
+    }
+
+    fn liveness(&self) -> Liveness {
+        Liveness::Membership
+    }
+
+    fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>) {
+        if !self.left {
+            HyParView::set_routes(self, routes);
         }
     }
 }

@@ -4,6 +4,7 @@
 //! out the [`Effect`]s they push (connect, disconnect, send a protocol message on the
 //! `membership` channel, set a timer). The same code can run in a simulator.
 
+mod client_server;
 mod full_mesh;
 mod hyparview;
 mod static_overlay;
@@ -15,6 +16,9 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub use client_server::{
+    ClientServer, ClientServerConfig, ClientServerMsg, ClientServerStats, Member, MemberState, Role,
+};
 pub use full_mesh::FullMesh;
 pub use hyparview::{HyParView, HyParViewConfig, HyParViewMsg};
 pub use static_overlay::StaticOverlay;
@@ -30,6 +34,19 @@ pub enum Route {
     Via(NodeId),
     /// Not reachable now.
     Unreachable,
+}
+
+/// How the runtime learns that a node is down, which depends on the overlay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// A node is down when its connection is lost (or its link heartbeats stop): every member
+    /// has a connection (static, full mesh). Monitors fire and calls fail at once.
+    Connection,
+    /// Connections come and go with the overlay's views, so a closed connection says nothing
+    /// of the node: a node is down only when it leaves [`Overlay::members`]. The runtime
+    /// broadcasts a heartbeat from every node and hands the routes the heartbeats reveal to
+    /// [`Overlay::set_routes`] (peer-to-peer).
+    Membership,
 }
 
 /// A timer an overlay asked for; it gets the id back in `on_timer`.
@@ -131,6 +148,19 @@ pub trait Overlay: Send + 'static {
     fn members(&self) -> Vec<NodeId>;
     /// How to reach a node.
     fn route(&self, dst: &NodeId) -> Route;
+    /// The neighbours broadcast runs over; `None` (the default) means every member with a
+    /// connection.
+    fn neighbors(&self) -> Option<Vec<NodeId>> {
+        None
+    }
+    /// How the runtime decides that a node is down (default: [`Liveness::Connection`]).
+    fn liveness(&self) -> Liveness {
+        Liveness::Connection
+    }
+    /// With [`Liveness::Membership`]: the routes to non-neighbours learned from heartbeats,
+    /// `(destination, neighbour to go through)`, each heard from within the member timeout.
+    /// Called periodically and whenever the neighbours change.
+    fn set_routes(&mut self, _routes: Vec<(NodeId, NodeId)>) {}
 }
 
 /// An effect with its message encoded, as the runtime executes it.
@@ -148,6 +178,9 @@ pub(crate) trait DynOverlay: Send {
     fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect>;
     fn members(&self) -> Vec<NodeId>;
     fn route(&self, dst: &NodeId) -> Route;
+    fn neighbors(&self) -> Option<Vec<NodeId>>;
+    fn liveness(&self) -> Liveness;
+    fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>);
 }
 
 pub(crate) struct Erased<O>(pub O);
@@ -218,5 +251,14 @@ impl<O: Overlay> DynOverlay for Erased<O> {
     }
     fn route(&self, dst: &NodeId) -> Route {
         self.0.route(dst)
+    }
+    fn neighbors(&self) -> Option<Vec<NodeId>> {
+        self.0.neighbors()
+    }
+    fn liveness(&self) -> Liveness {
+        self.0.liveness()
+    }
+    fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>) {
+        self.0.set_routes(routes)
     }
 }

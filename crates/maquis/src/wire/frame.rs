@@ -118,6 +118,132 @@ pub enum Header {
     },
     /// A graceful goodbye before a node closes its lanes.
     Bye,
+    /// A broadcast protocol message (Plumtree) between neighbours; the payload is the
+    /// postcard-encoded `PlumtreeMsg<NodeId>`.
+    Broadcast,
+    /// A message for a node that is not a neighbour of its sender, forwarded hop by hop; the
+    /// payload is that of the routed message.
+    Routed {
+        /// The destination node.
+        to: crate::id::NodeId,
+        /// The node that sent it (replies and failures go back to it).
+        from: crate::id::NodeId,
+        /// Hops travelled so far; it is dropped when this reaches the hop limit.
+        hops: u16,
+        /// The lane slot the sender picked (channel and index); every hop sends it on the same
+        /// slot, so channels, parallelism and affinity hold along the way.
+        lane: u16,
+        /// What it is at the destination.
+        kind: Routed,
+    },
+}
+
+/// What a [`Header::Routed`] message is once it reaches its destination: the headers that
+/// make sense between nodes that are not neighbours.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Routed {
+    /// As [`Header::Send`].
+    Send {
+        /// The target actor.
+        to: Dest,
+        /// The incarnation of the target node the sender meant; 0 means any.
+        incarnation: u64,
+        /// The sending actor's id; 0 means none.
+        from: u64,
+        /// The call id when this message is a request.
+        call: Option<u64>,
+    },
+    /// As [`Header::Reply`].
+    Reply {
+        /// The call id.
+        call: u64,
+        /// How the call went.
+        status: ReplyStatus,
+    },
+    /// As [`Header::Monitor`].
+    Monitor {
+        /// The watching actor on the sending node.
+        watch: u64,
+        /// The watched actor on the receiving node.
+        target: u64,
+    },
+    /// As [`Header::Demonitor`].
+    Demonitor {
+        /// The watching actor on the sending node.
+        watch: u64,
+        /// The watched actor on the receiving node.
+        target: u64,
+    },
+    /// As [`Header::Down`].
+    Down {
+        /// The watching actor on the receiving node.
+        watch: u64,
+        /// The watched actor on the sending node.
+        target: u64,
+        /// Why it went down.
+        reason: DownReason,
+    },
+}
+
+impl Routed {
+    /// The routed form of a header, if it can be routed.
+    pub fn from_header(h: &Header) -> Option<Routed> {
+        Some(match h.clone() {
+            Header::Send {
+                to,
+                incarnation,
+                from,
+                call,
+            } => Routed::Send {
+                to,
+                incarnation,
+                from,
+                call,
+            },
+            Header::Reply { call, status } => Routed::Reply { call, status },
+            Header::Monitor { watch, target } => Routed::Monitor { watch, target },
+            Header::Demonitor { watch, target } => Routed::Demonitor { watch, target },
+            Header::Down {
+                watch,
+                target,
+                reason,
+            } => Routed::Down {
+                watch,
+                target,
+                reason,
+            },
+            _ => return None,
+        })
+    }
+
+    /// The header it stands for at its destination.
+    pub fn into_header(self) -> Header {
+        match self {
+            Routed::Send {
+                to,
+                incarnation,
+                from,
+                call,
+            } => Header::Send {
+                to,
+                incarnation,
+                from,
+                call,
+            },
+            Routed::Reply { call, status } => Header::Reply { call, status },
+            Routed::Monitor { watch, target } => Header::Monitor { watch, target },
+            Routed::Demonitor { watch, target } => Header::Demonitor { watch, target },
+            Routed::Down {
+                watch,
+                target,
+                reason,
+            } => Header::Down {
+                watch,
+                target,
+                reason,
+            },
+        }
+    }
 }
 
 /// One decoded frame.
@@ -288,6 +414,41 @@ mod tests {
                 Just(DownReason::NoProc),
                 Just(DownReason::NodeDown),
             ];
+            let node = (".{0,20}", any::<u64>(), any::<u16>()).prop_map(|(name, inc, port)| {
+                crate::id::NodeId::new(name, ([127, 0, 0, 1], port).into(), inc)
+            });
+            let routed = prop_oneof![
+                (any::<u64>(), any::<u64>(), any::<Option<u64>>()).prop_map(
+                    |(incarnation, from, call)| Routed::Send {
+                        to: Dest::Id(from ^ incarnation),
+                        incarnation,
+                        from,
+                        call
+                    }
+                ),
+                any::<u64>().prop_map(|call| Routed::Reply {
+                    call,
+                    status: ReplyStatus::NoProc
+                }),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(watch, target)| Routed::Monitor { watch, target }),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(watch, target)| Routed::Demonitor { watch, target }),
+                (any::<u64>(), any::<u64>()).prop_map(|(watch, target)| Routed::Down {
+                    watch,
+                    target,
+                    reason: DownReason::NodeDown
+                }),
+            ];
+            let routed_header = (node.clone(), node, any::<u16>(), any::<u16>(), routed).prop_map(
+                |(to, from, hops, lane, kind)| Header::Routed {
+                    to,
+                    from,
+                    hops,
+                    lane,
+                    kind,
+                },
+            );
             prop_oneof![
                 (dest, any::<u64>(), any::<u64>(), any::<Option<u64>>()).prop_map(
                     |(to, incarnation, from, call)| Header::Send {
@@ -315,6 +476,8 @@ mod tests {
                     }
                 }),
                 Just(Header::Bye),
+                Just(Header::Broadcast),
+                routed_header,
             ]
             .boxed()
         }
@@ -380,6 +543,36 @@ mod tests {
             &out[6..10],
             &((2 + header.len() + 100) as u32).to_be_bytes()
         );
+    }
+
+    #[test]
+    fn routed_kinds_stand_for_their_headers() {
+        let headers = [
+            send(),
+            Header::Reply {
+                call: 1,
+                status: ReplyStatus::Failed("x".into()),
+            },
+            Header::Monitor {
+                watch: 1,
+                target: 2,
+            },
+            Header::Demonitor {
+                watch: 1,
+                target: 2,
+            },
+            Header::Down {
+                watch: 1,
+                target: 2,
+                reason: DownReason::Stopped,
+            },
+        ];
+        for h in headers {
+            let r = Routed::from_header(&h).expect("routable");
+            assert_eq!(r.into_header(), h);
+        }
+        assert_eq!(Routed::from_header(&Header::Bye), None);
+        assert_eq!(Routed::from_header(&Header::Broadcast), None);
     }
 
     #[test]

@@ -1,0 +1,106 @@
+//! `maquis sim`: runs the peer-to-peer overlay (HyParView and Plumtree) in the deterministic
+//! simulator and prints what it measured, as a table or as JSON.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use maquis_sim::{run_suite, Report, ScenarioKind, Suite, SuiteError, SuiteReport};
+
+/// The options of `maquis sim`.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct SimArgs {
+    /// Nodes in the bootstrap.
+    #[arg(long, default_value_t = 1000)]
+    pub nodes: usize,
+    /// What happens once the overlay is built: bootstrap, massive-failure, churn, partition.
+    #[arg(long, default_value = "massive-failure", value_parser = parse_kind)]
+    pub scenario: ScenarioKind,
+    /// Massive failure: the fractions of the nodes that crash at once, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "0.2,0.4,0.6,0.8,0.9")]
+    pub fail: Vec<f64>,
+    /// Churn: the fraction of the nodes replaced every shuffle period.
+    #[arg(long, default_value_t = 0.02)]
+    pub churn: f64,
+    /// Churn and partition: how many shuffle periods the fault lasts (default 10 for churn,
+    /// 5 for a partition).
+    #[arg(long)]
+    pub periods: Option<u32>,
+    /// Seed of every random choice: the same command prints the same metrics.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_kind(s: &str) -> Result<ScenarioKind, SuiteError> {
+    s.parse()
+}
+
+impl SimArgs {
+    /// The suite these options describe.
+    pub fn suite(&self) -> Suite {
+        let mut suite = Suite::new(self.scenario, self.nodes);
+        suite.seed = self.seed;
+        suite.fail = self.fail.clone();
+        suite.churn = self.churn;
+        if let Some(p) = self.periods {
+            suite.periods = p;
+        }
+        suite
+    }
+}
+
+/// Runs the simulation on a blocking thread and prints its report.
+pub async fn run(args: SimArgs) -> ExitCode {
+    match tokio::task::spawn_blocking(move || simulate(&args)).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn simulate(args: &SimArgs) -> ExitCode {
+    let suite = args.suite();
+    if let Err(e) = suite.scenarios() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    if !args.json {
+        println!("{}", Report::header());
+    }
+    let json = args.json;
+    let result = run_suite(&suite, |r| {
+        tracing::info!(run = %r.name, wall_ms = r.wall_ms, "simulated");
+        if !json {
+            println!("{r}");
+        }
+    });
+    match result {
+        Ok(report) => print_report(&report, json),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_report(report: &SuiteReport, json: bool) -> ExitCode {
+    if !json {
+        println!();
+        println!("{}", report.totals());
+        return ExitCode::SUCCESS;
+    }
+    match serde_json::to_string_pretty(report) {
+        Ok(s) => {
+            println!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

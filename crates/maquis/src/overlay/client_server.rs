@@ -1,0 +1,1203 @@
+//! Client-server overlay (PARTISAN's, Fig. 9 of the paper): servers form a full mesh, each
+//! client connects to a few servers and never to another client.
+//!
+//! Every node knows every member: the state is one record per node name, `(identity, role,
+//! version, state, servers)`, where `servers` is, for a client, the servers it is attached to.
+//! A record is changed by its own node (join, re-homing, leave) by bumping the version; a server
+//! that loses its connection to a node may mark the record `Down` at the same version, and the
+//! node, if it is alive, refutes that by bumping its version (as in SWIM). Records merge by the
+//! larger `(incarnation, version, state)` with `Alive < Down < Left`.
+//!
+//! Servers send their whole state to a node that joins through them or attaches to them, and to
+//! one other server and one of their clients every gossip period (anti-entropy). The records that
+//! changed are collected in a set (one entry per name, so it never holds more than the members)
+//! and sent, batched, to every server and every attached client every sync period. A client sends
+//! its own record to its servers when it changes.
+//!
+//! A client attaches to `servers_per_client` servers (chosen at random among the live ones); when
+//! one of them fails or leaves it attaches to another one at once, and tops up every gossip
+//! period. A server reaches a client attached to it directly and any other client through one of
+//! that client's servers; a client reaches its servers directly and everyone else through one of
+//! its servers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::{Effects, Overlay, Route, TimerId};
+use crate::id::NodeId;
+
+const GOSSIP: TimerId = TimerId(1);
+const SYNC: TimerId = TimerId(2);
+
+/// The most servers a client record may name (longer lists from the network are cut).
+const MAX_SERVERS_PER_CLIENT: usize = 16;
+
+/// What a node is in the client-server overlay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Role {
+    /// Connects to every other server and serves clients.
+    Server,
+    /// Connects only to servers (`servers_per_client` of them).
+    Client,
+}
+
+/// The client-server overlay's parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientServerConfig {
+    /// This node's role. Default: [`Role::Server`].
+    pub role: Role,
+    /// How many servers a client attaches to. Default: 1 (at least 1 is used).
+    pub servers_per_client: usize,
+    /// How often changed records are sent to the neighbours, batched. Default: 100 ms.
+    pub sync_interval: Duration,
+    /// How often a server sends its whole state to one server and one client, re-dials the
+    /// servers it lost, and a client tops up its servers. Default: 1 s.
+    pub gossip_interval: Duration,
+    /// Seed of the random choices; `None` derives one from the node's identity. Default: `None`.
+    pub seed: Option<u64>,
+}
+
+impl Default for ClientServerConfig {
+    fn default() -> Self {
+        ClientServerConfig {
+            role: Role::Server,
+            servers_per_client: 1,
+            sync_interval: Duration::from_millis(100),
+            gossip_interval: Duration::from_secs(1),
+            seed: None,
+        }
+    }
+}
+
+/// Whether a member is alive, suspected down, or gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MemberState {
+    /// Alive.
+    Alive,
+    /// A server lost its connection to it (refuted by the node if it is alive).
+    Down,
+    /// It left.
+    Left,
+}
+
+/// One node's membership record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The node.
+    pub id: NodeId,
+    /// Its role.
+    pub role: Role,
+    /// Bumped by the node at every change of its own record.
+    pub version: u64,
+    /// Alive, down or left.
+    pub state: MemberState,
+    /// For a client, the names of the servers it is attached to; empty for a server.
+    pub servers: Vec<String>,
+}
+
+impl Member {
+    fn key(&self) -> (u64, u64, MemberState) {
+        (self.id.incarnation, self.version, self.state)
+    }
+
+    fn newer_than(&self, other: &Member) -> bool {
+        self.key() > other.key()
+    }
+
+    fn alive(&self) -> bool {
+        self.state == MemberState::Alive
+    }
+}
+
+/// Client-server protocol messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientServerMsg {
+    /// The sender's whole state (join, first connection, anti-entropy); answered with the
+    /// receiver's when it knows something newer.
+    State(Vec<Member>),
+    /// Records that changed.
+    Delta(Vec<Member>),
+    /// A client asks the receiver to serve it.
+    Attach(Member),
+    /// The answer to [`ClientServerMsg::Attach`], with the whole state.
+    AttachReply {
+        /// Whether the sender serves the receiver now (a client never does).
+        accepted: bool,
+        /// The sender's records.
+        members: Vec<Member>,
+    },
+    /// A client no longer uses the receiver as a server.
+    Detach,
+}
+
+type Msg = ClientServerMsg;
+
+/// The sizes of a node's state, to check that it stays bounded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientServerStats {
+    /// Membership records (one per node name ever heard of, this node included).
+    pub records: usize,
+    /// Clients attached to this server.
+    pub clients: usize,
+    /// Servers this node is connected to.
+    pub servers: usize,
+    /// Changed records waiting for the next sync.
+    pub dirty: usize,
+    /// Attach requests awaiting a reply (clients).
+    pub pending: usize,
+}
+
+/// The client-server overlay.
+#[derive(Debug)]
+pub struct ClientServer {
+    me: NodeId,
+    cfg: ClientServerConfig,
+    rng: StdRng,
+    records: BTreeMap<String, Member>,
+    /// Nodes whose membership lane is up.
+    connected: BTreeSet<NodeId>,
+    /// Server: the clients attached to it. Client: its servers.
+    attached: BTreeSet<NodeId>,
+    /// Client: attach requests awaiting a reply, with "already waited a whole period".
+    pending: BTreeMap<NodeId, bool>,
+    /// Client: servers that refused or failed this period.
+    tried: BTreeSet<NodeId>,
+    /// Server: names of the records changed since the last sync.
+    dirty: BTreeSet<String>,
+    sync_armed: bool,
+    tick: u64,
+    left: bool,
+}
+
+impl ClientServer {
+    /// A node alone.
+    pub fn new(me: NodeId, cfg: ClientServerConfig) -> Self {
+        let seed = cfg.seed.unwrap_or_else(|| {
+            let mut h = DefaultHasher::new();
+            me.hash(&mut h);
+            h.finish()
+        });
+        let mut records = BTreeMap::new();
+        records.insert(
+            me.name.clone(),
+            Member {
+                id: me.clone(),
+                role: cfg.role,
+                version: 1,
+                state: MemberState::Alive,
+                servers: Vec::new(),
+            },
+        );
+        ClientServer {
+            me,
+            rng: StdRng::seed_from_u64(seed),
+            cfg,
+            records,
+            connected: BTreeSet::new(),
+            attached: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            tried: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+            sync_armed: false,
+            tick: 0,
+            left: false,
+        }
+    }
+
+    /// This node.
+    pub fn me(&self) -> &NodeId {
+        &self.me
+    }
+
+    /// This node's role.
+    pub fn role(&self) -> Role {
+        self.cfg.role
+    }
+
+    /// The direct connections: for a server, the servers it is connected to and its clients;
+    /// for a client, its servers.
+    pub fn neighbors(&self) -> Vec<NodeId> {
+        let mut out: BTreeSet<NodeId> = self.attached.clone();
+        if self.cfg.role == Role::Server {
+            out.extend(self.mesh().cloned());
+        }
+        out.into_iter().collect()
+    }
+
+    /// Server: the clients attached to it. Client: the servers it is attached to.
+    pub fn attached(&self) -> impl Iterator<Item = &NodeId> {
+        self.attached.iter()
+    }
+
+    /// The role of a known member.
+    pub fn role_of(&self, id: &NodeId) -> Option<Role> {
+        self.record_of(id).map(|r| r.role)
+    }
+
+    /// The sizes of the state.
+    pub fn stats(&self) -> ClientServerStats {
+        ClientServerStats {
+            records: self.records.len(),
+            clients: if self.cfg.role == Role::Server {
+                self.attached.len()
+            } else {
+                0
+            },
+            servers: match self.cfg.role {
+                Role::Server => self.mesh().count(),
+                Role::Client => self.attached.len(),
+            },
+            dirty: self.dirty.len(),
+            pending: self.pending.len(),
+        }
+    }
+
+    fn record_of(&self, id: &NodeId) -> Option<&Member> {
+        self.records.get(&id.name).filter(|r| r.id == *id)
+    }
+
+    fn is_server(&self, id: &NodeId) -> bool {
+        self.record_of(id).is_some_and(|r| r.role == Role::Server)
+    }
+
+    /// Live servers this node is connected to (other than itself).
+    fn mesh(&self) -> impl Iterator<Item = &NodeId> {
+        self.connected.iter().filter(|c| {
+            self.record_of(c)
+                .is_some_and(|r| r.role == Role::Server && r.alive())
+        })
+    }
+
+    fn my_record(&self) -> &Member {
+        // The record of this node is inserted in `new` and never removed.
+        &self.records[&self.me.name]
+    }
+
+    fn my_version(&self) -> u64 {
+        self.records.get(&self.me.name).map_or(0, |r| r.version)
+    }
+
+    fn all_records(&self) -> Vec<Member> {
+        self.records.values().cloned().collect()
+    }
+
+    /// Rewrites this node's record (new version, alive, current servers) and spreads it.
+    fn bump(&mut self, above: u64, fx: &mut Effects<Msg>) {
+        let version = above.max(self.my_version()) + 1;
+        let servers = match self.cfg.role {
+            Role::Server => Vec::new(),
+            Role::Client => self.attached.iter().map(|s| s.name.clone()).collect(),
+        };
+        let rec = Member {
+            id: self.me.clone(),
+            role: self.cfg.role,
+            version,
+            state: if self.left {
+                MemberState::Left
+            } else {
+                MemberState::Alive
+            },
+            servers,
+        };
+        self.records.insert(self.me.name.clone(), rec.clone());
+        match self.cfg.role {
+            Role::Server => self.mark_dirty(self.me.name.clone(), fx),
+            Role::Client => {
+                for s in &self.attached {
+                    fx.send(s.clone(), Msg::Delta(vec![rec.clone()]));
+                }
+            }
+        }
+    }
+
+    fn mark_dirty(&mut self, name: String, fx: &mut Effects<Msg>) {
+        if self.cfg.role != Role::Server {
+            return;
+        }
+        self.dirty.insert(name);
+        if !self.sync_armed {
+            self.sync_armed = true;
+            fx.timer(SYNC, self.cfg.sync_interval);
+        }
+    }
+
+    /// Merges records; returns whether anything changed.
+    fn merge(&mut self, theirs: Vec<Member>, fx: &mut Effects<Msg>) -> bool {
+        let mut changed = false;
+        for mut m in theirs {
+            m.servers.truncate(MAX_SERVERS_PER_CLIENT);
+            if m.id.name == self.me.name {
+                // Said about us: a suspicion or a stale leave is refuted with a higher version.
+                if m.id.incarnation == self.me.incarnation
+                    && m.state != MemberState::Alive
+                    && m.version >= self.my_version()
+                    && !self.left
+                {
+                    self.bump(m.version, fx);
+                    changed = true;
+                }
+                continue;
+            }
+            let newer = match self.records.get(&m.id.name) {
+                None => true,
+                Some(mine) => m.newer_than(mine),
+            };
+            if !newer {
+                continue;
+            }
+            changed = true;
+            let old = self.records.insert(m.id.name.clone(), m.clone());
+            if let Some(old) = old.filter(|o| o.id != m.id) {
+                // A new incarnation replaces the old one.
+                self.forget_connection(&old.id, fx);
+            }
+            self.mark_dirty(m.id.name.clone(), fx);
+            match m.state {
+                MemberState::Alive => {
+                    if self.cfg.role == Role::Server
+                        && m.role == Role::Server
+                        && !self.connected.contains(&m.id)
+                    {
+                        fx.connect(m.id.clone());
+                    }
+                }
+                MemberState::Left => {
+                    fx.left(m.id.clone());
+                    self.forget_connection(&m.id, fx);
+                }
+                MemberState::Down => {}
+            }
+        }
+        changed
+    }
+
+    /// Drops a node from the connections and attachments (it left, or was replaced).
+    fn forget_connection(&mut self, id: &NodeId, fx: &mut Effects<Msg>) {
+        let was_attached = self.attached.remove(id);
+        self.pending.remove(id);
+        if self.connected.remove(id) || was_attached {
+            fx.disconnect(id.clone());
+        }
+        if was_attached && self.cfg.role == Role::Client {
+            self.fill(fx);
+            self.bump(0, fx);
+        }
+    }
+
+    /// Whether `theirs` lacks something we know.
+    fn behind(&self, theirs: &[Member]) -> bool {
+        let known: BTreeMap<&str, &Member> =
+            theirs.iter().map(|m| (m.id.name.as_str(), m)).collect();
+        self.records
+            .values()
+            .any(|mine| match known.get(mine.id.name.as_str()) {
+                None => true,
+                Some(t) => mine.newer_than(t),
+            })
+    }
+
+    /// Client: asks live servers to serve it until `servers_per_client` are attached or asked.
+    fn fill(&mut self, fx: &mut Effects<Msg>) {
+        if self.cfg.role != Role::Client || self.left {
+            return;
+        }
+        let want = self.cfg.servers_per_client.max(1);
+        while self.attached.len() + self.pending.len() < want {
+            let mut candidates: Vec<&Member> = self
+                .records
+                .values()
+                .filter(|r| r.role == Role::Server && r.state != MemberState::Left)
+                .filter(|r| {
+                    !self.attached.contains(&r.id)
+                        && !self.pending.contains_key(&r.id)
+                        && !self.tried.contains(&r.id)
+                })
+                .collect();
+            // Live servers first; a server suspected down only if there is nothing else.
+            if candidates.iter().any(|r| r.alive()) {
+                candidates.retain(|r| r.alive());
+            }
+            if candidates.is_empty() {
+                return;
+            }
+            let pick = candidates[self.rng.gen_range(0..candidates.len())]
+                .id
+                .clone();
+            self.pending.insert(pick.clone(), false);
+            fx.connect(pick.clone());
+            fx.send(pick, Msg::Attach(self.my_record().clone()));
+        }
+    }
+
+    fn on_attach(&mut self, from: &NodeId, rec: Member, fx: &mut Effects<Msg>) {
+        let accepted = self.cfg.role == Role::Server && rec.id == *from && rec.role == Role::Client;
+        if accepted {
+            self.attached.insert(from.clone());
+            self.connected.insert(from.clone());
+        }
+        self.merge(vec![rec], fx);
+        fx.send(
+            from.clone(),
+            Msg::AttachReply {
+                accepted,
+                members: self.all_records(),
+            },
+        );
+        if !accepted && !self.attached.contains(from) && !self.is_server(from) {
+            fx.disconnect(from.clone());
+        }
+    }
+
+    fn on_attach_reply(
+        &mut self,
+        from: &NodeId,
+        accepted: bool,
+        members: Vec<Member>,
+        fx: &mut Effects<Msg>,
+    ) {
+        let asked = self.pending.remove(from).is_some();
+        self.merge(members, fx);
+        if self.cfg.role != Role::Client {
+            return;
+        }
+        let want = self.cfg.servers_per_client.max(1);
+        if accepted && asked && self.attached.len() < want && self.is_server(from) {
+            self.attached.insert(from.clone());
+            self.bump(0, fx);
+        } else {
+            if accepted {
+                // Not asked (given up) or not needed any more: undo the server's side.
+                fx.send(from.clone(), Msg::Detach);
+            } else {
+                self.tried.insert(from.clone());
+            }
+            if !self.attached.contains(from) {
+                fx.disconnect(from.clone());
+            }
+        }
+        self.fill(fx);
+    }
+
+    /// Server: sends the changed records to every server and attached client.
+    fn sync(&mut self, fx: &mut Effects<Msg>) {
+        self.sync_armed = false;
+        if self.dirty.is_empty() || self.left {
+            self.dirty.clear();
+            return;
+        }
+        let batch: Vec<Member> = std::mem::take(&mut self.dirty)
+            .into_iter()
+            .filter_map(|n| self.records.get(&n).cloned())
+            .collect();
+        let to: Vec<NodeId> = self.neighbors();
+        for n in to {
+            fx.send(n, Msg::Delta(batch.clone()));
+        }
+    }
+
+    fn gossip(&mut self, fx: &mut Effects<Msg>) {
+        self.tick = self.tick.wrapping_add(1);
+        match self.cfg.role {
+            Role::Server => {
+                let servers: Vec<NodeId> = self.mesh().cloned().collect();
+                if !servers.is_empty() {
+                    let i = self.rng.gen_range(0..servers.len());
+                    fx.send(servers[i].clone(), Msg::State(self.all_records()));
+                }
+                if !self.attached.is_empty() {
+                    let i = (self.tick as usize) % self.attached.len();
+                    if let Some(c) = self.attached.iter().nth(i) {
+                        fx.send(c.clone(), Msg::State(self.all_records()));
+                    }
+                }
+                // Re-dial the servers not connected (lost, or not reached yet).
+                for r in self.records.values() {
+                    if r.role == Role::Server
+                        && r.state != MemberState::Left
+                        && r.id != self.me
+                        && !self.connected.contains(&r.id)
+                    {
+                        fx.connect(r.id.clone());
+                    }
+                }
+            }
+            Role::Client => {
+                self.tried.clear();
+                // An attach unanswered for a whole period is given up.
+                for (s, old) in std::mem::take(&mut self.pending) {
+                    if !old {
+                        self.pending.insert(s, true);
+                    } else {
+                        self.tried.insert(s.clone());
+                        fx.disconnect(s);
+                    }
+                }
+                self.fill(fx);
+            }
+        }
+    }
+}
+
+impl Overlay for ClientServer {
+    type Msg = ClientServerMsg;
+
+    fn name(&self) -> &'static str {
+        "client-server"
+    }
+
+    fn on_start(&mut self, fx: &mut Effects<Msg>) {
+        fx.timer(GOSSIP, self.cfg.gossip_interval);
+    }
+
+    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Msg>) {
+        if *contact == self.me {
+            return;
+        }
+        if self.left {
+            self.left = false;
+            self.bump(0, fx);
+        }
+        match self.cfg.role {
+            Role::Server => fx.send(contact.clone(), Msg::State(self.all_records())),
+            Role::Client => {
+                if !self.attached.contains(contact) && !self.pending.contains_key(contact) {
+                    self.pending.insert(contact.clone(), false);
+                    fx.send(contact.clone(), Msg::Attach(self.my_record().clone()));
+                }
+            }
+        }
+    }
+
+    fn on_leave(&mut self, fx: &mut Effects<Msg>) {
+        if self.left {
+            return;
+        }
+        self.left = true;
+        let version = self.my_version() + 1;
+        let mut rec = self.my_record().clone();
+        rec.version = version;
+        rec.state = MemberState::Left;
+        self.records.insert(self.me.name.clone(), rec.clone());
+        let mut peers: BTreeSet<NodeId> = self.connected.clone();
+        peers.extend(self.attached.iter().cloned());
+        peers.extend(self.pending.keys().cloned());
+        for p in &peers {
+            fx.send(p.clone(), Msg::Delta(vec![rec.clone()]));
+        }
+        for r in self.records.values().filter(|r| r.id != self.me) {
+            if r.state != MemberState::Left {
+                fx.left(r.id.clone());
+            }
+        }
+        for p in peers {
+            fx.disconnect(p);
+        }
+        // Alone again: only our own record is kept.
+        self.records.retain(|n, _| *n == self.me.name);
+        self.connected.clear();
+        self.attached.clear();
+        self.pending.clear();
+        self.tried.clear();
+        self.dirty.clear();
+    }
+
+    fn on_message(&mut self, from: &NodeId, msg: Msg, fx: &mut Effects<Msg>) {
+        if *from == self.me {
+            return;
+        }
+        if self.left {
+            // Only a node joining through us ends our solitude (a server's first State, or an
+            // attach); anything else is from the cluster we left.
+            let joins = match &msg {
+                Msg::Attach(_) => true,
+                Msg::State(rs) => !rs
+                    .iter()
+                    .any(|r| r.id.name == self.me.name && r.version > 0),
+                _ => false,
+            };
+            if !joins {
+                return;
+            }
+            self.left = false;
+            self.bump(0, fx);
+        }
+        match msg {
+            Msg::State(theirs) => {
+                let behind = self.behind(&theirs);
+                self.merge(theirs, fx);
+                if behind {
+                    fx.send(from.clone(), Msg::State(self.all_records()));
+                }
+                if self.cfg.role == Role::Client
+                    && !self.attached.contains(from)
+                    && !self.pending.contains_key(from)
+                {
+                    // A server that joined through us: it has our answer, we do not serve.
+                    fx.disconnect(from.clone());
+                    self.fill(fx);
+                }
+            }
+            Msg::Delta(theirs) => {
+                self.merge(theirs, fx);
+            }
+            Msg::Attach(rec) => self.on_attach(from, rec, fx),
+            Msg::AttachReply { accepted, members } => {
+                self.on_attach_reply(from, accepted, members, fx)
+            }
+            Msg::Detach => {
+                if self.attached.remove(from) {
+                    self.connected.remove(from);
+                    fx.disconnect(from.clone());
+                }
+            }
+        }
+    }
+
+    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Msg>) {
+        if self.left {
+            return;
+        }
+        if up {
+            self.connected.insert(peer.clone());
+            if self.cfg.role == Role::Server && self.is_server(peer) {
+                fx.send(peer.clone(), Msg::State(self.all_records()));
+            }
+            return;
+        }
+        self.connected.remove(peer);
+        let was_attached = self.attached.remove(peer);
+        let was_pending = self.pending.remove(peer).is_some();
+        match self.cfg.role {
+            Role::Server => {
+                let suspect = match self.record_of(peer) {
+                    Some(r) if r.alive() && r.role == Role::Server => true,
+                    // A client is suspected only when none of its other servers is live.
+                    Some(r) if r.alive() && was_attached => !r.servers.iter().any(|s| {
+                        *s != self.me.name
+                            && self
+                                .records
+                                .get(s)
+                                .is_some_and(|x| x.alive() && x.role == Role::Server)
+                    }),
+                    _ => false,
+                };
+                if suspect {
+                    if let Some(r) = self.records.get_mut(&peer.name) {
+                        r.state = MemberState::Down;
+                    }
+                    self.mark_dirty(peer.name.clone(), fx);
+                }
+            }
+            Role::Client => {
+                if was_attached || was_pending {
+                    // Not asked again this period; whether it is down is for the servers to
+                    // say (they all watch each other), so the record is left alone.
+                    self.tried.insert(peer.clone());
+                    self.fill(fx);
+                }
+                if was_attached {
+                    self.bump(0, fx);
+                }
+            }
+        }
+    }
+
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg>) {
+        match timer {
+            GOSSIP => {
+                if !self.left {
+                    self.gossip(fx);
+                }
+                fx.timer(GOSSIP, self.cfg.gossip_interval);
+            }
+            SYNC => self.sync(fx),
+            _ => {}
+        }
+    }
+
+    fn members(&self) -> Vec<NodeId> {
+        self.records
+            .values()
+            .filter(|r| r.alive() || r.id == self.me)
+            .map(|r| r.id.clone())
+            .collect()
+    }
+
+    fn route(&self, dst: &NodeId) -> Route {
+        if *dst == self.me || self.attached.contains(dst) {
+            return Route::Direct;
+        }
+        let Some(rec) = self.record_of(dst).filter(|r| r.alive()) else {
+            return Route::Unreachable;
+        };
+        match self.cfg.role {
+            Role::Server => {
+                if rec.role == Role::Server {
+                    return if self.connected.contains(dst) {
+                        Route::Direct
+                    } else {
+                        Route::Unreachable
+                    };
+                }
+                // Through one of the client's servers that we are connected to.
+                rec.servers
+                    .iter()
+                    .filter_map(|s| self.records.get(s))
+                    .find(|s| s.alive() && self.connected.contains(&s.id))
+                    .map_or(Route::Unreachable, |s| Route::Via(s.id.clone()))
+            }
+            Role::Client => {
+                // One of our servers that also serves the destination saves a hop.
+                let shared = self.attached.iter().find(|s| rec.servers.contains(&s.name));
+                match shared.or_else(|| self.attached.iter().next()) {
+                    Some(s) => Route::Via(s.clone()),
+                    None => Route::Unreachable,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::overlay::Effect;
+
+    fn id(i: usize) -> NodeId {
+        NodeId::new(
+            format!("n{i:04}"),
+            format!("127.0.0.1:{}", 1000 + i).parse().unwrap(),
+            1,
+        )
+    }
+
+    fn index(n: &NodeId) -> usize {
+        usize::from(n.addr.port()) - 1000
+    }
+
+    fn cfg(role: Role, k: usize) -> ClientServerConfig {
+        ClientServerConfig {
+            role,
+            servers_per_client: k,
+            seed: Some(7),
+            ..ClientServerConfig::default()
+        }
+    }
+
+    enum Ev {
+        Msg(usize, usize, Msg),
+        Up(usize, usize),
+        Down(usize, usize),
+    }
+
+    /// Overlays joined by reliable, ordered links; timers fire when the test says so.
+    struct Net {
+        nodes: Vec<ClientServer>,
+        alive: Vec<bool>,
+        conns: BTreeSet<(usize, usize)>,
+        queue: VecDeque<Ev>,
+        left_marks: Vec<(usize, NodeId)>,
+    }
+
+    impl Net {
+        /// `roles[i]` is node i's role; clients attach to `k` servers.
+        fn new(roles: &[Role], k: usize) -> Net {
+            let mut net = Net {
+                nodes: Vec::new(),
+                alive: vec![true; roles.len()],
+                conns: BTreeSet::new(),
+                queue: VecDeque::new(),
+                left_marks: Vec::new(),
+            };
+            for (i, r) in roles.iter().enumerate() {
+                net.nodes.push(ClientServer::new(id(i), cfg(*r, k)));
+                net.call(i, |o, fx| o.on_start(fx));
+            }
+            net
+        }
+
+        fn connected(&self, a: usize, b: usize) -> bool {
+            self.conns.contains(&(a.min(b), a.max(b)))
+        }
+
+        fn call(&mut self, i: usize, f: impl FnOnce(&mut ClientServer, &mut Effects<Msg>)) {
+            let mut fx = Effects::default();
+            f(&mut self.nodes[i], &mut fx);
+            for e in fx.drain().collect::<Vec<_>>() {
+                match e {
+                    Effect::Connect(n) => {
+                        let j = index(&n);
+                        if !self.alive[j] {
+                            self.queue.push_back(Ev::Down(i, j));
+                        } else if !self.connected(i, j) {
+                            self.conns.insert((i.min(j), i.max(j)));
+                            self.queue.push_back(Ev::Up(i, j));
+                            self.queue.push_back(Ev::Up(j, i));
+                        }
+                    }
+                    Effect::Disconnect(n) => {
+                        let j = index(&n);
+                        if self.conns.remove(&(i.min(j), i.max(j))) {
+                            self.queue.push_back(Ev::Down(j, i));
+                        }
+                    }
+                    Effect::Send(n, m) => {
+                        let j = index(&n);
+                        if self.alive[j] {
+                            self.queue.push_back(Ev::Msg(i, j, m));
+                        }
+                    }
+                    Effect::Left(n) => self.left_marks.push((i, n)),
+                    Effect::SetTimer(..) | Effect::Dial(_) => {}
+                }
+            }
+        }
+
+        fn settle(&mut self) {
+            let mut steps = 0;
+            while let Some(ev) = self.queue.pop_front() {
+                steps += 1;
+                assert!(steps < 1_000_000, "does not settle");
+                match ev {
+                    Ev::Msg(a, b, m) if self.alive[b] => {
+                        let from = id(a);
+                        self.call(b, |o, fx| o.on_message(&from, m, fx));
+                    }
+                    Ev::Up(a, b) if self.alive[a] => {
+                        let p = id(b);
+                        self.call(a, |o, fx| o.on_connection(&p, true, fx));
+                    }
+                    Ev::Down(a, b) if self.alive[a] => {
+                        let p = id(b);
+                        self.call(a, |o, fx| o.on_connection(&p, false, fx));
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        /// Node `i` joins through `contact` (connected first, as the runtime does).
+        fn join(&mut self, i: usize, contact: usize) {
+            if !self.connected(i, contact) {
+                self.conns.insert((i.min(contact), i.max(contact)));
+                self.queue.push_back(Ev::Up(i, contact));
+                self.queue.push_back(Ev::Up(contact, i));
+            }
+            let c = id(contact);
+            self.call(i, |o, fx| o.on_join(&c, fx));
+            self.settle();
+        }
+
+        /// Every live node's sync and gossip timers fire, `n` times.
+        fn ticks(&mut self, n: usize) {
+            for _ in 0..n {
+                for i in 0..self.nodes.len() {
+                    if self.alive[i] {
+                        self.call(i, |o, fx| o.on_timer(SYNC, fx));
+                        self.call(i, |o, fx| o.on_timer(GOSSIP, fx));
+                    }
+                }
+                self.settle();
+            }
+        }
+
+        fn crash(&mut self, i: usize) {
+            self.alive[i] = false;
+            for (a, b) in self.conns.clone() {
+                if a == i || b == i {
+                    self.conns.remove(&(a, b));
+                    self.queue
+                        .push_back(Ev::Down(if a == i { b } else { a }, i));
+                }
+            }
+            self.settle();
+        }
+
+        fn members(&self, i: usize) -> Vec<usize> {
+            self.nodes[i].members().iter().map(index).collect()
+        }
+
+        fn attached(&self, i: usize) -> Vec<usize> {
+            self.nodes[i].attached().map(index).collect()
+        }
+    }
+
+    /// `servers` servers (0..servers) and `clients` clients after them, all joined through 0.
+    fn cluster(servers: usize, clients: usize, k: usize) -> Net {
+        let roles: Vec<Role> = (0..servers + clients)
+            .map(|i| {
+                if i < servers {
+                    Role::Server
+                } else {
+                    Role::Client
+                }
+            })
+            .collect();
+        let mut net = Net::new(&roles, k);
+        for i in 1..roles.len() {
+            net.join(i, 0);
+        }
+        net.ticks(3);
+        net
+    }
+
+    #[test]
+    fn servers_mesh_and_clients_attach_to_k_servers_only() {
+        let net = cluster(3, 6, 2);
+        let all: Vec<usize> = (0..9).collect();
+        for s in 0..3 {
+            let mesh: Vec<usize> = net.nodes[s].mesh().map(index).collect();
+            let others: Vec<usize> = (0..3).filter(|x| *x != s).collect();
+            assert_eq!(mesh, others, "server {s} meshes with the other servers");
+            assert_eq!(net.members(s), all);
+        }
+        for c in 3..9 {
+            let a = net.attached(c);
+            assert_eq!(a.len(), 2, "client {c} has k servers: {a:?}");
+            assert!(a.iter().all(|s| *s < 3));
+            assert_eq!(net.members(c), all, "client {c} knows every member");
+            assert_eq!(net.nodes[c].neighbors().len(), 2);
+        }
+        for &(a, b) in &net.conns {
+            assert!(a < 3 || b < 3, "no client-client connection: {a}-{b}");
+        }
+        // Each server knows exactly who its clients are.
+        for c in 3..9 {
+            for s in net.attached(c) {
+                assert!(net.attached(s).contains(&c));
+            }
+        }
+    }
+
+    #[test]
+    fn routes() {
+        let net = cluster(2, 4, 1);
+        let server_of = |c: usize| net.attached(c)[0];
+        let (c1, c2) = (2, 3);
+        let s1 = server_of(c1);
+        let other = 1 - s1;
+        let n = |i: usize| &net.nodes[i];
+        // Server to its own client, to another client, to a server.
+        assert_eq!(n(s1).route(&id(c1)), Route::Direct);
+        assert_eq!(n(other).route(&id(c1)), Route::Via(id(s1)));
+        assert_eq!(n(s1).route(&id(other)), Route::Direct);
+        // Client to its server, to another server, to another client.
+        assert_eq!(n(c1).route(&id(s1)), Route::Direct);
+        assert_eq!(n(c1).route(&id(other)), Route::Via(id(s1)));
+        // Through our only server, which relays to c2's own if it is another one.
+        assert_eq!(n(c1).route(&id(c2)), Route::Via(id(s1)));
+        assert_eq!(n(c1).route(&id(c1)), Route::Direct);
+        assert_eq!(n(c1).route(&id(99)), Route::Unreachable);
+        assert_eq!(n(s1).route(&id(99)), Route::Unreachable);
+        // Following the decisions hop by hop reaches every node from every node.
+        for a in 0..6 {
+            for b in 0..6 {
+                let mut at = a;
+                for _ in 0..3 {
+                    match n(at).route(&id(b)) {
+                        Route::Direct => {
+                            at = b;
+                            break;
+                        }
+                        Route::Via(v) => at = index(&v),
+                        Route::Unreachable => panic!("{a} to {b}: unreachable at {at}"),
+                    }
+                }
+                assert_eq!(at, b, "{a} to {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn clients_rehome_when_their_server_fails() {
+        let mut net = cluster(3, 9, 1);
+        let victim = net.attached(3)[0];
+        let orphans: Vec<usize> = (3..12).filter(|c| net.attached(*c) == [victim]).collect();
+        assert!(!orphans.is_empty());
+        net.crash(victim);
+        for c in 3..12 {
+            let a = net.attached(c);
+            assert_eq!(a.len(), 1, "client {c} re-homed at once: {a:?}");
+            assert_ne!(a[0], victim);
+        }
+        net.ticks(2);
+        let live: Vec<usize> = (0..12).filter(|i| *i != victim).collect();
+        for &i in &live {
+            assert_eq!(
+                net.members(i),
+                live,
+                "node {i} no longer lists the dead server"
+            );
+            for &j in &live {
+                assert_ne!(net.nodes[i].route(&id(j)), Route::Unreachable, "{i} to {j}");
+                if let Route::Via(v) = net.nodes[i].route(&id(j)) {
+                    assert_ne!(index(&v), victim);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn client_joining_through_a_client_finds_a_server() {
+        let mut net = cluster(2, 1, 1);
+        net.nodes
+            .push(ClientServer::new(id(3), cfg(Role::Client, 1)));
+        net.alive.push(true);
+        net.join(3, 2);
+        assert_eq!(net.attached(3).len(), 1);
+        assert!(net.attached(3)[0] < 2);
+        assert!(
+            !net.connected(2, 3),
+            "the two clients do not stay connected"
+        );
+        net.ticks(1);
+        assert_eq!(net.members(0), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn leave_spreads_and_clients_of_a_leaving_server_rehome() {
+        let mut net = cluster(3, 6, 1);
+        // A client leaves.
+        net.call(8, |o, fx| o.on_leave(fx));
+        net.settle();
+        net.ticks(1);
+        assert_eq!(net.members(8), vec![8]);
+        assert!(net.attached(8).is_empty());
+        for i in 0..8 {
+            assert!(!net.members(i).contains(&8), "node {i} dropped the leaver");
+            assert_eq!(net.nodes[i].route(&id(8)), Route::Unreachable);
+        }
+        assert!(net.left_marks.contains(&(8, id(0))), "leaver marks Left");
+        // A server leaves: its clients move to the others.
+        let s = net.attached(3)[0];
+        net.call(s, |o, fx| o.on_leave(fx));
+        net.settle();
+        net.ticks(1);
+        for c in 3..8 {
+            let a = net.attached(c);
+            assert_eq!(a.len(), 1);
+            assert_ne!(a[0], s);
+        }
+        let live: Vec<usize> = (0..8).filter(|i| *i != s).collect();
+        for &i in &live {
+            assert_eq!(net.members(i), live);
+        }
+        assert!(net.left_marks.iter().any(|(i, n)| *i != s && *n == id(s)));
+        // And it can come back.
+        net.join(s, if s == 0 { 1 } else { 0 });
+        net.ticks(1);
+        assert!(net.members(3).contains(&s));
+    }
+
+    #[test]
+    fn a_live_client_refutes_a_wrong_suspicion() {
+        let mut net = cluster(2, 1, 1);
+        let s = net.attached(2)[0];
+        // The link alone breaks: the server suspects the client, which re-homes and refutes.
+        net.conns.remove(&(s.min(2), s.max(2)));
+        net.queue.push_back(Ev::Down(s, 2));
+        net.queue.push_back(Ev::Down(2, s));
+        net.settle();
+        net.ticks(3);
+        for i in 0..3 {
+            assert_eq!(net.members(i), vec![0, 1, 2], "node {i}");
+        }
+        assert_eq!(net.attached(2).len(), 1);
+    }
+
+    /// A server with 1,024 clients keeps one small record and one attachment per client, and
+    /// what it sends per event is bounded by its neighbours, not by the history.
+    #[test]
+    fn server_state_is_bounded_with_1024_clients() {
+        const CLIENTS: usize = 1024;
+        let mut s = ClientServer::new(id(0), cfg(Role::Server, 1));
+        let mut fx = Effects::default();
+        s.on_start(&mut fx);
+        let mut max_sends = 0;
+        for c in 1..=CLIENTS {
+            let client = ClientServer::new(id(c), cfg(Role::Client, 1));
+            s.on_connection(&id(c), true, &mut fx);
+            s.on_message(&id(c), Msg::Attach(client.my_record().clone()), &mut fx);
+            let mut rec = client.my_record().clone();
+            rec.version += 1;
+            rec.servers = vec![id(0).name];
+            s.on_message(&id(c), Msg::Delta(vec![rec]), &mut fx);
+            if c % 16 == 0 {
+                s.on_timer(SYNC, &mut fx);
+            }
+            let sends = fx.drain().filter(|e| matches!(e, Effect::Send(..))).count();
+            max_sends = max_sends.max(sends);
+        }
+        s.on_timer(SYNC, &mut fx);
+        fx.drain().for_each(drop);
+        let st = s.stats();
+        assert_eq!(st.records, CLIENTS + 1);
+        assert_eq!(st.clients, CLIENTS);
+        assert_eq!(st.dirty, 0);
+        assert_eq!(st.pending, 0);
+        // One attach reply per join, plus one batch per neighbour per sync.
+        assert!(max_sends <= CLIENTS + 1, "{max_sends}");
+        // Steady state: nothing grows, and a period sends one state to one client.
+        for _ in 0..1000 {
+            s.on_timer(GOSSIP, &mut fx);
+            s.on_timer(SYNC, &mut fx);
+            let sends = fx.drain().filter(|e| matches!(e, Effect::Send(..))).count();
+            assert!(sends <= 1, "{sends}");
+        }
+        assert_eq!(s.stats(), st);
+        // A burst of changes of the same records is coalesced: one entry per name.
+        for round in 0..10 {
+            for c in 1..=CLIENTS {
+                let mut rec = s.records[&id(c).name].clone();
+                rec.version += 1 + round;
+                s.on_message(&id(c), Msg::Delta(vec![rec]), &mut fx);
+            }
+        }
+        assert_eq!(s.stats().dirty, CLIENTS);
+        fx.drain().for_each(drop);
+        s.on_timer(SYNC, &mut fx);
+        let sends: Vec<usize> = fx
+            .drain()
+            .filter_map(|e| match e {
+                Effect::Send(_, Msg::Delta(b)) => Some(b.len()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sends.len(), CLIENTS, "one batch per client");
+        assert!(sends.iter().all(|n| *n == CLIENTS));
+        assert_eq!(s.stats().dirty, 0);
+        // Clients that go away take their attachment with them.
+        for c in 1..=CLIENTS {
+            s.on_connection(&id(c), false, &mut fx);
+        }
+        assert_eq!(s.stats().clients, 0);
+        assert_eq!(
+            s.stats().records,
+            CLIENTS + 1,
+            "one tombstone-sized record each"
+        );
+    }
+
+    #[test]
+    fn untrusted_records_are_cut() {
+        let mut s = ClientServer::new(id(0), cfg(Role::Server, 1));
+        let mut fx = Effects::default();
+        let rec = Member {
+            id: id(1),
+            role: Role::Client,
+            version: 3,
+            state: MemberState::Alive,
+            servers: (0..1000).map(|i| format!("s{i}")).collect(),
+        };
+        s.on_message(&id(1), Msg::Delta(vec![rec]), &mut fx);
+        assert_eq!(s.records[&id(1).name].servers.len(), MAX_SERVERS_PER_CLIENT);
+        assert_eq!(s.route(&id(1)), Route::Unreachable);
+    }
+}
