@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use maquis::config::{parse_channels, parse_switch};
+use maquis::overlay::Role;
 use maquis::{Config, Node, OverlayKind};
 
 /// Options of `maquis node`; each overrides the config file and the `MAQUIS_*` environment.
@@ -26,9 +27,15 @@ pub struct NodeArgs {
     /// The cluster secret.
     #[arg(long)]
     cookie: Option<String>,
-    /// static or full-mesh.
+    /// static, full-mesh, peer-to-peer or client-server.
     #[arg(long)]
     overlay: Option<OverlayKind>,
+    /// Client-server overlay: server or client.
+    #[arg(long)]
+    role: Option<Role>,
+    /// Client-server overlay: how many servers a client connects to.
+    #[arg(long)]
+    servers_per_client: Option<usize>,
     /// Named channels, comma separated, each optionally with its own parallelism (`vnode:16`).
     #[arg(long)]
     channels: Option<String>,
@@ -67,6 +74,12 @@ fn build_config(a: &NodeArgs) -> Result<Config, String> {
     if let Some(v) = a.overlay {
         c.overlay = v;
     }
+    if let Some(v) = a.role {
+        c.client_server_role = v;
+    }
+    if let Some(v) = a.servers_per_client {
+        c.client_server_servers_per_client = v;
+    }
     if let Some(v) = &a.channels {
         c.channels = parse_channels(v).map_err(|e| e.to_string())?;
     }
@@ -95,12 +108,18 @@ pub async fn run(args: NodeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let overlay = match node.config().overlay {
+        OverlayKind::ClientServer => format!(
+            "client-server, {}",
+            node.config().client_server_role.as_str()
+        ),
+        other => other.as_str().to_string(),
+    };
     println!(
-        "node {} listening on {} (incarnation {}, overlay {})",
+        "node {} listening on {} (incarnation {}, overlay {overlay})",
         node.id().name,
         node.addr(),
         node.id().incarnation,
-        node.config().overlay.as_str()
     );
     if let Some(a) = node.admin_addr() {
         println!("admin on http://{a}");

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::id::{DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
+use crate::overlay::{ClientServerConfig, Role, MAX_SERVERS_PER_CLIENT};
 
 /// Which overlay decides the node's connections and membership.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +26,10 @@ pub enum OverlayKind {
     /// is accepted as another name.
     #[serde(rename = "peer-to-peer", alias = "hyparview")]
     PeerToPeer,
+    /// Servers in a full mesh, each client connected to `client_server_servers_per_client`
+    /// servers only; every node knows every member, and a message between two clients is
+    /// relayed by a server.
+    ClientServer,
 }
 
 impl OverlayKind {
@@ -34,6 +39,7 @@ impl OverlayKind {
             OverlayKind::Static => "static",
             OverlayKind::FullMesh => "full-mesh",
             OverlayKind::PeerToPeer => "peer-to-peer",
+            OverlayKind::ClientServer => "client-server",
         }
     }
 }
@@ -45,10 +51,12 @@ impl std::str::FromStr for OverlayKind {
             "static" => Ok(OverlayKind::Static),
             "full-mesh" | "fullmesh" | "full_mesh" => Ok(OverlayKind::FullMesh),
             "peer-to-peer" | "hyparview" => Ok(OverlayKind::PeerToPeer),
+            "client-server" => Ok(OverlayKind::ClientServer),
             other => Err(ConfigError::Invalid {
                 key: "overlay",
                 reason: format!(
-                    "unknown overlay {other:?} (expected static, full-mesh or peer-to-peer)"
+                    "unknown overlay {other:?} (expected static, full-mesh, peer-to-peer or \
+                     client-server)"
                 ),
             }),
         }
@@ -115,6 +123,9 @@ pub struct Config {
     pub mailbox_capacity: usize,
     /// Bytes a lane's outbound queue holds before senders wait (or `try_send` fails).
     pub lane_queue_bytes: usize,
+    /// Bytes the outbound queues of all lanes of the node hold together before senders wait
+    /// (or `try_send` fails): the bound on queued outbound data whatever the number of peers.
+    pub node_queue_bytes: usize,
     /// Largest frame accepted or sent; larger frames close the connection.
     pub max_frame_bytes: usize,
     /// Heartbeat period on the membership channel, in milliseconds.
@@ -158,6 +169,16 @@ pub struct Config {
     /// Broadcast messages a topic subscription buffers; when it is full the oldest is dropped
     /// (and counted).
     pub subscription_capacity: usize,
+    /// Client-server overlay: this node's role, `server` or `client`.
+    pub client_server_role: Role,
+    /// Client-server overlay: how many servers a client connects to.
+    pub client_server_servers_per_client: usize,
+    /// Client-server overlay: how often a server sends the membership records that changed to
+    /// its neighbours, batched, in milliseconds.
+    pub client_server_sync_interval_ms: u64,
+    /// Client-server overlay: anti-entropy period (a server's whole state to one server and
+    /// one client; a client tops up its servers), in milliseconds.
+    pub client_server_gossip_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -174,6 +195,7 @@ impl Default for Config {
             affinity: true,
             mailbox_capacity: 1024,
             lane_queue_bytes: 8 * 1024 * 1024,
+            node_queue_bytes: 512 * 1024 * 1024,
             max_frame_bytes: crate::wire::frame::DEFAULT_MAX_FRAME,
             heartbeat_interval_ms: 500,
             heartbeat_timeout_ms: 3000,
@@ -194,6 +216,10 @@ impl Default for Config {
             member_timeout_ms: 5000,
             hop_limit: 16,
             subscription_capacity: 1024,
+            client_server_role: Role::Server,
+            client_server_servers_per_client: 1,
+            client_server_sync_interval_ms: 100,
+            client_server_gossip_interval_ms: 1000,
         }
     }
 }
@@ -281,6 +307,12 @@ impl Config {
         self
     }
 
+    /// Sets the limit of the bytes queued on all lanes together.
+    pub fn node_queue_bytes(mut self, n: usize) -> Self {
+        self.node_queue_bytes = n;
+        self
+    }
+
     /// Sets the heartbeat interval and timeout.
     pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
         self.heartbeat_interval_ms = interval.as_millis() as u64;
@@ -299,6 +331,25 @@ impl Config {
     pub fn member_heartbeat(mut self, every: Duration, timeout: Duration) -> Self {
         self.member_heartbeat_ms = every.as_millis() as u64;
         self.member_timeout_ms = timeout.as_millis() as u64;
+        self
+    }
+
+    /// Sets the client-server overlay's role of this node.
+    pub fn client_server_role(mut self, role: Role) -> Self {
+        self.client_server_role = role;
+        self
+    }
+
+    /// Sets how many servers a client of the client-server overlay connects to.
+    pub fn servers_per_client(mut self, n: usize) -> Self {
+        self.client_server_servers_per_client = n;
+        self
+    }
+
+    /// Sets the client-server overlay's sync and anti-entropy gossip periods.
+    pub fn client_server_intervals(mut self, sync: Duration, gossip: Duration) -> Self {
+        self.client_server_sync_interval_ms = sync.as_millis() as u64;
+        self.client_server_gossip_interval_ms = gossip.as_millis() as u64;
         self
     }
 
@@ -348,6 +399,7 @@ impl Config {
                 "AFFINITY" => self.affinity = parse_switch(v)?,
                 "MAILBOX_CAPACITY" => self.mailbox_capacity = parse(v, "mailbox_capacity")?,
                 "LANE_QUEUE_BYTES" => self.lane_queue_bytes = parse(v, "lane_queue_bytes")?,
+                "NODE_QUEUE_BYTES" => self.node_queue_bytes = parse(v, "node_queue_bytes")?,
                 "MAX_FRAME_BYTES" => self.max_frame_bytes = parse(v, "max_frame_bytes")?,
                 "HEARTBEAT_INTERVAL_MS" => {
                     self.heartbeat_interval_ms = parse(v, "heartbeat_interval_ms")?
@@ -390,6 +442,19 @@ impl Config {
                 "SUBSCRIPTION_CAPACITY" => {
                     self.subscription_capacity = parse(v, "subscription_capacity")?
                 }
+                "CLIENT_SERVER_ROLE" => self.client_server_role = v.parse()?,
+                "CLIENT_SERVER_SERVERS_PER_CLIENT" => {
+                    self.client_server_servers_per_client =
+                        parse(v, "client_server_servers_per_client")?
+                }
+                "CLIENT_SERVER_SYNC_INTERVAL_MS" => {
+                    self.client_server_sync_interval_ms =
+                        parse(v, "client_server_sync_interval_ms")?
+                }
+                "CLIENT_SERVER_GOSSIP_INTERVAL_MS" => {
+                    self.client_server_gossip_interval_ms =
+                        parse(v, "client_server_gossip_interval_ms")?
+                }
                 _ => {
                     return Err(ConfigError::Invalid {
                         key: "environment",
@@ -417,6 +482,9 @@ impl Config {
         }
         if self.lane_queue_bytes < 1024 || self.lane_queue_bytes > u32::MAX as usize {
             return Err(invalid("lane_queue_bytes", "must be 1 KiB to 4 GiB"));
+        }
+        if self.node_queue_bytes < 1024 || self.node_queue_bytes > u32::MAX as usize {
+            return Err(invalid("node_queue_bytes", "must be 1 KiB to 4 GiB"));
         }
         if self.max_frame_bytes < 1024 || self.max_frame_bytes > (u32::MAX as usize) {
             return Err(invalid("max_frame_bytes", "must be 1 KiB to 4 GiB"));
@@ -448,6 +516,7 @@ impl Config {
             ));
         }
         self.validate_peer_to_peer()?;
+        self.validate_client_server()?;
         let mut seen = std::collections::HashSet::new();
         for c in &self.channels {
             if c.name.is_empty() || c.name.len() > 64 {
@@ -510,6 +579,34 @@ impl Config {
             return Err(invalid("subscription_capacity", "must be at least 1"));
         }
         Ok(())
+    }
+
+    fn validate_client_server(&self) -> Result<(), ConfigError> {
+        let k = self.client_server_servers_per_client;
+        if k == 0 || k > MAX_SERVERS_PER_CLIENT {
+            return Err(invalid(
+                "client_server_servers_per_client",
+                format!("must be 1 to {MAX_SERVERS_PER_CLIENT}"),
+            ));
+        }
+        if self.client_server_sync_interval_ms == 0 {
+            return Err(invalid("client_server_sync_interval_ms", "must be > 0"));
+        }
+        if self.client_server_gossip_interval_ms == 0 {
+            return Err(invalid("client_server_gossip_interval_ms", "must be > 0"));
+        }
+        Ok(())
+    }
+
+    /// The parameters of the client-server overlay.
+    pub fn client_server(&self) -> ClientServerConfig {
+        ClientServerConfig {
+            role: self.client_server_role,
+            servers_per_client: self.client_server_servers_per_client,
+            sync_interval: Duration::from_millis(self.client_server_sync_interval_ms),
+            gossip_interval: Duration::from_millis(self.client_server_gossip_interval_ms),
+            seed: None,
+        }
     }
 
     /// The HyParView parameters of the peer-to-peer overlay.
@@ -673,6 +770,13 @@ mod tests {
         assert!(Config::default()
             .apply_vars([("MAQUIS_PARALELISM".to_string(), "4".to_string())])
             .is_err());
+        let c = Config::default()
+            .apply_vars([("MAQUIS_NODE_QUEUE_BYTES".to_string(), "65536".to_string())])
+            .unwrap();
+        assert_eq!(c.node_queue_bytes, 65536);
+        c.validate().unwrap();
+        assert_eq!(Config::default().node_queue_bytes, 512 << 20);
+        assert!(Config::default().node_queue_bytes(100).validate().is_err());
     }
 
     #[test]
@@ -729,5 +833,114 @@ mod tests {
             .subscription_capacity(0)
             .validate()
             .is_err());
+    }
+
+    #[test]
+    fn client_server_selection_and_parameters() {
+        let d = Config::default();
+        assert_eq!(d.client_server_role, Role::Server);
+        let cs = d.client_server();
+        assert_eq!(cs.servers_per_client, 1);
+        assert_eq!(cs.sync_interval, Duration::from_millis(100));
+        assert_eq!(cs.gossip_interval, Duration::from_millis(1000));
+        let c = Config::from_toml(
+            "overlay = \"client-server\"\nclient_server_role = \"client\"\n\
+             client_server_servers_per_client = 2\nclient_server_sync_interval_ms = 50\n\
+             client_server_gossip_interval_ms = 500\n",
+        )
+        .unwrap();
+        assert_eq!(c.overlay, OverlayKind::ClientServer);
+        assert_eq!(OverlayKind::ClientServer.as_str(), "client-server");
+        let cs = c.client_server();
+        assert_eq!(cs.role, Role::Client);
+        assert_eq!(cs.servers_per_client, 2);
+        assert_eq!(cs.sync_interval, Duration::from_millis(50));
+        assert_eq!(cs.gossip_interval, Duration::from_millis(500));
+        c.validate().unwrap();
+        // The config round-trips through TOML with the role spelled in lower case.
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("client_server_role = \"client\""), "{text}");
+        assert_eq!(Config::from_toml(&text).unwrap(), c);
+
+        let c = Config::default()
+            .apply_vars([
+                ("MAQUIS_OVERLAY".to_string(), "client-server".to_string()),
+                (
+                    "MAQUIS_CLIENT_SERVER_ROLE".to_string(),
+                    "Client".to_string(),
+                ),
+                (
+                    "MAQUIS_CLIENT_SERVER_SERVERS_PER_CLIENT".to_string(),
+                    "3".to_string(),
+                ),
+                (
+                    "MAQUIS_CLIENT_SERVER_SYNC_INTERVAL_MS".to_string(),
+                    "20".to_string(),
+                ),
+                (
+                    "MAQUIS_CLIENT_SERVER_GOSSIP_INTERVAL_MS".to_string(),
+                    "200".to_string(),
+                ),
+            ])
+            .unwrap();
+        assert_eq!(c.overlay, OverlayKind::ClientServer);
+        assert_eq!(c.client_server_role, Role::Client);
+        assert_eq!(c.client_server_servers_per_client, 3);
+        assert_eq!(c.client_server_sync_interval_ms, 20);
+        assert_eq!(c.client_server_gossip_interval_ms, 200);
+        c.validate().unwrap();
+
+        let b = Config::new("b")
+            .overlay(OverlayKind::ClientServer)
+            .client_server_role(Role::Client)
+            .servers_per_client(2)
+            .client_server_intervals(Duration::from_millis(10), Duration::from_millis(300));
+        assert_eq!(b.client_server().servers_per_client, 2);
+        assert_eq!(b.client_server().sync_interval, Duration::from_millis(10));
+        assert_eq!(
+            b.client_server().gossip_interval,
+            Duration::from_millis(300)
+        );
+
+        // Errors name the option.
+        let err = Config::default()
+            .apply_vars([("MAQUIS_CLIENT_SERVER_ROLE".to_string(), "peer".to_string())])
+            .unwrap_err();
+        assert!(err.to_string().starts_with("client_server_role:"), "{err}");
+        assert!(err.to_string().contains("server or client"), "{err}");
+        let err = Config::default()
+            .apply_vars([(
+                "MAQUIS_CLIENT_SERVER_SERVERS_PER_CLIENT".to_string(),
+                "two".to_string(),
+            )])
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("client_server_servers_per_client:"),
+            "{err}"
+        );
+        assert!(Config::from_toml("client_server_role = \"peer\"").is_err());
+        let err = Config::default()
+            .servers_per_client(0)
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("1 to 16"), "{err}");
+        assert!(Config::default().servers_per_client(17).validate().is_err());
+        assert!(Config::default().servers_per_client(16).validate().is_ok());
+        let err = Config::default()
+            .client_server_intervals(Duration::ZERO, Duration::from_secs(1))
+            .validate()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("client_server_sync_interval_ms"),
+            "{err}"
+        );
+        assert!(Config::default()
+            .client_server_intervals(Duration::from_millis(1), Duration::ZERO)
+            .validate()
+            .is_err());
+        let err = "client/server".parse::<OverlayKind>().unwrap_err();
+        assert!(err.to_string().contains("client-server"), "{err}");
     }
 }

@@ -84,6 +84,7 @@ async fn fast_sender_slow_receiver_stays_bounded() {
             .peers
             .iter()
             .flat_map(|p| &p.lanes)
+            .filter(|l| l.channel == "default")
             .map(|l| l.queued_bytes)
             .sum();
         peak_queue = peak_queue.max(queued);

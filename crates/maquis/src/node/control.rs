@@ -104,6 +104,9 @@ struct State {
     /// Peers the overlay disconnected while their connection was still coming up (`Membership`
     /// liveness): closed once it is up, so the frames queued for them go out first.
     unneeded: HashSet<NodeId>,
+    /// The runtime broadcasts member heartbeats and leave notices, and hands the overlay the
+    /// routes they reveal (`Overlay::member_heartbeats`).
+    heartbeats: bool,
 }
 
 pub(crate) async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Control>) {
@@ -114,8 +117,11 @@ pub(crate) async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Control>) {
         seq: 0,
         bcast: Bcast::new(&inner),
         unneeded: HashSet::new(),
+        heartbeats: false,
     };
-    if inner.liveness == Liveness::Membership {
+    st.heartbeats =
+        inner.liveness == Liveness::Membership && overlay(&inner, |o| o.member_heartbeats());
+    if st.heartbeats {
         st.bcast.start_heartbeats(&inner);
     }
     let fx = inner
@@ -141,7 +147,7 @@ fn overlay<R>(inner: &Inner, f: impl FnOnce(&mut dyn crate::overlay::DynOverlay)
 fn handle(inner: &Arc<Inner>, st: &mut State, msg: Control) {
     match msg {
         Control::Join { addr, done, retry } => {
-            if inner.liveness == Liveness::Membership {
+            if st.heartbeats {
                 st.bcast.start_heartbeats(inner);
             }
             let known = inner
@@ -195,7 +201,7 @@ fn handle(inner: &Arc<Inner>, st: &mut State, msg: Control) {
                 .values()
                 .cloned()
                 .collect();
-            if inner.liveness == Liveness::Membership {
+            if st.heartbeats {
                 st.bcast.leave(inner);
             }
             let fx = overlay(inner, |o| o.on_leave());
@@ -538,7 +544,7 @@ fn settle(inner: &Arc<Inner>, st: &mut State, refresh: bool) {
     let want = overlay(inner, |o| o.neighbors()).unwrap_or_else(|| connected_members(inner));
     let changed = st.bcast.sync_neighbors(inner, want);
     let membership = inner.liveness == Liveness::Membership;
-    if membership && (changed || refresh) {
+    if st.heartbeats && (changed || refresh) {
         let max_age = Duration::from_millis(inner.config.member_timeout_ms);
         let routes = st.bcast.routes(inner, max_age);
         overlay(inner, |o| o.set_routes(routes));

@@ -22,7 +22,7 @@ use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
 use crate::overlay::{DynOverlay, Liveness};
 use crate::transport::lane::{run_writer, Lane};
-use crate::transport::{connector, Peer};
+use crate::transport::{connector, Peer, QueueBudget};
 use crate::wire::frame::{encode_head, Dest, DownReason, Frame, Header, ReplyStatus, Routed};
 
 /// How long a forwarding node waits for room in the next hop's lane before it drops a routed
@@ -114,6 +114,8 @@ pub struct Inner {
     pub(crate) next_conn: AtomicU64,
     pub(crate) shutdown: CancellationToken,
     pub(crate) handshakes: Arc<Semaphore>,
+    /// The bytes all lanes together may hold queued (`node_queue_bytes`).
+    pub(crate) queue_budget: QueueBudget,
     pub(crate) started: Instant,
     pub(crate) admin_addr: Option<std::net::SocketAddr>,
     pub(crate) listener_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -387,10 +389,11 @@ impl Inner {
         for spec in self.dispatch.specs() {
             for index in 0..spec.parallelism {
                 let slot = spec.offset + index as usize;
-                let (lane, task) = Lane::new(
+                let (lane, task) = Lane::with_budget(
                     LaneId::new(spec.name.clone(), index),
                     slot,
                     self.config.lane_queue_bytes,
+                    self.queue_budget.clone(),
                 );
                 tasks.push((lane.clone(), task));
                 lanes.push(lane);

@@ -28,7 +28,9 @@ use crate::config::{Config, OverlayKind};
 use crate::dispatch::Dispatcher;
 use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
 use crate::id::NodeId;
-use crate::overlay::{DynOverlay, Erased, FullMesh, HyParView, Liveness, Overlay, StaticOverlay};
+use crate::overlay::{
+    ClientServer, DynOverlay, Erased, FullMesh, HyParView, Liveness, Overlay, StaticOverlay,
+};
 use crate::wire::frame::{Dest, DownReason};
 
 /// A change in the membership a node sees.
@@ -66,6 +68,9 @@ impl Node {
                     Box::new(Erased(StaticOverlay::new(id, c.peers.clone(), retry)))
                 }
                 OverlayKind::PeerToPeer => Box::new(Erased(HyParView::new(id, c.hyparview()))),
+                OverlayKind::ClientServer => {
+                    Box::new(Erased(ClientServer::new(id, c.client_server())))
+                }
             }
         })
         .await
@@ -146,6 +151,7 @@ impl Node {
             next_conn: AtomicU64::new(0),
             shutdown: CancellationToken::new(),
             handshakes: Arc::new(Semaphore::new(config.max_pending_handshakes)),
+            queue_budget: crate::transport::QueueBudget::new(config.node_queue_bytes),
             started: Instant::now(),
             admin_addr,
             listener_task: Mutex::new(None),
@@ -174,7 +180,7 @@ impl Node {
         crate::echo::spawn_echo(&node);
         if matches!(
             node.inner.config.overlay,
-            OverlayKind::FullMesh | OverlayKind::PeerToPeer
+            OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer
         ) {
             for addr in node.inner.config.peers.clone() {
                 let _ = node
@@ -269,7 +275,7 @@ impl Node {
     }
 
     /// Removes another node from the cluster (on overlays that support it: full-mesh, static;
-    /// the peer-to-peer overlay ignores it).
+    /// the peer-to-peer and client-server overlays ignore it).
     pub async fn remove(&self, name: &str) {
         let _ = self
             .inner
@@ -282,6 +288,8 @@ impl Node {
 
     /// The members this node sees, itself included. On the peer-to-peer overlay: this node, its
     /// neighbours, and every node whose broadcast heartbeat arrived within `member_timeout_ms`.
+    /// On the client-server overlay: every node whose record is alive (a client the servers
+    /// lost drops out).
     pub fn members(&self) -> Vec<NodeId> {
         self.inner
             .members
@@ -291,7 +299,9 @@ impl Node {
     }
 
     /// The nodes broadcast runs over: on the peer-to-peer overlay the active view (a few
-    /// neighbours), on the others every member with a connection. Excludes this node.
+    /// neighbours), on the client-server overlay the direct connections (a client: its
+    /// servers; a server: the other servers and its clients), on the others every member with
+    /// a connection. Excludes this node.
     pub fn neighbors(&self) -> Vec<NodeId> {
         self.inner
             .neighbors

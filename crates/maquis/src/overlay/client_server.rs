@@ -28,22 +28,54 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::{Effects, Overlay, Route, TimerId};
+use super::{Effects, Liveness, Overlay, Route, TimerId};
 use crate::id::NodeId;
 
 const GOSSIP: TimerId = TimerId(1);
 const SYNC: TimerId = TimerId(2);
 
-/// The most servers a client record may name (longer lists from the network are cut).
-const MAX_SERVERS_PER_CLIENT: usize = 16;
+/// The most servers a client record may name (longer lists from the network are cut), and the
+/// largest `servers_per_client` a configuration accepts.
+pub const MAX_SERVERS_PER_CLIENT: usize = 16;
 
-/// What a node is in the client-server overlay.
+/// What a node is in the client-server overlay (`server` or `client` in configuration).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Connects to every other server and serves clients.
     Server,
     /// Connects only to servers (`servers_per_client` of them).
     Client,
+}
+
+impl Role {
+    /// The name used in configuration: `server` or `client`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = crate::config::ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "server" => Ok(Role::Server),
+            "client" => Ok(Role::Client),
+            other => Err(crate::config::ConfigError::Invalid {
+                key: "client_server_role",
+                reason: format!("unknown role {other:?} (expected server or client)"),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The client-server overlay's parameters.
@@ -169,6 +201,9 @@ pub struct ClientServer {
     tried: BTreeSet<NodeId>,
     /// Server: names of the records changed since the last sync.
     dirty: BTreeSet<String>,
+    /// Client: the node it last joined through, asked again while no server is known (its
+    /// first answer may have been lost with a connection).
+    contact: Option<NodeId>,
     sync_armed: bool,
     tick: u64,
     left: bool,
@@ -203,6 +238,7 @@ impl ClientServer {
             pending: BTreeMap::new(),
             tried: BTreeSet::new(),
             dirty: BTreeSet::new(),
+            contact: None,
             sync_armed: false,
             tick: 0,
             left: false,
@@ -271,6 +307,13 @@ impl ClientServer {
             self.record_of(c)
                 .is_some_and(|r| r.role == Role::Server && r.alive())
         })
+    }
+
+    /// Whether a server other than this node is known and not gone.
+    fn knows_a_server(&self) -> bool {
+        self.records
+            .values()
+            .any(|r| r.role == Role::Server && r.id != self.me && r.state != MemberState::Left)
     }
 
     fn my_record(&self) -> &Member {
@@ -529,15 +572,26 @@ impl ClientServer {
             Role::Client => {
                 self.tried.clear();
                 // An attach unanswered for a whole period is given up.
+                let lost = !self.knows_a_server();
                 for (s, old) in std::mem::take(&mut self.pending) {
                     if !old {
                         self.pending.insert(s, true);
                     } else {
                         self.tried.insert(s.clone());
-                        fx.disconnect(s);
+                        if !(lost && self.contact.as_ref() == Some(&s)) {
+                            fx.disconnect(s);
+                        }
                     }
                 }
                 self.fill(fx);
+                // No server to ask: the contact's answer never came. Ask it again.
+                if self.attached.is_empty() && self.pending.is_empty() {
+                    if let Some(c) = self.contact.clone() {
+                        self.pending.insert(c.clone(), false);
+                        fx.connect(c.clone());
+                        fx.send(c, Msg::Attach(self.my_record().clone()));
+                    }
+                }
             }
         }
     }
@@ -565,6 +619,7 @@ impl Overlay for ClientServer {
         match self.cfg.role {
             Role::Server => fx.send(contact.clone(), Msg::State(self.all_records())),
             Role::Client => {
+                self.contact = Some(contact.clone());
                 if !self.attached.contains(contact) && !self.pending.contains_key(contact) {
                     self.pending.insert(contact.clone(), false);
                     fx.send(contact.clone(), Msg::Attach(self.my_record().clone()));
@@ -718,6 +773,22 @@ impl Overlay for ClientServer {
             SYNC => self.sync(fx),
             _ => {}
         }
+    }
+
+    fn neighbors(&self) -> Option<Vec<NodeId>> {
+        Some(ClientServer::neighbors(self))
+    }
+
+    /// A client is never connected to the other clients, so a connection says nothing of a
+    /// node: a node is down when it leaves the members (a server lost it and no other server
+    /// serves it).
+    fn liveness(&self) -> Liveness {
+        Liveness::Membership
+    }
+
+    /// Members and routes come from the records: no runtime heartbeats.
+    fn member_heartbeats(&self) -> bool {
+        false
     }
 
     fn members(&self) -> Vec<NodeId> {
@@ -1059,6 +1130,27 @@ mod tests {
         );
         net.ticks(1);
         assert_eq!(net.members(0), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_client_whose_first_attach_is_lost_asks_its_contact_again() {
+        let mut net = cluster(1, 1, 1);
+        net.nodes
+            .push(ClientServer::new(id(2), cfg(Role::Client, 1)));
+        net.alive.push(true);
+        // Connected, but the attach is lost with the connection it went on.
+        net.conns.insert((0, 2));
+        net.queue.push_back(Ev::Up(2, 0));
+        net.queue.push_back(Ev::Up(0, 2));
+        let c = id(0);
+        net.call(2, |o, fx| o.on_join(&c, fx));
+        net.queue.retain(|e| !matches!(e, Ev::Msg(..)));
+        net.settle();
+        assert!(net.attached(2).is_empty());
+        net.ticks(3);
+        assert_eq!(net.attached(2), vec![0], "attached on a later try");
+        assert_eq!(net.members(0), vec![0, 1, 2]);
+        assert_eq!(net.members(2), vec![0, 1, 2]);
     }
 
     #[test]

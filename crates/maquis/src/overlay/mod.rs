@@ -17,7 +17,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use client_server::{
-    ClientServer, ClientServerConfig, ClientServerMsg, ClientServerStats, Member, MemberState, Role,
+    ClientServer, ClientServerConfig, ClientServerMsg, ClientServerStats, Member, MemberState,
+    Role, MAX_SERVERS_PER_CLIENT,
 };
 pub use full_mesh::FullMesh;
 pub use hyparview::{HyParView, HyParViewConfig, HyParViewMsg};
@@ -45,7 +46,8 @@ pub enum Liveness {
     /// Connections come and go with the overlay's views, so a closed connection says nothing
     /// of the node: a node is down only when it leaves [`Overlay::members`]. The runtime
     /// broadcasts a heartbeat from every node and hands the routes the heartbeats reveal to
-    /// [`Overlay::set_routes`] (peer-to-peer).
+    /// [`Overlay::set_routes`] (peer-to-peer), unless the overlay knows its members and routes
+    /// itself ([`Overlay::member_heartbeats`] is `false`: client-server).
     Membership,
 }
 
@@ -161,6 +163,14 @@ pub trait Overlay: Send + 'static {
     /// `(destination, neighbour to go through)`, each heard from within the member timeout.
     /// Called periodically and whenever the neighbours change.
     fn set_routes(&mut self, _routes: Vec<(NodeId, NodeId)>) {}
+    /// With [`Liveness::Membership`]: whether the runtime broadcasts a heartbeat from every node
+    /// (and a notice when one leaves) to learn members and routes for
+    /// [`Overlay::set_routes`]. Default: `true` with `Membership`. An overlay that spreads its
+    /// own membership and computes its own routes answers `false` and saves the heartbeat
+    /// traffic (one broadcast per node per period, which reaches every node).
+    fn member_heartbeats(&self) -> bool {
+        self.liveness() == Liveness::Membership
+    }
 }
 
 /// An effect with its message encoded, as the runtime executes it.
@@ -181,6 +191,7 @@ pub(crate) trait DynOverlay: Send {
     fn neighbors(&self) -> Option<Vec<NodeId>>;
     fn liveness(&self) -> Liveness;
     fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>);
+    fn member_heartbeats(&self) -> bool;
 }
 
 pub(crate) struct Erased<O>(pub O);
@@ -260,5 +271,8 @@ impl<O: Overlay> DynOverlay for Erased<O> {
     }
     fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>) {
         self.0.set_routes(routes)
+    }
+    fn member_heartbeats(&self) -> bool {
+        self.0.member_heartbeats()
     }
 }

@@ -35,6 +35,36 @@ pub struct OutFrame {
     /// The payload, written as is.
     pub payload: Bytes,
     _permit: OwnedSemaphorePermit,
+    _node_permit: OwnedSemaphorePermit,
+}
+
+/// The bytes all the lanes of a node may hold queued together (`node_queue_bytes`): every
+/// frame takes permits from its lane's budget and from this one, and gives both back once it
+/// is written or dropped. It bounds the outbound memory of a node whatever its number of peers.
+#[derive(Clone, Debug)]
+pub struct QueueBudget {
+    sem: Arc<Semaphore>,
+    capacity: u32,
+}
+
+impl QueueBudget {
+    /// A budget of `bytes` (at most 4 GiB).
+    pub fn new(bytes: usize) -> Self {
+        let capacity = bytes.clamp(1, u32::MAX as usize) as u32;
+        QueueBudget {
+            sem: Arc::new(Semaphore::new(capacity as usize)),
+            capacity,
+        }
+    }
+
+    /// Bytes queued on all the lanes that share it.
+    pub fn queued_bytes(&self) -> u64 {
+        (self.capacity as u64).saturating_sub(self.sem.available_permits() as u64)
+    }
+
+    fn size(&self, len: usize) -> u32 {
+        len.clamp(1, self.capacity as usize) as u32
+    }
 }
 
 /// Counters of one lane, exported at `/metrics`.
@@ -105,6 +135,7 @@ pub struct Lane {
     tx: mpsc::UnboundedSender<OutFrame>,
     budget: Arc<Semaphore>,
     capacity: u32,
+    node: QueueBudget,
     conn_tx: mpsc::Sender<ConnHandle>,
 }
 
@@ -117,8 +148,20 @@ pub struct LaneTask {
 }
 
 impl Lane {
-    /// A new, disconnected lane with a queue of `capacity` bytes.
+    /// A new, disconnected lane with a queue of `capacity` bytes and no node-wide budget
+    /// beyond it.
     pub fn new(id: LaneId, slot: usize, capacity: usize) -> (Arc<Lane>, LaneTask) {
+        Lane::with_budget(id, slot, capacity, QueueBudget::new(capacity))
+    }
+
+    /// A new, disconnected lane with a queue of `capacity` bytes that also draws on the
+    /// node-wide `node` budget.
+    pub fn with_budget(
+        id: LaneId,
+        slot: usize,
+        capacity: usize,
+        node: QueueBudget,
+    ) -> (Arc<Lane>, LaneTask) {
         let capacity = capacity.clamp(1, u32::MAX as usize) as u32;
         // Unbounded in count, bounded in bytes: every frame holds at least one permit.
         let (tx, rx) = mpsc::unbounded_channel();
@@ -132,6 +175,7 @@ impl Lane {
             tx,
             budget: Arc::new(Semaphore::new(capacity as usize)),
             capacity,
+            node,
             conn_tx,
         });
         (lane, LaneTask { rx, conn_rx })
@@ -152,43 +196,62 @@ impl Lane {
         (self.capacity as u64).saturating_sub(self.budget.available_permits() as u64)
     }
 
-    /// Queues a frame, waiting for room when `wait`, else failing with `Backpressure`.
+    /// Queues a frame, waiting for room (in the lane, then in the node's budget) when `wait`,
+    /// else failing with `Backpressure`.
     pub async fn enqueue(&self, head: Bytes, payload: Bytes, wait: bool) -> Result<(), SendError> {
-        let size = (head.len() + payload.len()).clamp(1, self.capacity as usize) as u32;
-        let permit = if wait {
-            self.budget
-                .clone()
-                .acquire_many_owned(size)
-                .await
-                .map_err(|_| SendError::Unreachable(self.id.to_string()))?
-        } else {
-            self.budget
-                .clone()
-                .try_acquire_many_owned(size)
-                .map_err(|_| SendError::Backpressure("lane queue"))?
-        };
-        self.tx
-            .send(OutFrame {
-                head,
-                payload,
-                _permit: permit,
-            })
-            .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))
+        if !wait {
+            return self.try_enqueue(head, payload);
+        }
+        let len = head.len() + payload.len();
+        let size = len.clamp(1, self.capacity as usize) as u32;
+        let closed = |_| SendError::Unreachable(self.id.to_string());
+        let permit = self
+            .budget
+            .clone()
+            .acquire_many_owned(size)
+            .await
+            .map_err(closed)?;
+        let node_permit = self
+            .node
+            .sem
+            .clone()
+            .acquire_many_owned(self.node.size(len))
+            .await
+            .map_err(closed)?;
+        self.push(head, payload, permit, node_permit)
     }
 
     /// Queues a frame without waiting; used by protocol traffic that must never block.
     pub fn try_enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
-        let size = (head.len() + payload.len()).clamp(1, self.capacity as usize) as u32;
+        let len = head.len() + payload.len();
+        let size = len.clamp(1, self.capacity as usize) as u32;
         let permit = self
             .budget
             .clone()
             .try_acquire_many_owned(size)
             .map_err(|_| SendError::Backpressure("lane queue"))?;
+        let node_permit = self
+            .node
+            .sem
+            .clone()
+            .try_acquire_many_owned(self.node.size(len))
+            .map_err(|_| SendError::Backpressure("node queue"))?;
+        self.push(head, payload, permit, node_permit)
+    }
+
+    fn push(
+        &self,
+        head: Bytes,
+        payload: Bytes,
+        permit: OwnedSemaphorePermit,
+        node_permit: OwnedSemaphorePermit,
+    ) -> Result<(), SendError> {
         self.tx
             .send(OutFrame {
                 head,
                 payload,
                 _permit: permit,
+                _node_permit: node_permit,
             })
             .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))
     }
@@ -391,6 +454,39 @@ mod tests {
         big.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 4096]))
             .unwrap();
         assert_eq!(big.queued_bytes(), 1024);
+    }
+
+    #[tokio::test]
+    async fn lanes_share_the_node_budget() {
+        let node = QueueBudget::new(1500);
+        let (a, _ta) = Lane::with_budget(LaneId::new("default", 0), 1, 1024, node.clone());
+        let (b, _tb) = Lane::with_budget(LaneId::new("default", 1), 2, 1024, node.clone());
+        a.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 1000]))
+            .unwrap();
+        assert_eq!(node.queued_bytes(), 1000);
+        // Room in lane b, not in the node.
+        let err = b.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 600]));
+        assert_eq!(err, Err(SendError::Backpressure("node queue")));
+        assert_eq!(b.queued_bytes(), 0, "the lane's permits went back");
+        b.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 500]))
+            .unwrap();
+        assert_eq!(node.queued_bytes(), 1500);
+        // A waiting send waits for the node's room.
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            b.enqueue(Bytes::new(), Bytes::from(vec![0u8; 10]), true),
+        )
+        .await;
+        assert!(waiting.is_err(), "waits while the node budget is spent");
+        drop(_ta);
+        drop(a);
+        drop(_tb);
+        drop(b);
+        assert_eq!(
+            node.queued_bytes(),
+            0,
+            "dropped frames give their bytes back"
+        );
     }
 
     #[test]

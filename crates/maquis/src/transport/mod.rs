@@ -7,5 +7,5 @@ pub mod lane;
 pub(crate) mod listener;
 pub(crate) mod peer;
 
-pub use lane::{Lane, LaneMetrics};
+pub use lane::{Lane, LaneMetrics, QueueBudget};
 pub use peer::Peer;
