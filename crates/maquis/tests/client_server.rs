@@ -362,10 +362,28 @@ async fn many_clients_memory() {
     let mut clients = Vec::new();
     for i in 0..n {
         let c = start_with(slow(cs(&format!("c{i:04}"), Role::Client))).await;
+        let asked = Instant::now();
         c.join_wait(server.addr(), Duration::from_secs(10))
             .await
-            .expect("join");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "client {i} of {n}: join failed after {:?}: {e}; {:?} since the start, \
+                     RSS {} KiB",
+                    asked.elapsed(),
+                    t0.elapsed(),
+                    rss_kib()
+                )
+            });
         clients.push(c);
+        if (i + 1) % 128 == 0 {
+            println!(
+                "{} clients joined after {:?}, RSS {} KiB, last join {:?}",
+                i + 1,
+                t0.elapsed(),
+                rss_kib(),
+                asked.elapsed()
+            );
+        }
     }
     let joined = t0.elapsed();
     let all: Vec<&Node> = std::iter::once(&server).chain(clients.iter()).collect();
