@@ -7,13 +7,6 @@ use std::time::Duration;
 use common::*;
 use maquis::{BroadcastError, Subscription};
 
-async fn next<M: maquis::Message>(sub: &mut Subscription<M>) -> M {
-    tokio::time::timeout(Duration::from_secs(10), sub.recv())
-        .await
-        .expect("broadcast arrives in time")
-        .expect("node running")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broadcast_reaches_every_subscriber_on_the_full_mesh() {
     let nodes = cluster("bc", 4, |c| c).await;

@@ -90,14 +90,6 @@ async fn all_members(nodes: &[&Node], want: &BTreeSet<String>, what: &str, limit
     .await;
 }
 
-/// Waits for the next message of a subscription.
-async fn next<M: maquis::Message>(sub: &mut Subscription<M>) -> M {
-    tokio::time::timeout(Duration::from_secs(10), sub.recv())
-        .await
-        .expect("broadcast arrives in time")
-        .expect("node running")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
     let t0 = Instant::now();

@@ -104,3 +104,11 @@ pub async fn cluster(prefix: &str, n: usize, cfg: impl Fn(Config) -> Config) -> 
     }
     nodes
 }
+
+/// Waits (up to 10 s) for the next message of a topic subscription.
+pub async fn next<M: maquis::Message>(sub: &mut maquis::Subscription<M>) -> M {
+    tokio::time::timeout(Duration::from_secs(10), sub.recv())
+        .await
+        .expect("broadcast arrives in time")
+        .expect("node running")
+}
