@@ -37,10 +37,12 @@ pub fn prepare(out: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join("micro.erl");
     std::fs::write(&src, MICRO_ERL).map_err(|e| e.to_string())?;
+    // erlc runs in the build directory with relative names: given absolute ones, it shortens
+    // them by the working directory as a string prefix, so `/tmp/cc` turns `/tmp/ccx/…` into
+    // `x/…`.
     let status = Command::new("erlc")
-        .arg("-o")
-        .arg(&dir)
-        .arg(&src)
+        .current_dir(&dir)
+        .args(["-o", ".", "micro.erl"])
         .status()
         .map_err(|e| format!("erlc: {e}"))?;
     if !status.success() {
