@@ -77,6 +77,7 @@ fn parse_switch(v: &str) -> Result<bool, String> {
 
 #[tokio::main]
 async fn main() {
+    maquis::tune_allocator();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -69,7 +69,7 @@ fn init_tracing() {
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
+    maquis::tune_allocator();
     let cli = Cli::parse();
     init_tracing();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -162,19 +162,5 @@ async fn ping(admin: &str, to: &str, count: u32, size: usize) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// Keeps large message buffers in the heap for reuse. By default glibc serves every block above
-/// a (moving) threshold with its own `mmap` and gives it back on free, so each large message
-/// costs a page fault and a zeroed page per 4 KiB, several times over (encode, read, decode):
-/// with 8 MiB payloads that kernel work starves the runtime. Blocks up to 32 MiB (glibc's
-/// maximum threshold) now come from the heap, and the heap is trimmed only above 512 MiB free.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets allocator parameters; it is called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
     }
 }

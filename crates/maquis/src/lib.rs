@@ -32,6 +32,7 @@
 
 pub mod actor;
 pub mod admin;
+pub mod allocator;
 pub mod broadcast;
 pub mod config;
 pub mod dispatch;
@@ -45,6 +46,7 @@ pub mod transport;
 pub mod wire;
 
 pub use actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, ReplyTo};
+pub use allocator::tune_allocator;
 pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, OverlayKind};
 pub use dispatch::SendOpts;
