@@ -10,7 +10,7 @@ use clap::Args;
 use maquis_netem::{Netem, NetemConfig};
 use serde::{Deserialize, Serialize};
 
-use super::procs::{run_json, Agent};
+use super::ring_proc::{run_json, Proc};
 use super::stats::RunResult;
 
 /// Options of `maquis bench micro`.
@@ -214,7 +214,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                     write_results(&args.out, &cells)?;
                 }
             }
-            server.stop();
+            server.stop(Duration::from_secs(10));
         }
         if rtt == 1 && !plan.sweep.is_empty() {
             let setup = Setup {
@@ -242,7 +242,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 progress(done, total, started, &cell);
                 cells.push(cell);
                 write_results(&args.out, &cells)?;
-                server.stop();
+                server.stop(Duration::from_secs(10));
             }
         }
         if erlang_dir.is_some() {
@@ -308,7 +308,7 @@ impl Setup<'_> {
         c
     }
 
-    fn server(&self, config: &str, parallelism: u16) -> Result<Agent, String> {
+    fn server(&self, config: &str, parallelism: u16) -> Result<Proc, String> {
         let cmd = match config {
             "erlang" => {
                 let dir = self.erlang_dir.ok_or("erlang was not prepared")?;
@@ -348,8 +348,8 @@ impl Setup<'_> {
                 c
             }
         };
-        let mut a = Agent::start(&format!("{config} server"), cmd, self.log())?;
-        a.expect("ready", Duration::from_secs(30))?;
+        let mut a = Proc::start(&format!("{config} server"), cmd, self.log())?;
+        a.expect(&["ready"], Duration::from_secs(30))?;
         Ok(a)
     }
 
@@ -360,7 +360,7 @@ impl Setup<'_> {
     #[allow(clippy::too_many_arguments)]
     fn cell(
         &self,
-        server: &mut Agent,
+        server: &mut Proc,
         config: &str,
         parallelism: u16,
         rtt: u64,

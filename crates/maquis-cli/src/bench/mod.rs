@@ -4,7 +4,6 @@ pub mod agent;
 pub mod erlang;
 pub mod micro;
 pub mod micro_report;
-pub mod procs;
 pub mod rawtcp;
 pub mod ring_agent;
 pub mod ring_bench;

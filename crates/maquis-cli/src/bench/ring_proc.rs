@@ -1,5 +1,5 @@
-//! Child processes of `bench echo` / `bench kvs`: agents that take commands on stdin and answer
-//! on stdout, and one-shot tools run to completion under a deadline.
+//! Child processes of the benchmarks: agents that take commands on stdin and answer on stdout,
+//! and one-shot tools run to completion under a deadline.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -103,6 +103,16 @@ impl Proc {
         serde_json::from_str(&line).map_err(|e| format!("{}: {e}: {line}", self.what))
     }
 
+    /// The agent's CPU seconds so far (it answers a `cpu` line with `cpu <seconds>`).
+    pub fn cpu(&mut self) -> Result<f64, String> {
+        self.send("cpu")?;
+        let line = self.expect(&["cpu "], Duration::from_secs(30))?;
+        line[4..]
+            .trim()
+            .parse::<f64>()
+            .map_err(|e| format!("{}: bad cpu line: {e}", self.what))
+    }
+
     /// Closes stdin (an agent then exits) and waits up to `grace`, then kills it.
     pub fn stop(mut self, grace: Duration) {
         drop(self.stdin.take());
@@ -125,6 +135,16 @@ impl Drop for Proc {
         }
         let _ = self.child.wait();
     }
+}
+
+/// Runs a one-shot agent (stdin closed at once) and returns its first stdout line that starts
+/// with `{`, waiting up to `limit` for it; the agent then gets 10 s to exit before it is killed.
+pub fn run_json(what: &str, cmd: Command, log: Stdio, limit: Duration) -> Result<String, String> {
+    let mut p = Proc::start(what, cmd, log)?;
+    drop(p.stdin.take());
+    let line = p.expect(&["{"], limit)?;
+    p.stop(Duration::from_secs(10));
+    Ok(line)
 }
 
 /// Runs `cmd` to completion (killed after `limit`) and returns its exit status and its stdout

@@ -430,23 +430,14 @@ impl Inner {
     pub(crate) async fn handle_frame(&self, peer: &Arc<Peer>, frame: Frame) {
         let Frame { header, payload } = frame;
         match header {
-            Header::Overlay => {
-                let _ = self
-                    .control
-                    .send(Control::OverlayMsg {
-                        from: peer.id.clone(),
-                        payload,
-                    })
-                    .await;
-            }
-            Header::Broadcast => {
-                let _ = self
-                    .control
-                    .send(Control::BroadcastMsg {
-                        from: peer.id.clone(),
-                        payload,
-                    })
-                    .await;
+            Header::Overlay | Header::Broadcast => {
+                let from = peer.id.clone();
+                let msg = if matches!(header, Header::Overlay) {
+                    Control::OverlayMsg { from, payload }
+                } else {
+                    Control::BroadcastMsg { from, payload }
+                };
+                let _ = self.control.send(msg).await;
             }
             Header::Heartbeat { seq, sent_us } => {
                 self.send_control(peer, &Header::HeartbeatAck { seq, sent_us }, Bytes::new());
