@@ -1,6 +1,8 @@
 //! `maquis bench …`: benchmarks against baselines measured in the same run.
 
 pub mod agent;
+pub mod clients;
+pub mod clients_agent;
 pub mod erlang;
 pub mod micro;
 pub mod micro_report;
@@ -29,6 +31,10 @@ pub enum BenchCommand {
     /// PARTISAN Fig. 7–8: the quorum key-value store of a 3-node ring, the same two
     /// configurations (needs root); `--redis` adds redis-benchmark against `ring serve --resp`.
     Kvs(ring_bench::KvsArgs),
+    /// PARTISAN Fig. 9's failure: the memory of a client-server overlay server (its own
+    /// process) as 1,024 clients join and then push state faster than it takes it (loopback,
+    /// no root needed).
+    Clients(clients::ClientsArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -47,6 +53,10 @@ pub enum AgentCommand {
     RawClient(rawtcp::RawClientArgs),
     /// Ring node that also generates the echo or key-value load.
     RingNode(ring_agent::RingNodeArgs),
+    /// Client-server overlay server with a slow sink actor.
+    CsServer(clients_agent::CsServerArgs),
+    /// Many client nodes in one process, pushing state to the server.
+    CsClients(clients_agent::CsClientsArgs),
 }
 
 /// Runs a benchmark command.
@@ -73,12 +83,17 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }
+        BenchCommand::Clients(args) => tokio::task::spawn_blocking(move || clients::run(&args))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string())),
         BenchCommand::Agent(a) => match a {
             AgentCommand::MicroServer(x) => agent::server(x).await,
             AgentCommand::MicroClient(x) => agent::client(x).await,
             AgentCommand::RawServer(x) => rawtcp::server(x).await,
             AgentCommand::RawClient(x) => rawtcp::client(x).await,
             AgentCommand::RingNode(x) => ring_agent::ring_node(x).await,
+            AgentCommand::CsServer(x) => clients_agent::server(x).await,
+            AgentCommand::CsClients(x) => clients_agent::clients(x).await,
         },
     };
     match r {

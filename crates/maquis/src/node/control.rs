@@ -7,7 +7,7 @@
 //! connection is lost is down (monitors fire, calls fail); with `Membership` a lost connection
 //! only tells the overlay, and a node is down when it leaves `members()`.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -96,7 +96,10 @@ pub(crate) enum Control {
 }
 
 struct State {
-    members: Vec<NodeId>,
+    /// The members last published, sorted (the same vector as `Inner::members`).
+    members: Arc<Vec<NodeId>>,
+    /// The overlay's epoch at the last `settle` (`Overlay::epoch`).
+    epoch: Option<u64>,
     left_hint: HashSet<NodeId>,
     dialing: BTreeSet<SocketAddr>,
     seq: u64,
@@ -111,7 +114,8 @@ struct State {
 
 pub(crate) async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Control>) {
     let mut st = State {
-        members: vec![inner.id.clone()],
+        members: Arc::new(vec![inner.id.clone()]),
+        epoch: None,
         left_hint: HashSet::new(),
         dialing: BTreeSet::new(),
         seq: 0,
@@ -541,6 +545,13 @@ fn disconnect_soon(inner: &Arc<Inner>, st: &mut State, id: NodeId) {
 /// `Membership` liveness, when `refresh` or the neighbours changed) hands the overlay the
 /// routes heartbeats revealed, publishes membership changes, and rebuilds the route table.
 fn settle(inner: &Arc<Inner>, st: &mut State, refresh: bool) {
+    // An overlay that counts its changes saves the work below when nothing changed, unless
+    // heartbeat routes are due (they come from the runtime, not the overlay).
+    let epoch = overlay(inner, |o| o.epoch());
+    if epoch.is_some() && epoch == st.epoch && !(refresh && st.heartbeats) {
+        return;
+    }
+    st.epoch = epoch;
     let want = overlay(inner, |o| o.neighbors()).unwrap_or_else(|| connected_members(inner));
     let changed = st.bcast.sync_neighbors(inner, want);
     let membership = inner.liveness == Liveness::Membership;
@@ -551,7 +562,7 @@ fn settle(inner: &Arc<Inner>, st: &mut State, refresh: bool) {
     }
     let moved = publish(inner, st);
     if membership && (changed || refresh || moved) {
-        rebuild_routes(inner, st);
+        update_routes(inner, st);
     }
 }
 
@@ -565,31 +576,63 @@ fn connected_members(inner: &Inner) -> Vec<NodeId> {
         .collect()
 }
 
-/// The route table the send path reads: every member the overlay reaches through a neighbour.
-fn rebuild_routes(inner: &Inner, st: &State) {
-    let table: HashMap<String, (NodeId, NodeId)> = overlay(inner, |o| {
+/// Brings the route table the send path reads up to date: every member the overlay reaches
+/// through a neighbour. Only the entries that differ are written, so a change of one member
+/// costs lookups, not a new table.
+fn update_routes(inner: &Inner, st: &State) {
+    let wanted: Vec<(&NodeId, NodeId)> = overlay(inner, |o| {
         st.members
             .iter()
             .filter(|m| **m != inner.id)
             .filter_map(|m| match o.route(m) {
-                Route::Via(via) => Some((m.name.clone(), (m.clone(), via))),
+                Route::Via(via) => Some((m, via)),
                 Route::Direct | Route::Unreachable => None,
             })
             .collect()
     });
-    *inner.routes.write().unwrap_or_else(|e| e.into_inner()) = table;
+    let stale = {
+        let table = inner.routes.read().unwrap_or_else(|e| e.into_inner());
+        table.len() != wanted.len()
+            || wanted
+                .iter()
+                .any(|(m, via)| !table.get(&m.name).is_some_and(|(d, v)| d == *m && v == via))
+    };
+    if !stale {
+        return;
+    }
+    let mut table = inner.routes.write().unwrap_or_else(|e| e.into_inner());
+    let keep: HashSet<&str> = wanted.iter().map(|(m, _)| m.name.as_str()).collect();
+    table.retain(|name, _| keep.contains(name.as_str()));
+    for (m, via) in wanted {
+        match table.get_mut(&m.name) {
+            Some(e) if e.0 == *m && e.1 == via => {}
+            Some(e) => *e = (m.clone(), via),
+            None => {
+                table.insert(m.name.clone(), (m.clone(), via));
+            }
+        }
+    }
 }
 
-/// The overlay's members; with `Membership` liveness only the newest incarnation of a name.
+/// The overlay's members, sorted; with `Membership` liveness only the newest incarnation of a
+/// name.
 fn current_members(inner: &Inner) -> Vec<NodeId> {
     let mut all = overlay(inner, |o| o.members());
+    // Usually sorted already (overlays keep their members in ordered sets): then this is one
+    // pass.
+    all.sort_unstable();
+    all.dedup();
     if inner.liveness == Liveness::Membership {
-        let mut newest: HashMap<String, u64> = HashMap::new();
-        for m in &all {
-            let e = newest.entry(m.name.clone()).or_insert(m.incarnation);
-            *e = (*e).max(m.incarnation);
-        }
-        all.retain(|m| newest.get(&m.name) == Some(&m.incarnation));
+        // The incarnations of a name are adjacent; keep the largest.
+        all.dedup_by(|later, kept| {
+            if later.name != kept.name {
+                return false;
+            }
+            if later.incarnation > kept.incarnation {
+                std::mem::swap(later, kept);
+            }
+            true
+        });
     }
     all
 }
@@ -597,19 +640,32 @@ fn current_members(inner: &Inner) -> Vec<NodeId> {
 /// Publishes the changes of `members()` as events; returns whether there were any.
 fn publish(inner: &Inner, st: &mut State) -> bool {
     let now = current_members(inner);
-    if now == st.members {
+    if now == *st.members {
         return false;
     }
+    let now = Arc::new(now);
     // Readers woken by an event must already see the new membership.
     *inner.members.write().unwrap_or_else(|e| e.into_inner()) = now.clone();
-    // Set lookups: with a thousand members, a change must not cost a million comparisons.
-    let (before, after): (HashSet<&NodeId>, HashSet<&NodeId>) =
-        (st.members.iter().collect(), now.iter().collect());
-    for n in now.iter().filter(|n| !before.contains(n)) {
+    // Both lists are sorted: one merge pass finds who came and who went.
+    let (mut came, mut went) = (Vec::new(), Vec::new());
+    let (mut a, mut b) = (st.members.iter().peekable(), now.iter().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x == y => {
+                a.next();
+                b.next();
+            }
+            (Some(x), Some(y)) if x < y => went.extend(a.next()),
+            (Some(_), Some(_)) | (None, Some(_)) => came.extend(b.next()),
+            (Some(_), None) => went.extend(a.next()),
+            (None, None) => break,
+        }
+    }
+    for n in came {
         tracing::debug!(node = %inner.id.name, member = %n, "member up");
         let _ = inner.events.send(MembershipEvent::Up(n.clone()));
     }
-    for n in st.members.iter().filter(|n| !after.contains(n)) {
+    for n in went {
         tracing::debug!(node = %inner.id.name, member = %n, "member gone");
         let ev = if st.left_hint.remove(n) {
             MembershipEvent::Left(n.clone())
@@ -625,8 +681,7 @@ fn publish(inner: &Inner, st: &mut State) -> bool {
         }
         let _ = inner.events.send(ev);
     }
-    st.left_hint.retain(|n| after.contains(n));
-    drop((before, after));
+    st.left_hint.retain(|n| now.binary_search(n).is_ok());
     st.members = now;
     true
 }

@@ -99,7 +99,8 @@ pub struct Inner {
     pub(crate) overlay_name: &'static str,
     /// How nodes are declared down (from the overlay).
     pub(crate) liveness: Liveness,
-    pub(crate) members: RwLock<Vec<NodeId>>,
+    /// The members, sorted (by name first), shared with the control loop that sets them.
+    pub(crate) members: RwLock<Arc<Vec<NodeId>>>,
     /// The nodes broadcast runs over (the overlay's neighbours), as the control loop last set.
     pub(crate) neighbors: RwLock<Vec<NodeId>>,
     /// Routes to non-neighbours, by name: (destination, neighbour to go through). Set by the
@@ -141,6 +142,14 @@ impl Inner {
                 current: self.id.incarnation,
             })
         }
+    }
+
+    /// The members as the control loop last published them (sorted).
+    pub(crate) fn members_now(&self) -> Arc<Vec<NodeId>> {
+        self.members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn peer(&self, name: &str) -> Option<Arc<Peer>> {

@@ -140,7 +140,7 @@ impl Node {
             overlay: Mutex::new(overlay),
             overlay_name,
             liveness,
-            members: RwLock::new(vec![id.clone()]),
+            members: RwLock::new(Arc::new(vec![id.clone()])),
             neighbors: RwLock::new(Vec::new()),
             routes: RwLock::new(Default::default()),
             topics: Default::default(),
@@ -291,11 +291,7 @@ impl Node {
     /// On the client-server overlay: every node whose record is alive (a client the servers
     /// lost drops out).
     pub fn members(&self) -> Vec<NodeId> {
-        self.inner
-            .members
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.inner.members_now().to_vec()
     }
 
     /// The nodes broadcast runs over: on the peer-to-peer overlay the active view (a few
@@ -365,13 +361,20 @@ impl Node {
         let inner = &self.inner;
         match inner.liveness {
             Liveness::Connection => inner.peer(&node.name).is_some_and(|p| p.id == *node),
-            Liveness::Membership => self.members().contains(node),
+            Liveness::Membership => self.inner.members_now().binary_search(node).is_ok(),
         }
     }
 
     /// A member by name.
     pub fn member(&self, name: &str) -> Option<NodeId> {
-        self.members().into_iter().find(|m| m.name == name)
+        let members = self.inner.members_now();
+        // Sorted by name first: the entries of `name` start here; the newest one wins.
+        let at = members.partition_point(|m| m.name.as_str() < name);
+        members[at..]
+            .iter()
+            .take_while(|m| m.name == name)
+            .max_by_key(|m| m.incarnation)
+            .cloned()
     }
 
     /// Membership events from now on. The buffer holds `event_buffer` events; a subscriber that

@@ -69,6 +69,10 @@ impl Node {
                 "registered_names".to_string(),
                 inner.registry.names() as u64,
             ),
+            (
+                "queued_bytes".to_string(),
+                inner.queue_budget.queued_bytes(),
+            ),
         ]);
         Status {
             name: inner.id.name.clone(),

@@ -207,6 +207,9 @@ pub struct ClientServer {
     sync_armed: bool,
     tick: u64,
     left: bool,
+    /// Bumped whenever `records`, `connected` or `attached` may have changed (see
+    /// [`Overlay::epoch`]).
+    epoch: u64,
 }
 
 impl ClientServer {
@@ -242,6 +245,7 @@ impl ClientServer {
             sync_armed: false,
             tick: 0,
             left: false,
+            epoch: 0,
         }
     }
 
@@ -612,6 +616,7 @@ impl Overlay for ClientServer {
         if *contact == self.me {
             return;
         }
+        self.epoch += 1;
         if self.left {
             self.left = false;
             self.bump(0, fx);
@@ -632,6 +637,7 @@ impl Overlay for ClientServer {
         if self.left {
             return;
         }
+        self.epoch += 1;
         self.left = true;
         let version = self.my_version() + 1;
         let mut rec = self.my_record().clone();
@@ -680,11 +686,18 @@ impl Overlay for ClientServer {
             }
             self.left = false;
             self.bump(0, fx);
+            self.epoch += 1;
+        }
+        // Records that bring nothing new change nothing else either; every other message may.
+        if !matches!(msg, Msg::State(_) | Msg::Delta(_)) {
+            self.epoch += 1;
         }
         match msg {
             Msg::State(theirs) => {
                 let behind = self.behind(&theirs);
-                self.merge(theirs, fx);
+                if self.merge(theirs, fx) {
+                    self.epoch += 1;
+                }
                 if behind {
                     fx.send(from.clone(), Msg::State(self.all_records()));
                 }
@@ -698,7 +711,9 @@ impl Overlay for ClientServer {
                 }
             }
             Msg::Delta(theirs) => {
-                self.merge(theirs, fx);
+                if self.merge(theirs, fx) {
+                    self.epoch += 1;
+                }
             }
             Msg::Attach(rec) => self.on_attach(from, rec, fx),
             Msg::AttachReply { accepted, members } => {
@@ -717,6 +732,7 @@ impl Overlay for ClientServer {
         if self.left {
             return;
         }
+        self.epoch += 1;
         if up {
             self.connected.insert(peer.clone());
             if self.cfg.role == Role::Server && self.is_server(peer) {
@@ -789,6 +805,12 @@ impl Overlay for ClientServer {
     /// Members and routes come from the records: no runtime heartbeats.
     fn member_heartbeats(&self) -> bool {
         false
+    }
+
+    /// The timers (gossip, sync) only send and ask; every handler that can change the records,
+    /// connections or attachments bumps this.
+    fn epoch(&self) -> Option<u64> {
+        Some(self.epoch)
     }
 
     fn members(&self) -> Vec<NodeId> {
@@ -898,9 +920,25 @@ mod tests {
             self.conns.contains(&(a.min(b), a.max(b)))
         }
 
+        /// What the runtime reads of a node: members, neighbours, and the route to every node.
+        fn view(&self, i: usize) -> (Vec<NodeId>, Option<Vec<NodeId>>, Vec<Route>) {
+            let o = &self.nodes[i];
+            let routes = (0..self.nodes.len()).map(|j| o.route(&id(j))).collect();
+            (o.members(), Overlay::neighbors(o), routes)
+        }
+
         fn call(&mut self, i: usize, f: impl FnOnce(&mut ClientServer, &mut Effects<Msg>)) {
+            // With few nodes, check the epoch's promise on every call: unchanged epoch,
+            // unchanged answers.
+            let check = self.nodes.len() <= 64;
+            let before = check.then(|| (self.nodes[i].epoch(), self.view(i)));
             let mut fx = Effects::default();
             f(&mut self.nodes[i], &mut fx);
+            if let Some((epoch, view)) = before {
+                if self.nodes[i].epoch() == epoch {
+                    assert!(self.view(i) == view, "node {i} changed without a new epoch");
+                }
+            }
             for e in fx.drain().collect::<Vec<_>>() {
                 match e {
                     Effect::Connect(n) => {

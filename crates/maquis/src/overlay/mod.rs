@@ -171,6 +171,14 @@ pub trait Overlay: Send + 'static {
     fn member_heartbeats(&self) -> bool {
         self.liveness() == Liveness::Membership
     }
+    /// A number that changes whenever [`Overlay::members`], [`Overlay::neighbors`] or
+    /// [`Overlay::route`] may answer differently, a counter bumped on every change for
+    /// instance. While it stays the same the runtime does not recompute its member list and
+    /// route table after an event, which keeps a node with a thousand members cheap. `None`
+    /// (the default): recompute after every event.
+    fn epoch(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// An effect with its message encoded, as the runtime executes it.
@@ -192,6 +200,7 @@ pub(crate) trait DynOverlay: Send {
     fn liveness(&self) -> Liveness;
     fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>);
     fn member_heartbeats(&self) -> bool;
+    fn epoch(&self) -> Option<u64>;
 }
 
 pub(crate) struct Erased<O>(pub O);
@@ -274,5 +283,8 @@ impl<O: Overlay> DynOverlay for Erased<O> {
     }
     fn member_heartbeats(&self) -> bool {
         self.0.member_heartbeats()
+    }
+    fn epoch(&self) -> Option<u64> {
+        self.0.epoch()
     }
 }
