@@ -23,22 +23,18 @@ async fn read_msg(s: &mut TcpStream) -> HandshakeMsg {
     HandshakeDecoder.decode(&mut buf).unwrap().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_peer_is_declared_down_by_heartbeat_timeout() {
-    let a = start_with(config("hb1").overlay(OverlayKind::Static)).await;
-    let mut events = a.subscribe();
-    // The ghost's advertised address accepts connections and never answers, so the other lanes
-    // never connect and nothing but the heartbeat timeout can notice the ghost is gone.
+/// A node "ghost" that passes the handshake on a's membership lane and then does only what the
+/// test makes it do. Its advertised address accepts connections and never answers, so its
+/// other lanes never connect and nothing but the heartbeat timeout can notice it is gone.
+async fn ghost(a: &maquis::Node, events: &mut Events) -> (TcpStream, tokio::task::JoinHandle<()>) {
     let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let ghost = NodeId::new("ghost", sink.local_addr().unwrap(), 1);
-    let _sink_task = tokio::spawn(async move {
+    let sink_task = tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok((s, _)) = sink.accept().await {
             held.push(s);
         }
     });
-
-    // The ghost dials a's membership lane and passes the handshake (it knows the cookie).
     let mut s = TcpStream::connect(a.addr()).await.unwrap();
     let lane = LaneId::new("membership", 0);
     let nonce = handshake::new_nonce();
@@ -70,21 +66,29 @@ async fn a_silent_peer_is_declared_down_by_heartbeat_timeout() {
         .await
         .unwrap();
     assert_eq!(read_msg(&mut s).await, HandshakeMsg::Accepted);
-
     next_event(
-        &mut events,
+        events,
         Duration::from_secs(5),
         |e| matches!(e, MembershipEvent::Up(n) if n.name == "ghost"),
     )
     .await;
+    (s, sink_task)
+}
+
+type Events = tokio::sync::broadcast::Receiver<MembershipEvent>;
+
+fn ghost_down(e: &MembershipEvent) -> bool {
+    matches!(e, MembershipEvent::Down(n) if n.name == "ghost")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_is_declared_down_by_heartbeat_timeout() {
+    let a = start_with(config("hb1").overlay(OverlayKind::Static)).await;
+    let mut events = a.subscribe();
+    let (s, _sink) = ghost(&a, &mut events).await;
     // Now silence: the socket stays open, nothing is read or written.
     let silent_since = Instant::now();
-    next_event(
-        &mut events,
-        Duration::from_secs(10),
-        |e| matches!(e, MembershipEvent::Down(n) if n.name == "ghost"),
-    )
-    .await;
+    next_event(&mut events, Duration::from_secs(10), ghost_down).await;
     let took = silent_since.elapsed();
     // The test config uses a 1.5 s timeout checked every 200 ms.
     assert!(
@@ -96,6 +100,34 @@ async fn a_silent_peer_is_declared_down_by_heartbeat_timeout() {
         "declared down too late: {took:?}"
     );
     assert_eq!(member_names(&a), vec!["hb1"]);
+    drop(s);
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_in_the_middle_of_a_large_frame_is_not_silent() {
+    let a = start_with(config("hb2").overlay(OverlayKind::Static)).await;
+    let mut events = a.subscribe();
+    let (mut s, _sink) = ghost(&a, &mut events).await;
+    // The start of a 1 MiB frame (length prefix, header length), then a byte every 100 ms
+    // for twice the 1.5 s timeout: no complete frame arrives, but the peer is not silent.
+    let mut start = (1u32 << 20).to_be_bytes().to_vec();
+    start.extend_from_slice(&16u16.to_be_bytes());
+    s.write_all(&start).await.unwrap();
+    let trickle_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < trickle_until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.write_all(&[0]).await.unwrap();
+        while let Ok(e) = events.try_recv() {
+            assert!(
+                !ghost_down(&e),
+                "declared down while its frame was arriving"
+            );
+        }
+    }
+    assert_eq!(member_names(&a), vec!["ghost", "hb2"]);
+    // Silence again: now the timeout applies.
+    next_event(&mut events, Duration::from_secs(10), ghost_down).await;
     drop(s);
     a.shutdown().await;
 }

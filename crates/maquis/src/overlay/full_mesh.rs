@@ -143,6 +143,9 @@ impl FullMesh {
             }
             changed = true;
             let old = self.entries.insert(e.id.name.clone(), e.clone());
+            // A new incarnation: what we knew of the name (a down mark, say) was about the
+            // old one.
+            let replaced = old.as_ref().is_some_and(|o| o.id != e.id);
             if let Some(old) = old.filter(|o| !o.left && o.id != e.id) {
                 fx.disconnect(old.id);
             }
@@ -151,7 +154,7 @@ impl FullMesh {
                 fx.left(e.id.clone());
                 fx.disconnect(e.id.clone());
             } else {
-                if &e.id != from {
+                if &e.id != from || replaced {
                     self.down.remove(&e.id.name);
                 }
                 fx.connect(e.id.clone());
@@ -428,5 +431,27 @@ mod tests {
         assert_eq!(a.route(&id("b")), Route::Unreachable);
         a.on_connection(&id("b"), true, &mut fx);
         assert_eq!(a.route(&id("b")), Route::Direct);
+    }
+
+    #[test]
+    fn a_late_down_of_the_old_incarnation_does_not_hide_the_new_one() {
+        let mut a = mesh("a");
+        let mut fx = Effects::default();
+        let old = id("b");
+        let new = NodeId::new("b", old.addr, old.incarnation + 1);
+        let entry = |id: &NodeId| Entry {
+            id: id.clone(),
+            version: 1,
+            left: false,
+        };
+        a.on_message(&old, Msg::State(vec![entry(&old)]), &mut fx);
+        // b restarts; the new incarnation connects before the old one's loss is reported.
+        a.on_connection(&new, true, &mut fx);
+        a.on_connection(&old, false, &mut fx);
+        assert_eq!(names(&a), vec!["a"]);
+        // The new incarnation's own state replaces the old entry, down mark included.
+        a.on_message(&new, Msg::State(vec![entry(&new)]), &mut fx);
+        assert_eq!(a.members(), vec![id("a"), new.clone()]);
+        assert_eq!(a.route(&new), Route::Direct);
     }
 }

@@ -309,6 +309,8 @@ async fn read_loop(
     let counted = Counted {
         inner: read,
         lane: lane.clone(),
+        node: inner.clone(),
+        peer: peer.clone(),
     };
     let mut frames = FramedRead::with_capacity(counted, decoder, READ_BUFFER);
     let reason = loop {
@@ -319,7 +321,6 @@ async fn read_loop(
         match next {
             Some(Ok(frame)) => {
                 lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
-                peer.last_seen_us.store(inner.now_us(), Ordering::Relaxed);
                 inner.handle_frame(&peer, frame).await;
             }
             Some(Err(e)) => {
@@ -345,9 +346,13 @@ async fn read_loop(
 }
 
 /// A read half that adds every byte it reads to its lane's `bytes_in`.
+/// The read half, counting bytes per lane; every byte that arrives also shows the peer alive
+/// (a large frame takes a while to arrive, and a peer that sends one is not silent).
 struct Counted {
     inner: OwnedReadHalf,
     lane: Arc<super::lane::Lane>,
+    node: Arc<Inner>,
+    peer: Arc<Peer>,
 }
 
 impl tokio::io::AsyncRead for Counted {
@@ -361,6 +366,11 @@ impl tokio::io::AsyncRead for Counted {
         if let std::task::Poll::Ready(Ok(())) = &r {
             let n = (buf.filled().len() - before) as u64;
             self.lane.metrics.bytes_in.fetch_add(n, Ordering::Relaxed);
+            if n > 0 {
+                self.peer
+                    .last_seen_us
+                    .store(self.node.now_us(), Ordering::Relaxed);
+            }
         }
         r
     }
