@@ -471,6 +471,48 @@ async fn wrong_cookie_is_rejected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_wait_keeps_trying_a_contact_that_is_not_up_yet() {
+    // A free port, nobody listening on it yet: the first attempts are refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let b = start("late2").await;
+    let started = std::time::Instant::now();
+    let joining = {
+        let b = b.clone();
+        tokio::spawn(async move { b.join_wait(port, Duration::from_secs(10)).await })
+    };
+    // The contact comes up while b is still trying.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = start_with(config("late1").listen(port)).await;
+    let joined = joining.await.unwrap();
+    assert_eq!(joined.map(|id| id.name), Ok("late1".to_string()));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    until("both see both", Duration::from_secs(5), || {
+        let ok = member_names(&a) == ["late1", "late2"] && member_names(&b) == ["late1", "late2"];
+        async move { ok }
+    })
+    .await;
+    // Nobody ever listens: the answer comes at the deadline, not before and not much later.
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let r = b.join_wait(nowhere, Duration::from_millis(800)).await;
+    assert!(r.is_err(), "{r:?}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_the_listen_port_leaves_the_node_serving() {
     use tokio::io::AsyncWriteExt;
     let nodes = cluster("gb", 2, |c| c).await;

@@ -215,9 +215,10 @@ pub fn run(args: &ClientsArgs) -> Result<(), String> {
             break;
         }
         if Instant::now() > deadline {
+            let why = diagnose(&mut server, &mut swarms, args, per, &args.out);
             return Err(format!(
                 "not converged within 120 s: the server sees {} clients, {} attached; a \
-                 client sees {fewest} members",
+                 client sees {fewest} members. {why}",
                 s.members.saturating_sub(1),
                 s.neighbors
             ));
@@ -324,6 +325,49 @@ pub fn run(args: &ClientsArgs) -> Result<(), String> {
     } else {
         Err("the server's memory did not stay within its bound".into())
     }
+}
+
+/// For a run that did not converge: the clients the server lacks, and the view of a few of
+/// them, written to `diagnosis.json` in the output directory.
+fn diagnose(
+    server: &mut Proc,
+    swarms: &mut [Proc],
+    args: &ClientsArgs,
+    per: usize,
+    out: &std::path::Path,
+) -> String {
+    let view = |p: &mut Proc, cmd: &str| -> serde_json::Value {
+        p.send(cmd)
+            .and_then(|()| p.answer::<serde_json::Value>(Duration::from_secs(60)))
+            .unwrap_or_else(serde_json::Value::String)
+    };
+    let at_server = view(server, "who");
+    let known: std::collections::BTreeSet<&str> = at_server["members"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let missing: Vec<String> = (0..args.clients)
+        .map(|i| format!("c{i:04}"))
+        .filter(|n| !known.contains(n.as_str()))
+        .collect();
+    let samples: Vec<serde_json::Value> = missing
+        .iter()
+        .take(3)
+        .filter_map(|n| {
+            let i: usize = n[1..].parse().ok()?;
+            let p = swarms.get_mut(i / per.max(1))?;
+            Some(view(p, &format!("who {n}")))
+        })
+        .collect();
+    let doc = serde_json::json!({ "server": at_server, "missing": missing, "samples": samples });
+    let path = out.join("diagnosis.json");
+    let _ = std::fs::write(&path, doc.to_string());
+    format!(
+        "The server lacks {} clients (first: {:?}); their views are in {}",
+        missing.len(),
+        &missing[..missing.len().min(5)],
+        path.display()
+    )
 }
 
 fn stats<T: for<'de> Deserialize<'de>>(p: &mut Proc) -> Result<T, String> {

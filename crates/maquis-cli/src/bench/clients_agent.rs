@@ -152,6 +152,9 @@ pub async fn server(args: CsServerArgs) -> Result<(), String> {
     println!("ready {}", node.addr());
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim() == "who" {
+            println!("{}", who(&node));
+        }
         if line.trim() == "stats" {
             let status = node.status();
             let s = ServerStats {
@@ -169,6 +172,28 @@ pub async fn server(args: CsServerArgs) -> Result<(), String> {
     }
     node.shutdown().await;
     Ok(())
+}
+
+/// A node's view, for diagnosing a client that does not converge: its members and
+/// neighbours (names), its lanes, and its counters, as one JSON line.
+fn who(node: &Node) -> String {
+    let status = node.status();
+    let lanes: Vec<String> = status
+        .peers
+        .iter()
+        .map(|p| {
+            let up = p.lanes.iter().filter(|l| l.connected).count();
+            format!("{} {}/{} up={}", p.name, up, p.lanes.len(), p.up)
+        })
+        .collect();
+    serde_json::json!({
+        "name": node.id().name,
+        "members": node.members().into_iter().map(|m| m.name).collect::<Vec<_>>(),
+        "neighbors": node.neighbors().into_iter().map(|m| m.name).collect::<Vec<_>>(),
+        "peers": lanes,
+        "counters": status.counters,
+    })
+    .to_string()
 }
 
 #[derive(Default)]
@@ -229,6 +254,13 @@ pub async fn clients(args: CsClientsArgs) -> Result<(), String> {
             }
             "quiet" => {
                 let _ = load_tx.send(false);
+            }
+            who_cmd if who_cmd.starts_with("who ") => {
+                let name = who_cmd["who ".len()..].trim();
+                match nodes.iter().find(|(_, n)| n.id().name == name) {
+                    Some((_, n)) => println!("{}", who(n)),
+                    None => println!("{{}}"),
+                }
             }
             "stats" => {
                 let s = SwarmStats {

@@ -32,12 +32,38 @@ const BYE: &str = "closed by the peer";
 /// Capacity of the control queue; senders wait when it is full.
 pub(crate) const CONTROL_QUEUE: usize = 4096;
 
+/// Which failed attempts to reach a contact are tried again (with backoff).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Retry {
+    /// None: the first failure is the answer.
+    Never,
+    /// Every failure, until the node stops (contacts from the configuration).
+    Forever,
+    /// Failures that may pass (refused, reset, a handshake timeout, a contact too busy to
+    /// take the handshake) until the deadline; a rejection or an incompatible peer at once.
+    Transient(tokio::time::Instant),
+}
+
+impl Retry {
+    /// Whether to try again after `e`, waiting `delay` first.
+    fn again(&self, e: &ConnError, delay: Duration) -> bool {
+        match self {
+            Retry::Never => false,
+            Retry::Forever => true,
+            Retry::Transient(until) => {
+                matches!(e, ConnError::Io(_) | ConnError::Timeout)
+                    && tokio::time::Instant::now() + delay < *until
+            }
+        }
+    }
+}
+
 /// A request to the control loop.
 pub(crate) enum Control {
     Join {
         addr: SocketAddr,
         done: Option<oneshot::Sender<Result<NodeId, JoinError>>>,
-        retry: bool,
+        retry: Retry,
     },
     Joined {
         addr: SocketAddr,
@@ -397,7 +423,7 @@ fn spawn_dial(
     inner: &Arc<Inner>,
     addr: SocketAddr,
     done: Option<oneshot::Sender<Result<NodeId, JoinError>>>,
-    retry: bool,
+    retry: Retry,
     overlay_join: bool,
 ) {
     let inner = inner.clone();
@@ -438,7 +464,7 @@ fn spawn_dial(
                     }
                     break Err(format!("{id} did not connect back"));
                 }
-                Err(e) if retry => {
+                Err(e) if retry.again(&e, delay) => {
                     tracing::debug!(%addr, error = %e, "join attempt failed; retrying");
                     tokio::select! {
                         _ = inner.shutdown.cancelled() => return,
@@ -481,7 +507,7 @@ fn apply(inner: &Arc<Inner>, st: &mut State, effects: Vec<RawEffect>) {
                     .values()
                     .any(|p| p.id.addr == addr);
                 if !known && addr != inner.id.addr && st.dialing.insert(addr) {
-                    spawn_dial(inner, addr, None, false, false);
+                    spawn_dial(inner, addr, None, Retry::Never, false);
                 }
             }
             Effect::Disconnect(id) if inner.liveness == Liveness::Membership => {

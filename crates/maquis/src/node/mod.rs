@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use control::Control;
+pub(crate) use control::{Control, Retry};
 pub use inner::{Counter, Counters, Inner};
 
 use crate::actor::registry::Watcher;
@@ -189,7 +189,7 @@ impl Node {
                     .send(Control::Join {
                         addr,
                         done: None,
-                        retry: true,
+                        retry: Retry::Forever,
                     })
                     .await;
             }
@@ -230,13 +230,17 @@ impl Node {
             .send(Control::Join {
                 addr: contact,
                 done: None,
-                retry: false,
+                retry: Retry::Never,
             })
             .await
             .map_err(|_| JoinError::Stopped)
     }
 
     /// Joins through `contact` and waits until it is connected; returns its identity.
+    /// Failures that may pass (connection refused or reset, a handshake that timed out, a
+    /// contact too busy to take one more handshake) are tried again with backoff
+    /// (`reconnect_min_ms` doubling up to `reconnect_max_ms`) within `timeout`; a rejection
+    /// (wrong cookie, incompatible configuration) fails at once.
     pub async fn join_wait(
         &self,
         contact: SocketAddr,
@@ -248,7 +252,7 @@ impl Node {
             .send(Control::Join {
                 addr: contact,
                 done: Some(tx),
-                retry: false,
+                retry: Retry::Transient(tokio::time::Instant::now() + timeout),
             })
             .await
             .map_err(|_| JoinError::Stopped)?;

@@ -1244,6 +1244,41 @@ mod tests {
 
     /// A server with 1,024 clients keeps one small record and one attachment per client, and
     /// what it sends per event is bounded by its neighbours, not by the history.
+    /// Delivers at most `n` queued events.
+    fn steps(net: &mut Net, n: usize) {
+        let rest = net.queue.split_off(n.min(net.queue.len()));
+        net.settle();
+        net.queue.extend(rest);
+    }
+
+    #[test]
+    fn a_client_whose_attach_is_slow_still_attaches() {
+        // Each case lets the client's gossip timer fire `gossips` times after `delivered`
+        // events of its join went through, as on an overloaded server.
+        for gossips in 1..4 {
+            for delivered in 0..8 {
+                let mut net = Net::new(&[Role::Server, Role::Client], 1);
+                net.conns.insert((0, 1));
+                net.queue.push_back(Ev::Up(1, 0));
+                net.queue.push_back(Ev::Up(0, 1));
+                let c = id(0);
+                net.call(1, |o, fx| o.on_join(&c, fx));
+                steps(&mut net, delivered);
+                for _ in 0..gossips {
+                    net.call(1, |o, fx| o.on_timer(GOSSIP, fx));
+                    steps(&mut net, 1);
+                }
+                net.settle();
+                net.ticks(3);
+                let case = format!("{gossips} gossips after {delivered} events");
+                assert_eq!(net.attached(1), vec![0], "{case}");
+                assert_eq!(net.attached(0), vec![1], "{case}");
+                assert_eq!(net.members(0), vec![0, 1], "{case}");
+                assert_eq!(net.members(1), vec![0, 1], "{case}");
+            }
+        }
+    }
+
     #[test]
     fn server_state_is_bounded_with_1024_clients() {
         const CLIENTS: usize = 1024;
