@@ -163,7 +163,8 @@ pub enum ClientServerMsg {
         /// The sender's records.
         members: Vec<Member>,
     },
-    /// A client no longer uses the receiver as a server.
+    /// From a client: it no longer uses the receiver as a server. From a server: it does not
+    /// serve the receiver (sent when a client it does not serve connects).
     Detach,
 }
 
@@ -719,12 +720,22 @@ impl Overlay for ClientServer {
             Msg::AttachReply { accepted, members } => {
                 self.on_attach_reply(from, accepted, members, fx)
             }
-            Msg::Detach => {
-                if self.attached.remove(from) {
-                    self.connected.remove(from);
-                    fx.disconnect(from.clone());
+            Msg::Detach => match self.cfg.role {
+                Role::Server => {
+                    if self.attached.remove(from) {
+                        self.connected.remove(from);
+                        fx.disconnect(from.clone());
+                    }
                 }
-            }
+                Role::Client => {
+                    // The server does not serve us (it lost us while our connection came
+                    // back, so we never noticed): ask again, it or another one.
+                    if self.attached.remove(from) {
+                        self.fill(fx);
+                        self.bump(0, fx);
+                    }
+                }
+            },
         }
     }
 
@@ -735,8 +746,15 @@ impl Overlay for ClientServer {
         self.epoch += 1;
         if up {
             self.connected.insert(peer.clone());
-            if self.cfg.role == Role::Server && self.is_server(peer) {
-                fx.send(peer.clone(), Msg::State(self.all_records()));
+            if self.cfg.role == Role::Server {
+                if self.is_server(peer) {
+                    fx.send(peer.clone(), Msg::State(self.all_records()));
+                } else if !self.attached.contains(peer) {
+                    // A client that may believe we still serve it (we declared it down while
+                    // its lanes reconnected): tell it we do not, so that it attaches again.
+                    // A client that is joining ignores this (it is not attached yet).
+                    fx.send(peer.clone(), Msg::Detach);
+                }
             }
             return;
         }
@@ -1280,6 +1298,31 @@ mod tests {
     }
 
     #[test]
+    fn a_client_the_server_lost_while_its_connection_came_back_is_served_again() {
+        let mut net = cluster(1, 3, 1);
+        // The server declares client 1 down (a heartbeat timeout under load) and the
+        // client's lanes reconnect at once: the client itself notices nothing.
+        let c = id(1);
+        net.call(0, |o, fx| o.on_connection(&c, false, fx));
+        net.call(0, |o, fx| o.on_connection(&c, true, fx));
+        net.settle();
+        net.ticks(3);
+        assert_eq!(
+            net.attached(0),
+            vec![1, 2, 3],
+            "the server serves client 1 again"
+        );
+        assert_eq!(net.attached(1), vec![0]);
+        for i in 0..4 {
+            assert_eq!(
+                net.members(i),
+                vec![0, 1, 2, 3],
+                "node {i} sees every member"
+            );
+        }
+    }
+
+    #[test]
     fn server_state_is_bounded_with_1024_clients() {
         const CLIENTS: usize = 1024;
         let mut s = ClientServer::new(id(0), cfg(Role::Server, 1));
@@ -1307,8 +1350,9 @@ mod tests {
         assert_eq!(st.clients, CLIENTS);
         assert_eq!(st.dirty, 0);
         assert_eq!(st.pending, 0);
-        // One attach reply per join, plus one batch per neighbour per sync.
-        assert!(max_sends <= CLIENTS + 1, "{max_sends}");
+        // At a join: a "not served" notice at connection and one attach reply; plus one batch
+        // per neighbour per sync.
+        assert!(max_sends <= CLIENTS + 2, "{max_sends}");
         // Steady state: nothing grows, and a period sends one state to one client.
         for _ in 0..1000 {
             s.on_timer(GOSSIP, &mut fx);
