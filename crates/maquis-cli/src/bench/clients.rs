@@ -44,6 +44,12 @@ pub struct ClientsArgs {
     /// The server's bound on all its outbound queues together (`node_queue_bytes`), MiB.
     #[arg(long, default_value_t = 512)]
     pub node_queue_mib: usize,
+    /// How often the server sends changed records to every neighbour, milliseconds (the
+    /// runtime's default is 100). Every change costs each client a pass over its member list;
+    /// with all 1,024 clients on one 2-core machine, a join storm at 100 ms overloads them (see
+    /// the report); on their own machines it would not.
+    #[arg(long, default_value_t = 1000)]
+    pub sync_ms: u64,
     /// Where results.json and report.md go.
     #[arg(long, default_value = "bench/results/clients")]
     pub out: PathBuf,
@@ -127,7 +133,8 @@ pub fn run(args: &ClientsArgs) -> Result<(), String> {
     cmd.env("RUST_LOG", super::stats::agent_log_filter())
         .args(["bench", "agent", "cs-server"])
         .args(["--merge-us", &args.merge_us.to_string()])
-        .args(["--node-queue-mib", &args.node_queue_mib.to_string()]);
+        .args(["--node-queue-mib", &args.node_queue_mib.to_string()])
+        .args(["--sync-ms", &args.sync_ms.to_string()]);
     let mut server = Proc::start("server", cmd, stdio()?)?;
     let ready = server.expect(&["ready "], Duration::from_secs(30))?;
     let addr = ready["ready ".len()..].trim().to_string();
@@ -390,7 +397,7 @@ fn report(o: &Outcome) -> (String, bool) {
     let _ = writeln!(
         r,
         "Command: `maquis bench clients --clients {} --procs {} --state-bytes {} --period-ms {} \
-         --merge-us {} --load-s {} --relay {} --node-queue-mib {}`  ",
+         --merge-us {} --load-s {} --relay {} --node-queue-mib {} --sync-ms {}`  ",
         a.clients,
         a.procs,
         a.state_bytes,
@@ -398,7 +405,8 @@ fn report(o: &Outcome) -> (String, bool) {
         a.merge_us,
         a.load_s,
         a.relay,
-        a.node_queue_mib
+        a.node_queue_mib,
+        a.sync_ms
     );
     let _ = writeln!(r, "Machine: {}\n", o.machine);
     let pushed_per_s = a.clients as f64 * 1000.0 / a.period_ms.max(1) as f64;
@@ -406,7 +414,7 @@ fn report(o: &Outcome) -> (String, bool) {
     let _ = writeln!(
         r,
         "One server process (the `client-server` overlay, role `server`, default configuration \
-         except `node_queue_bytes`) and {} client nodes in {} processes on this machine's \
+         except `node_queue_bytes` and a sync interval of {} ms) and {} client nodes in {} processes on this machine's \
          loopback, each client attached to the server only. The clients join one after another. \
          Then every client pushes a {} B state to the server's `sink` actor every {} ms ({:.0} \
          states/s in all){}; the sink spends {} µs (a timer) on each state, so it merges at most {:.0} \
@@ -414,7 +422,12 @@ fn report(o: &Outcome) -> (String, bool) {
          and the server was killed for lack of memory at 256 clients. Here the sink's mailbox \
          is bounded, a full mailbox stops reading from the connection, TCP stops the client, \
          and the client's `send` waits; relayed frames go into bounded lane queues (all of them \
-         together within `node_queue_bytes`) and are dropped and counted when full.\n",
+         together within `node_queue_bytes`) and are dropped and counted when full. The sync \
+         interval (the runtime's default is 100 ms) is longer because every membership change \
+         costs each client a pass over its member list, and here all clients share this \
+         machine's two cores: at 100 ms the join storm of 1,024 clients can overload them until \
+         the server misses their heartbeats.\n",
+        a.sync_ms,
         a.clients,
         a.procs,
         a.state_bytes,

@@ -43,6 +43,9 @@ pub struct CsServerArgs {
     /// The node-wide bound on outbound queues (`node_queue_bytes`), MiB.
     #[arg(long, default_value_t = 512)]
     pub node_queue_mib: usize,
+    /// How often the server sends changed records to its neighbours, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub sync_ms: u64,
 }
 
 /// Options of a swarm of clients.
@@ -134,6 +137,10 @@ pub async fn server(args: CsServerArgs) -> Result<(), String> {
         .listen(args.listen)
         .overlay(OverlayKind::ClientServer)
         .client_server_role(Role::Server)
+        .client_server_intervals(
+            Duration::from_millis(args.sync_ms),
+            maquis::overlay::ClientServerConfig::default().gossip_interval,
+        )
         .node_queue_bytes(args.node_queue_mib << 20);
     let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     let merged = Arc::new(AtomicU64::new(0));
