@@ -47,7 +47,8 @@ pub enum Msg {
 pub struct FullMesh {
     me: NodeId,
     entries: BTreeMap<String, Entry>,
-    down: BTreeSet<String>,
+    /// The incarnations declared down (a mark says nothing of a later incarnation).
+    down: BTreeSet<NodeId>,
     gossip_every: Duration,
     retry_every: Duration,
     tick: u64,
@@ -143,19 +144,19 @@ impl FullMesh {
             }
             changed = true;
             let old = self.entries.insert(e.id.name.clone(), e.clone());
-            // A new incarnation: what we knew of the name (a down mark, say) was about the
-            // old one.
-            let replaced = old.as_ref().is_some_and(|o| o.id != e.id);
-            if let Some(old) = old.filter(|o| !o.left && o.id != e.id) {
-                fx.disconnect(old.id);
+            if let Some(old) = old.filter(|o| o.id != e.id) {
+                self.down.remove(&old.id);
+                if !old.left {
+                    fx.disconnect(old.id);
+                }
             }
             if e.left {
-                self.down.remove(&e.id.name);
+                self.down.remove(&e.id);
                 fx.left(e.id.clone());
                 fx.disconnect(e.id.clone());
             } else {
-                if &e.id != from || replaced {
-                    self.down.remove(&e.id.name);
+                if &e.id != from {
+                    self.down.remove(&e.id);
                 }
                 fx.connect(e.id.clone());
             }
@@ -190,7 +191,7 @@ impl Overlay for FullMesh {
             };
             self.entries.insert(contact.name.clone(), e);
         }
-        self.down.remove(&contact.name);
+        self.down.retain(|d| d.name != contact.name);
         fx.send(contact.clone(), self.state());
     }
 
@@ -223,7 +224,7 @@ impl Overlay for FullMesh {
         e.version += 1;
         e.left = true;
         let id = e.id.clone();
-        self.down.remove(node);
+        self.down.retain(|d| d.name != node);
         fx.send(id.clone(), self.state());
         self.gossip_all(Some(&id), fx);
         fx.left(id.clone());
@@ -268,7 +269,7 @@ impl Overlay for FullMesh {
             .get(&peer.name)
             .is_some_and(|e| e.id == *peer && !e.left);
         if up {
-            self.down.remove(&peer.name);
+            self.down.remove(peer);
             if known {
                 fx.send(peer.clone(), self.state());
             }
@@ -276,7 +277,7 @@ impl Overlay for FullMesh {
             if self.down.is_empty() {
                 fx.timer(RETRY, self.retry_every);
             }
-            self.down.insert(peer.name.clone());
+            self.down.insert(peer.clone());
         }
     }
 
@@ -286,7 +287,7 @@ impl Overlay for FullMesh {
                 self.tick = self.tick.wrapping_add(1);
                 let peers: Vec<NodeId> = self
                     .alive_peers()
-                    .filter(|p| !self.down.contains(&p.name))
+                    .filter(|p| !self.down.contains(*p))
                     .cloned()
                     .collect();
                 if !peers.is_empty() {
@@ -296,8 +297,12 @@ impl Overlay for FullMesh {
                 fx.timer(GOSSIP, self.gossip_every);
             }
             RETRY => {
-                for name in &self.down {
-                    if let Some(e) = self.entries.get(name).filter(|e| !e.left) {
+                for id in &self.down {
+                    if let Some(e) = self
+                        .entries
+                        .get(&id.name)
+                        .filter(|e| !e.left && e.id == *id)
+                    {
                         fx.connect(e.id.clone());
                     }
                 }
@@ -312,14 +317,14 @@ impl Overlay for FullMesh {
     fn members(&self) -> Vec<NodeId> {
         self.entries
             .values()
-            .filter(|e| !e.left && !self.down.contains(&e.id.name))
+            .filter(|e| !e.left && !self.down.contains(&e.id))
             .map(|e| e.id.clone())
             .collect()
     }
 
     fn route(&self, dst: &NodeId) -> Route {
         match self.entries.get(&dst.name) {
-            Some(e) if !e.left && e.id == *dst && !self.down.contains(&dst.name) => Route::Direct,
+            Some(e) if !e.left && e.id == *dst && !self.down.contains(dst) => Route::Direct,
             _ => Route::Unreachable,
         }
     }
@@ -449,7 +454,7 @@ mod tests {
         a.on_connection(&new, true, &mut fx);
         a.on_connection(&old, false, &mut fx);
         assert_eq!(names(&a), vec!["a"]);
-        // The new incarnation's own state replaces the old entry, down mark included.
+        // The mark is about the old incarnation; the new one's own state replaces its entry.
         a.on_message(&new, Msg::State(vec![entry(&new)]), &mut fx);
         assert_eq!(a.members(), vec![id("a"), new.clone()]);
         assert_eq!(a.route(&new), Route::Direct);
