@@ -103,6 +103,9 @@ struct Outcome {
     load_on_s: f64,
 }
 
+/// The plotting script, built into the binary.
+const PLOT_PY: &str = include_str!("../../../../bench/plot_clients.py");
+
 /// The longest the benchmark waits, after the load, for what was sent to arrive.
 const DRAIN_MAX_S: u64 = 300;
 
@@ -323,7 +326,16 @@ pub fn run(args: &ClientsArgs) -> Result<(), String> {
     };
     let json = serde_json::to_string_pretty(&o).map_err(|e| e.to_string())?;
     std::fs::write(args.out.join("results.json"), json).map_err(|e| e.to_string())?;
-    let (report, held) = report(&o);
+    let (mut report, held) = report(&o);
+    match super::plot::run(&args.out, "plot_clients.py", PLOT_PY, &[]) {
+        Ok(pngs) => {
+            for p in pngs {
+                report.push_str(&format!("\n\n![{p}]({p})"));
+            }
+            report.push('\n');
+        }
+        Err(e) => eprintln!("plots not drawn: {e}"),
+    }
     std::fs::write(args.out.join("report.md"), &report).map_err(|e| e.to_string())?;
     println!("{report}");
     println!("wrote {}", args.out.display());

@@ -2,7 +2,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use maquis_netem::NetemStats;
@@ -310,35 +309,5 @@ const PLOT_PY: &str = include_str!("../../../../bench/plot_micro.py");
 
 /// Draws the PNG plots with Python's matplotlib (installed with pip when missing).
 fn plot(out: &Path) -> Result<Vec<String>, String> {
-    let has = |py: &str| {
-        Command::new(py)
-            .args(["-c", "import matplotlib"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !has("python3") {
-        eprintln!("matplotlib is not installed: installing it with pip ...");
-        let ok = Command::new("python3")
-            .args(["-m", "pip", "install", "-q", "matplotlib"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok || !has("python3") {
-            return Err("python3 with matplotlib is needed for the plots".into());
-        }
-    }
-    let script = out.join("plot_micro.py");
-    std::fs::write(&script, PLOT_PY).map_err(|e| e.to_string())?;
-    let o = Command::new("python3")
-        .arg(&script)
-        .arg(out)
-        .output()
-        .map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_file(&script);
-    if !o.status.success() {
-        return Err(String::from_utf8_lossy(&o.stderr).to_string());
-    }
-    Ok(String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect())
+    super::plot::run(out, "plot_micro.py", PLOT_PY, &[])
 }

@@ -6,6 +6,7 @@ pub mod clients_agent;
 pub mod erlang;
 pub mod micro;
 pub mod micro_report;
+pub mod plot;
 pub mod rawtcp;
 pub mod ring_agent;
 pub mod ring_bench;
