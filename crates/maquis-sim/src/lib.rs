@@ -1,7 +1,7 @@
 //! A deterministic discrete-event simulator for Maquis's peer-to-peer protocols.
 //!
-//! It runs the very same [`HyParView`](maquis::overlay::HyParView) overlay (through the
-//! [`Overlay`](maquis::overlay::Overlay) trait) and [`Plumtree`](maquis::broadcast::Plumtree)
+//! It runs the very same [`HyParView`](maquis_proto::overlay::HyParView) overlay (through the
+//! [`Overlay`](maquis_proto::overlay::Overlay) trait) and [`Plumtree`](maquis_proto::broadcast::Plumtree)
 //! broadcast state machines that a node runs, thousands of them in one thread, on simulated
 //! time (a queue of events), with a latency per message, simulated connections and failure
 //! detection. A [`Scenario`] says what happens (bootstrap, massive failure, churn, partition);

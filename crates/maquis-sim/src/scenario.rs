@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use maquis::broadcast::PlumtreeConfig;
-use maquis::overlay::HyParViewConfig;
+use maquis_proto::broadcast::PlumtreeConfig;
+use maquis_proto::overlay::HyParViewConfig;
 
 /// What happens to the overlay once it is built and settled.
 #[derive(Clone, Debug, PartialEq)]

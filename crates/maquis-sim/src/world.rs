@@ -14,11 +14,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
-use maquis::broadcast::{
+use maquis_proto::broadcast::{
     Forward, ForwardDecision, MsgId, Plumtree, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic,
 };
-use maquis::overlay::{Effect, Effects, HyParView, HyParViewMsg, Overlay, TimerId};
-use maquis::NodeId;
+use maquis_proto::id::NodeId;
+use maquis_proto::overlay::{Effect, Effects, HyParView, HyParViewMsg, Overlay, TimerId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -196,11 +196,11 @@ impl World {
         let i = self.nodes.len() as u32;
         let id = node_id(i);
         let mix = u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ self.scenario.seed;
-        let hv_cfg = maquis::overlay::HyParViewConfig {
+        let hv_cfg = maquis_proto::overlay::HyParViewConfig {
             seed: Some(mix),
             ..self.scenario.hyparview.clone()
         };
-        let pt_cfg = maquis::broadcast::PlumtreeConfig {
+        let pt_cfg = maquis_proto::broadcast::PlumtreeConfig {
             seed: Some(mix.rotate_left(17)),
             ..self.scenario.plumtree.clone()
         };
@@ -523,10 +523,10 @@ impl World {
                 fwd.hops += 1;
                 self.send(at, next, SimMsg::Fwd(fwd));
             }
-            ForwardDecision::Drop(maquis::broadcast::DropReason::NoRoute) => {
+            ForwardDecision::Drop(maquis_proto::broadcast::DropReason::NoRoute) => {
                 self.counters.routed_no_route += 1
             }
-            ForwardDecision::Drop(maquis::broadcast::DropReason::HopLimit) => {
+            ForwardDecision::Drop(maquis_proto::broadcast::DropReason::HopLimit) => {
                 self.counters.routed_hop_limit += 1
             }
         }

@@ -3,8 +3,10 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use maquis::overlay::{Effect, Effects, HyParView, HyParViewConfig, HyParViewMsg as Msg, Overlay};
-use maquis::NodeId;
+use maquis_proto::id::NodeId;
+use maquis_proto::overlay::{
+    Effect, Effects, HyParView, HyParViewConfig, HyParViewMsg as Msg, Overlay,
+};
 
 fn id(i: usize) -> NodeId {
     NodeId::new(
@@ -24,7 +26,7 @@ struct Net {
     nodes: Vec<HyParView>,
     dead: Vec<bool>,
     log: Vec<(NodeId, NodeId, Msg)>,
-    shuffle_timer: maquis::overlay::TimerId,
+    shuffle_timer: maquis_proto::overlay::TimerId,
 }
 
 impl Net {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::id::{DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
-use crate::overlay::{ClientServerConfig, Role, MAX_SERVERS_PER_CLIENT};
+use crate::overlay::{ClientServerConfig, ParseRoleError, Role, MAX_SERVERS_PER_CLIENT};
 
 /// Which overlay decides the node's connections and membership.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -442,7 +442,11 @@ impl Config {
                 "SUBSCRIPTION_CAPACITY" => {
                     self.subscription_capacity = parse(v, "subscription_capacity")?
                 }
-                "CLIENT_SERVER_ROLE" => self.client_server_role = v.parse()?,
+                "CLIENT_SERVER_ROLE" => {
+                    self.client_server_role = v
+                        .parse()
+                        .map_err(|e: ParseRoleError| invalid("client_server_role", e.to_string()))?
+                }
                 "CLIENT_SERVER_SERVERS_PER_CLIENT" => {
                     self.client_server_servers_per_client =
                         parse(v, "client_server_servers_per_client")?

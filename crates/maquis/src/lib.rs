@@ -33,17 +33,15 @@
 pub mod actor;
 pub mod admin;
 pub mod allocator;
-pub mod broadcast;
 pub mod config;
 pub mod dispatch;
 pub mod echo;
 pub mod error;
-pub mod id;
 pub mod node;
-pub mod overlay;
 pub mod payload;
 pub mod transport;
-pub mod wire;
+
+pub use maquis_proto::{broadcast, encode, id, overlay, wire};
 
 pub use actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, ReplyTo};
 pub use allocator::tune_allocator;
@@ -55,12 +53,3 @@ pub use id::{LaneId, NodeId};
 pub use node::{MembershipEvent, Node, Subscription};
 pub use payload::Payload;
 pub use wire::frame::DownReason;
-
-/// Encodes a value the way messages travel (postcard); refs inside keep their node.
-///
-/// The buffer is sized exactly by a first counting pass, so a large payload is copied once
-/// (a growing buffer would copy it several times).
-pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
-    let size = postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default())?;
-    postcard::to_io(value, Vec::with_capacity(size))
-}

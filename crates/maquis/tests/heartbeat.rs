@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use common::*;
 use maquis::wire::handshake::{self, HandshakeDecoder, HandshakeMsg};
+use maquis::wire::StreamDecoder;
 use maquis::{LaneId, MembershipEvent, NodeId, OverlayKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::codec::Decoder;
 
 async fn read_msg(s: &mut TcpStream) -> HandshakeMsg {
     let mut len = [0u8; 4];

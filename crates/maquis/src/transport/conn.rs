@@ -12,6 +12,8 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio_util::codec::{Decoder, FramedRead};
 
+use crate::wire::StreamDecoder;
+
 use super::lane::{ConnInfo, Offer};
 use super::peer::Peer;
 use crate::error::ConnError;
@@ -40,6 +42,22 @@ async fn write_msg(s: &mut TcpStream, msg: &HandshakeMsg) -> Result<(), ConnErro
     let buf = handshake::encode_handshake(msg)?;
     s.write_all(&buf).await?;
     Ok(())
+}
+
+/// A wire decoder driven by `FramedRead`.
+struct Codec<D>(D);
+
+impl<D: StreamDecoder> Decoder for Codec<D> {
+    type Item = D::Item;
+    type Error = crate::wire::WireError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<D::Item>, Self::Error> {
+        self.0.decode(src)
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<D::Item>, Self::Error> {
+        self.0.decode_eof(src)
+    }
 }
 
 /// Reads exactly one handshake message (never more bytes than it spans, so nothing that
@@ -312,7 +330,7 @@ async fn read_loop(
         node: inner.clone(),
         peer: peer.clone(),
     };
-    let mut frames = FramedRead::with_capacity(counted, decoder, READ_BUFFER);
+    let mut frames = FramedRead::with_capacity(counted, Codec(decoder), READ_BUFFER);
     let reason = loop {
         let next = tokio::select! {
             _ = info.cancel.cancelled() => break "closed".to_string(),

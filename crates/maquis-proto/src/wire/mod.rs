@@ -1,8 +1,8 @@
 //! The wire format: the connection handshake and the frames that follow it.
 //!
 //! Everything here is pure: encoders append to a [`bytes::BytesMut`], decoders implement
-//! [`tokio_util::codec::Decoder`] so a transport can drive them with `FramedRead` or by hand.
-//! No function in this module performs I/O.
+//! [`StreamDecoder`] (take whole messages off the front of a read buffer), which a transport
+//! adapts to its own reader. No function in this module performs I/O.
 
 pub mod frame;
 pub mod handshake;
@@ -19,13 +19,34 @@ pub use handshake::{
     MAX_HANDSHAKE_FRAME, VERSION,
 };
 
+/// Takes whole messages off the front of a buffer that a byte stream is read into.
+pub trait StreamDecoder {
+    /// What one message decodes to.
+    type Item;
+
+    /// Takes the next whole message off `src`, or returns `None` (and makes room in `src` for
+    /// the rest of the message) if it has not fully arrived. Any error means the stream is
+    /// corrupt or hostile: close it.
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, WireError>;
+
+    /// As [`StreamDecoder::decode`], at the end of the stream: bytes left over that do not
+    /// make a whole message are [`WireError::Truncated`].
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, WireError> {
+        match self.decode(src)? {
+            Some(item) => Ok(Some(item)),
+            None if src.is_empty() => Ok(None),
+            None => Err(WireError::Truncated),
+        }
+    }
+}
+
 /// Everything that can go wrong while encoding or decoding wire data.
 ///
 /// Any decoding error means the peer sent something this node cannot trust; the connection
 /// should be closed.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
-    /// The underlying stream failed (only produced when a decoder is driven by `FramedRead`).
+    /// The underlying stream failed (only produced when a transport's reader drives a decoder).
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
     /// A frame (length field excluded) is longer than the configured maximum.
@@ -121,7 +142,8 @@ fn split_frame(src: &mut BytesMut, len: usize, max: usize) -> Option<BytesMut> {
 #[cfg(test)]
 mod testing {
     use bytes::BytesMut;
-    use tokio_util::codec::Decoder;
+
+    use super::StreamDecoder;
 
     /// How a [`feed`] ended.
     pub(crate) struct Fed<E> {
@@ -136,12 +158,12 @@ mod testing {
     /// Feeds `data` to `decoder` the way `FramedRead` does, handing each item to `on_item`:
     /// each read fills at most `chunk` bytes of the buffer's spare capacity, and the buffer
     /// only grows by `reserve(1)` when it is full, or by what the decoder does.
-    pub(crate) fn feed<D: Decoder>(
+    pub(crate) fn feed<D: StreamDecoder>(
         decoder: &mut D,
         data: &[u8],
         chunk: usize,
         mut on_item: impl FnMut(D::Item),
-    ) -> Fed<D::Error> {
+    ) -> Fed<super::WireError> {
         let mut buf = BytesMut::new();
         let mut max_capacity = 0;
         let mut data = data;

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 pub use client_server::{
     ClientServer, ClientServerConfig, ClientServerMsg, ClientServerStats, Member, MemberState,
-    Role, MAX_SERVERS_PER_CLIENT,
+    ParseRoleError, Role, MAX_SERVERS_PER_CLIENT,
 };
 pub use full_mesh::FullMesh;
 pub use hyparview::{HyParView, HyParViewConfig, HyParViewMsg};
@@ -182,10 +182,12 @@ pub trait Overlay: Send + 'static {
 }
 
 /// An effect with its message encoded, as the runtime executes it.
-pub(crate) type RawEffect = Effect<Bytes>;
+pub type RawEffect = Effect<Bytes>;
 
-/// The object-safe face of an overlay that the runtime drives.
-pub(crate) trait DynOverlay: Send {
+/// The object-safe face of an overlay that the runtime drives: every handler returns its
+/// effects with the overlay's messages encoded, and [`DynOverlay::on_message`] decodes.
+#[allow(missing_docs)]
+pub trait DynOverlay: Send {
     fn name(&self) -> &'static str;
     fn on_start(&mut self) -> Vec<RawEffect>;
     fn on_join(&mut self, contact: &NodeId) -> Vec<RawEffect>;
@@ -203,7 +205,8 @@ pub(crate) trait DynOverlay: Send {
     fn epoch(&self) -> Option<u64>;
 }
 
-pub(crate) struct Erased<O>(pub O);
+/// An [`Overlay`] seen as a [`DynOverlay`].
+pub struct Erased<O>(pub O);
 
 fn encode<M: Serialize>(mut fx: Effects<M>) -> Vec<RawEffect> {
     fx.drain()

@@ -11,11 +11,9 @@
 //! payload to vectored I/O without copying it; [`FrameDecoder`] hands the payload back as a
 //! zero-copy slice of the read buffer.
 
+use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use tokio_util::codec::Decoder;
-
-use super::{decode_exact, peek_len, split_frame, WireError};
 
 /// The default bound on a frame's length (the `u32` length field excluded): 32 MiB.
 pub const DEFAULT_MAX_FRAME: usize = 32 * 1024 * 1024;
@@ -313,7 +311,7 @@ pub fn encode_frame(
     Ok(out)
 }
 
-/// Decodes frames from a byte stream; a [`Decoder`] for `FramedRead`.
+/// Decodes frames from a byte stream (a [`StreamDecoder`]).
 ///
 /// A frame longer than `max_frame` is refused as soon as its length field arrives, before any
 /// memory is reserved for it; otherwise the decoder makes room for the rest of the current frame
@@ -344,9 +342,8 @@ impl Default for FrameDecoder {
     }
 }
 
-impl Decoder for FrameDecoder {
+impl StreamDecoder for FrameDecoder {
     type Item = Frame;
-    type Error = WireError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
         let Some(len) = peek_len(src) else {

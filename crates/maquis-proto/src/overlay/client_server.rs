@@ -58,16 +58,18 @@ impl Role {
     }
 }
 
+/// A role name that is neither `server` nor `client`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role {0:?} (expected server or client)")]
+pub struct ParseRoleError(pub String);
+
 impl std::str::FromStr for Role {
-    type Err = crate::config::ConfigError;
+    type Err = ParseRoleError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "server" => Ok(Role::Server),
             "client" => Ok(Role::Client),
-            other => Err(crate::config::ConfigError::Invalid {
-                key: "client_server_role",
-                reason: format!("unknown role {other:?} (expected server or client)"),
-            }),
+            other => Err(ParseRoleError(other.to_string())),
         }
     }
 }

@@ -13,15 +13,13 @@
 //! cookie itself never travels. Each message is framed as `[u32 BE length][postcard]`, at most
 //! [`MAX_HANDSHAKE_FRAME`] bytes.
 
+use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError};
+use crate::id::{LaneId, NodeId};
 use bytes::{BufMut, BytesMut};
 use hmac::{Hmac, Mac};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
-use tokio_util::codec::Decoder;
-
-use super::{decode_exact, peek_len, split_frame, WireError};
-use crate::id::{LaneId, NodeId};
 
 /// The magic bytes opening every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MAQS";
@@ -247,9 +245,8 @@ impl HandshakeDecoder {
     }
 }
 
-impl Decoder for HandshakeDecoder {
+impl StreamDecoder for HandshakeDecoder {
     type Item = HandshakeMsg;
-    type Error = WireError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<HandshakeMsg>, WireError> {
         let Some(len) = peek_len(src) else {

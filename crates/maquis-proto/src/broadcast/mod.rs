@@ -9,7 +9,7 @@
 //! ```
 //! use std::time::Duration;
 //! use bytes::Bytes;
-//! use maquis::broadcast::{Plumtree, PlumtreeConfig, PlumtreeEffect, Topic};
+//! use maquis_proto::broadcast::{Plumtree, PlumtreeConfig, PlumtreeEffect, Topic};
 //!
 //! let mut a = Plumtree::new(1u32, PlumtreeConfig::default());
 //! let mut out = Vec::new();

@@ -1,0 +1,28 @@
+//! Maquis's protocols as state machines without I/O.
+//!
+//! Nothing in this crate opens a socket, spawns a task or reads the clock: every handler takes
+//! the current time as an argument and answers with data (messages to send, connections to
+//! open or close, timers to arm, events to report). The runtime (`maquis`) executes those
+//! answers over TCP; the simulator (`maquis-sim`) executes them on simulated time, so both run
+//! the very same protocol code.
+//!
+//! - [`id`]: the identities of nodes and lanes.
+//! - [`wire`]: the frame layout, the handshake messages and their decoders.
+//! - [`overlay`]: who connects to whom and who is a member — the [`overlay::Overlay`] trait
+//!   and the static, full-mesh, peer-to-peer (HyParView) and client-server overlays.
+//! - [`broadcast`]: Plumtree epidemic broadcast trees and the routes their heartbeats reveal.
+#![deny(missing_docs)]
+
+pub mod broadcast;
+pub mod id;
+pub mod overlay;
+pub mod wire;
+
+/// Encodes a value the way messages travel (postcard).
+///
+/// The buffer is sized exactly by a first counting pass, so a large payload is copied once
+/// (a growing buffer would copy it several times).
+pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
+    let size = postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default())?;
+    postcard::to_io(value, Vec::with_capacity(size))
+}
