@@ -11,10 +11,13 @@
 //! - [`overlay`]: who connects to whom and who is a member — the [`overlay::Overlay`] trait
 //!   and the static, full-mesh, peer-to-peer (HyParView) and client-server overlays.
 //! - [`broadcast`]: Plumtree epidemic broadcast trees and the routes their heartbeats reveal.
+//! - [`membership`]: the machine a node runs, composing an overlay, broadcast, member
+//!   heartbeats, membership events and the route table; and the router's decisions.
 #![deny(missing_docs)]
 
 pub mod broadcast;
 pub mod id;
+pub mod membership;
 pub mod overlay;
 pub mod wire;
 

@@ -41,7 +41,7 @@ pub mod node;
 pub mod payload;
 pub mod transport;
 
-pub use maquis_proto::{broadcast, encode, id, overlay, wire};
+pub use maquis_proto::{broadcast, encode, id, membership, overlay, wire};
 
 pub use actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, ReplyTo};
 pub use allocator::tune_allocator;

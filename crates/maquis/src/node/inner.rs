@@ -15,12 +15,13 @@ use super::topics::Topics;
 use super::MembershipEvent;
 use crate::actor::registry::{RemoteMsg, Watcher};
 use crate::actor::{CallOutcome, Monitors, PendingCalls};
-use crate::broadcast::{decide_forward, DropReason, ForwardDecision};
+use crate::broadcast::{DropReason, ForwardDecision};
 use crate::config::Config;
 use crate::dispatch::{Dispatcher, SendOpts};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
-use crate::overlay::{DynOverlay, Liveness};
+use crate::membership::{forward, next_hop, Direct, NextHop, NoHop};
+use crate::overlay::Liveness;
 use crate::transport::lane::{run_writer, Lane};
 use crate::transport::{connector, Peer, QueueBudget};
 use crate::wire::frame::{encode_head, Dest, DownReason, Frame, Header, ReplyStatus, Routed};
@@ -95,7 +96,6 @@ pub struct Inner {
     pub(crate) calls: PendingCalls,
     pub(crate) monitors: Monitors,
     pub(crate) peers: RwLock<HashMap<String, Arc<Peer>>>,
-    pub(crate) overlay: Mutex<Box<dyn DynOverlay>>,
     pub(crate) overlay_name: &'static str,
     /// How nodes are declared down (from the overlay).
     pub(crate) liveness: Liveness,
@@ -161,51 +161,46 @@ impl Inner {
     }
 
     /// The peer whose lanes carry traffic for `dst`: the node itself when it is a peer, else
-    /// (on overlays with multi-hop routes) the neighbour a route names.
+    /// (on overlays with multi-hop routes) the neighbour a route names
+    /// ([`next_hop`](crate::membership::next_hop) decides).
     fn next_hop(&self, dst: &NodeId) -> Result<Hop, SendError> {
         let direct = self.peer(&dst.name);
-        if let Some(p) = &direct {
-            if p.id.incarnation != dst.incarnation {
+        let route = if self.liveness == Liveness::Membership {
+            self.routes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&dst.name)
+                .cloned()
+        } else {
+            None
+        };
+        let mut via_peer = None;
+        let hop = next_hop(
+            self.liveness,
+            dst,
+            direct.as_ref().map(|p| Direct {
+                id: &p.id,
+                up: p.is_up(),
+            }),
+            route.as_ref(),
+            |via| {
+                via_peer = self.peer(&via.name).filter(|p| p.id == *via);
+                via_peer.is_some()
+            },
+        );
+        match hop {
+            Ok(NextHop::Direct) => direct.map(Hop::Direct),
+            Ok(NextHop::Via(_)) => via_peer.map(Hop::Via),
+            Err(NoHop::Stale { current }) => {
                 return Err(SendError::StaleIncarnation {
                     node: dst.name.clone(),
                     ref_incarnation: dst.incarnation,
-                    current: p.id.incarnation,
-                });
-            }
-        }
-        let unreachable = || SendError::Unreachable(dst.name.clone());
-        // A node connected to us is reachable even before the overlay lists it (a reply to a
-        // node that is still joining, say).
-        let direct = direct.filter(|p| p.id == *dst);
-        if self.liveness == Liveness::Connection {
-            return direct.map(Hop::Direct).ok_or_else(unreachable);
-        }
-        if let Some(p) = direct.as_ref().filter(|p| p.is_up()) {
-            return Ok(Hop::Direct(p.clone()));
-        }
-        let route = self
-            .routes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&dst.name)
-            .cloned();
-        match route {
-            Some((d, via)) if d == *dst => {
-                if let Some(p) = self.peer(&via.name).filter(|p| p.id == via) {
-                    return Ok(Hop::Via(p));
-                }
-            }
-            Some((d, _)) if d.incarnation > dst.incarnation => {
-                return Err(SendError::StaleIncarnation {
-                    node: dst.name.clone(),
-                    ref_incarnation: dst.incarnation,
-                    current: d.incarnation,
+                    current,
                 })
             }
-            _ => {}
+            Err(NoHop::Unreachable) => None,
         }
-        // A peer still connecting: its lanes queue the frame.
-        direct.map(Hop::Direct).ok_or_else(unreachable)
+        .ok_or_else(|| SendError::Unreachable(dst.name.clone()))
     }
 
     /// The lane and the head of a frame for `dst`, wrapped for forwarding when `dst` is not a
@@ -507,15 +502,14 @@ impl Inner {
             return self.routed_failed(&from, &kind, "invalid lane");
         }
         let limit = self.config.hop_limit;
-        let next = decide_forward(&self.id, &to, hops, limit, |d| match self.next_hop(d) {
-            Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
-            Err(_) => None,
+        let next = forward(&self.id, came_from, &to, hops, limit, |d| {
+            match self.next_hop(d) {
+                Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
+                Err(_) => None,
+            }
         });
         let peer = match next {
-            ForwardDecision::ForwardTo(id) if id != *came_from => {
-                self.peer(&id.name).filter(|p| p.id == id)
-            }
-            ForwardDecision::ForwardTo(_) => None,
+            ForwardDecision::ForwardTo(id) => self.peer(&id.name).filter(|p| p.id == id),
             ForwardDecision::Drop(DropReason::HopLimit) => {
                 self.counters.routed_hop_limit.inc();
                 tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");

@@ -1,6 +1,5 @@
 //! `Node`: start a node from a [`Config`], join and leave a cluster, spawn and name actors.
 
-mod bcast;
 mod control;
 mod inner;
 mod status;
@@ -28,21 +27,13 @@ use crate::config::{Config, OverlayKind};
 use crate::dispatch::Dispatcher;
 use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
 use crate::id::NodeId;
+use crate::membership::{Membership, MembershipConfig, RESERVED_PREFIX};
 use crate::overlay::{
     ClientServer, DynOverlay, Erased, FullMesh, HyParView, Liveness, Overlay, StaticOverlay,
 };
 use crate::wire::frame::{Dest, DownReason};
 
-/// A change in the membership a node sees.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MembershipEvent {
-    /// A node became a member (or came back).
-    Up(NodeId),
-    /// A member was declared down (connection lost and not re-established, or heartbeats missed).
-    Down(NodeId),
-    /// A member left (or was removed) on purpose.
-    Left(NodeId),
-}
+pub use crate::membership::MembershipEvent;
 
 /// A handle to a running node. Cheap to clone; all clones control the same node.
 #[derive(Clone)]
@@ -127,6 +118,16 @@ impl Node {
         let overlay = make(id.clone(), &config);
         let overlay_name = overlay.name();
         let liveness = overlay.liveness();
+        let machine = Membership::new(
+            id.clone(),
+            overlay,
+            MembershipConfig {
+                plumtree: config.plumtree(),
+                member_timeout: Duration::from_millis(config.member_timeout_ms),
+                refresh_every: config.heartbeat_interval(),
+                linger: Duration::from_millis(config.handshake_timeout_ms),
+            },
+        );
         let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
         let (events, _) = broadcast::channel(config.event_buffer);
         let inner = Arc::new(Inner {
@@ -137,7 +138,6 @@ impl Node {
             calls: Default::default(),
             monitors: Default::default(),
             peers: RwLock::new(Default::default()),
-            overlay: Mutex::new(overlay),
             overlay_name,
             liveness,
             members: RwLock::new(Arc::new(vec![id.clone()])),
@@ -162,7 +162,7 @@ impl Node {
             .listener_task
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(accept);
-        tokio::spawn(control::run(inner.clone(), control_rx));
+        tokio::spawn(control::run(inner.clone(), machine, control_rx));
         tokio::spawn(heartbeats(inner.clone()));
         let node = Node { inner };
         if let Some(listener) = admin {
@@ -320,7 +320,7 @@ impl Node {
         msg: &M,
     ) -> Result<(), BroadcastError> {
         let topic = topic.into();
-        if topic.as_str().starts_with(bcast::RESERVED_PREFIX) {
+        if topic.as_str().starts_with(RESERVED_PREFIX) {
             return Err(BroadcastError::ReservedTopic(topic.to_string()));
         }
         let payload = crate::encode(msg).map_err(|e| BroadcastError::Encode(e.to_string()))?;

@@ -1,0 +1,692 @@
+//! The membership machine: one state machine that composes an overlay, Plumtree broadcast,
+//! member heartbeats, the `Up`/`Down`/`Left` bookkeeping and the route table.
+//!
+//! A node runs one [`Membership`]. Its driver (the runtime's control loop, or the simulator)
+//! tells it what happened — a join was asked for, a peer's membership lane connected or went
+//! down, a protocol message arrived, time passed — and carries out the [`Output`]s it queues:
+//! open or close connections, send protocol messages, deliver broadcasts, publish the members,
+//! the neighbours and the routes, report events. Every input carries `now`, the time since
+//! the node started; the machine never reads a clock. Its timers live in a table: after
+//! every input the driver asks [`Membership::poll_timeout`] for the earliest deadline and calls
+//! [`Membership::handle_timeout`] once it has passed.
+//!
+//! ```text
+//!            handle_join / handle_leave / handle_connected / handle_disconnected /
+//!            handle_overlay_msg / handle_broadcast_msg / broadcast / handle_timeout
+//!   driver ──────────────────────────────────────────────────────────────────────▶ Membership
+//!          ◀────────────────────────────────────────────────────────────────────── poll_output
+//!            Connect, Dial, Close, Send, Deliver, Members, Neighbors, Route, Event, Gone
+//! ```
+//!
+//! What "down" means depends on the overlay's [`Liveness`]. With `Connection` (static, full
+//! mesh) a node whose connection is lost is gone at once ([`Output::Gone`]: its monitors fire,
+//! calls to it fail). With `Membership` (peer-to-peer, client-server) a lost connection only
+//! tells the overlay; a node is gone when it leaves the overlay's members, which, on the
+//! peer-to-peer overlay, are the nodes whose broadcast heartbeat arrived within the member
+//! timeout.
+//!
+//! Invariants: [`Output::Members`] always comes before the events it explains, so a reader
+//! woken by an event sees the new members; the member list is sorted by name, then
+//! incarnation, and holds this node; with `Membership` liveness it holds only the newest
+//! incarnation of a name.
+
+mod bcast;
+mod router;
+mod timers;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use bcast::RESERVED_PREFIX;
+pub use router::{forward, next_hop, Direct, NextHop, NoHop};
+
+use self::bcast::{Bcast, PtOut, LEAVE_TOPIC};
+use self::timers::Timers;
+use crate::broadcast::{
+    Plumtree, PlumtreeConfig, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic,
+};
+use crate::id::NodeId;
+use crate::overlay::{DynOverlay, Effect, Liveness, RawEffect, Route, TimerId};
+
+/// A change in the membership a node sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipEvent {
+    /// A node became a member (or came back).
+    Up(NodeId),
+    /// A member was declared down (connection lost and not re-established, or heartbeats missed).
+    Down(NodeId),
+    /// A member left (or was removed) on purpose.
+    Left(NodeId),
+}
+
+/// The parameters of a [`Membership`] machine.
+#[derive(Clone, Debug)]
+pub struct MembershipConfig {
+    /// Plumtree's parameters (broadcast, and member heartbeats on overlays that use them).
+    pub plumtree: PlumtreeConfig,
+    /// How long a node whose heartbeats stopped (or a former neighbour) stays a member.
+    pub member_timeout: Duration,
+    /// How often the routes heartbeats reveal are handed to the overlay and the member list
+    /// and route table are brought up to date even if nothing else happened.
+    pub refresh_every: Duration,
+    /// How long a connection the overlay no longer needs, but that is still coming up, is
+    /// given to connect (so what was queued for it goes out) before it is closed.
+    pub linger: Duration,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        MembershipConfig {
+            plumtree: PlumtreeConfig::default(),
+            member_timeout: Duration::from_secs(5),
+            refresh_every: Duration::from_secs(1),
+            linger: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Which protocol a message on the membership lane belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// The overlay's own messages.
+    Overlay,
+    /// Plumtree's messages (`PlumtreeMsg<NodeId>`).
+    Broadcast,
+}
+
+/// A change to the route table (routes to nodes that are not neighbours).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteChange {
+    /// Messages for `dst` (and its name) go through `via`.
+    Set {
+        /// The destination.
+        dst: NodeId,
+        /// The neighbour to go through.
+        via: NodeId,
+    },
+    /// No route to the node of this name any more.
+    Remove(String),
+}
+
+/// What the driver does on the machine's behalf, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Make sure a connection to this node exists (all its lanes dial); nothing if it does.
+    Connect(NodeId),
+    /// Connect to an address whose identity the handshake reveals; then call
+    /// [`Membership::handle_connected`] (and [`Membership::handle_join`] only if a join asked
+    /// for it).
+    Dial(SocketAddr),
+    /// Close this node's connections gracefully: a goodbye, what is queued, then the end.
+    Close(NodeId),
+    /// Send a protocol message on the node's membership lane (dropped if there is none).
+    Send {
+        /// The neighbour.
+        to: NodeId,
+        /// Whose message it is.
+        protocol: Protocol,
+        /// The encoded message.
+        payload: Bytes,
+    },
+    /// Hand a broadcast to this node's subscribers of its topic.
+    Deliver {
+        /// The topic.
+        topic: Topic,
+        /// The payload.
+        payload: Bytes,
+    },
+    /// The members changed: sorted, this node included.
+    Members(Arc<Vec<NodeId>>),
+    /// The nodes broadcast runs over changed: sorted, this node excluded.
+    Neighbors(Vec<NodeId>),
+    /// The route table changed.
+    Route(RouteChange),
+    /// A membership event.
+    Event(MembershipEvent),
+    /// The node is down or gone: its monitors fire, its watchers are forgotten, calls to it
+    /// fail.
+    Gone(NodeId),
+    /// A broadcast for the runtime itself (a leave notice) did not decode.
+    Malformed {
+        /// What it was.
+        what: &'static str,
+        /// The decoder's complaint.
+        error: String,
+    },
+}
+
+/// A protocol message that did not decode; the connection it came on may be hostile.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{protocol:?} message from {from} does not decode: {reason}")]
+pub struct DecodeError {
+    /// The sender.
+    pub from: NodeId,
+    /// Whose message it was.
+    pub protocol: Protocol,
+    /// The decoder's complaint.
+    pub reason: String,
+}
+
+/// Why a peer's connection is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disconnect {
+    /// The peer said goodbye before closing.
+    Bye,
+    /// Anything else: an error, a timeout, a restart.
+    Lost,
+}
+
+/// The machine's timers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Timer {
+    Overlay(TimerId),
+    Plumtree(PlumtreeTimer),
+    /// A connection the overlay dropped while it was still coming up.
+    Linger(NodeId),
+    Refresh,
+}
+
+/// The membership of one node. See the [module documentation](self).
+pub struct Membership {
+    me: NodeId,
+    cfg: MembershipConfig,
+    overlay: Box<dyn DynOverlay>,
+    liveness: Liveness,
+    /// This machine broadcasts member heartbeats and leave notices, and hands the overlay the
+    /// routes they reveal (`Overlay::member_heartbeats`).
+    heartbeats: bool,
+    bcast: Bcast,
+    pt_out: PtOut,
+    /// The members last published, sorted.
+    members: Arc<Vec<NodeId>>,
+    /// The overlay's epoch at the last `settle` (`Overlay::epoch`).
+    epoch: Option<u64>,
+    /// Nodes known to have left on purpose: their departure is reported `Left`, not `Down`.
+    left_hint: HashSet<NodeId>,
+    /// Peers whose membership lane is up.
+    up: HashSet<NodeId>,
+    /// Peers the overlay disconnected while their connection was still coming up (`Membership`
+    /// liveness): closed once it is up, so the frames queued for them go out first.
+    unneeded: HashSet<NodeId>,
+    /// Routes to members that are not neighbours, by name: (destination, neighbour).
+    routes: HashMap<String, (NodeId, NodeId)>,
+    timers: Timers<Timer>,
+    out: VecDeque<Output>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("me", &self.me)
+            .field("overlay", &self.overlay.name())
+            .field("members", &self.members.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Membership {
+    /// A node's membership over `overlay`; nothing happens until [`Membership::handle_start`].
+    pub fn new(me: NodeId, overlay: Box<dyn DynOverlay>, cfg: MembershipConfig) -> Self {
+        let liveness = overlay.liveness();
+        let heartbeats = liveness == Liveness::Membership && overlay.member_heartbeats();
+        Membership {
+            bcast: Bcast::new(me.clone(), cfg.plumtree.clone()),
+            members: Arc::new(vec![me.clone()]),
+            me,
+            cfg,
+            overlay,
+            liveness,
+            heartbeats,
+            pt_out: Vec::new(),
+            epoch: None,
+            left_hint: HashSet::new(),
+            up: HashSet::new(),
+            unneeded: HashSet::new(),
+            routes: HashMap::new(),
+            timers: Timers::default(),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// This node.
+    pub fn me(&self) -> &NodeId {
+        &self.me
+    }
+
+    /// The overlay's name.
+    pub fn overlay_name(&self) -> &'static str {
+        self.overlay.name()
+    }
+
+    /// How nodes are declared down on this overlay.
+    pub fn liveness(&self) -> Liveness {
+        self.liveness
+    }
+
+    /// The members, sorted, this node included (as last published).
+    pub fn members(&self) -> &Arc<Vec<NodeId>> {
+        &self.members
+    }
+
+    /// The nodes broadcast runs over, sorted.
+    pub fn neighbors(&self) -> &[NodeId] {
+        self.bcast.neighbors()
+    }
+
+    /// The route table's entry for a node's name: (destination, neighbour to go through).
+    pub fn route(&self, name: &str) -> Option<&(NodeId, NodeId)> {
+        self.routes.get(name)
+    }
+
+    /// The broadcast layer, for inspection.
+    pub fn plumtree(&self) -> &Plumtree<NodeId> {
+        self.bcast.plumtree()
+    }
+
+    /// Whether this peer's membership lane is up.
+    pub fn is_up(&self, peer: &NodeId) -> bool {
+        self.up.contains(peer)
+    }
+
+    /// The next output to carry out, if any.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The earliest time [`Membership::handle_timeout`] should be called.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.timers.next()
+    }
+
+    /// The node starts: member heartbeats begin (on overlays that use them) and the overlay
+    /// starts.
+    pub fn handle_start(&mut self, now: Duration) {
+        if self.heartbeats {
+            self.bcast.start_heartbeats(&mut self.pt_out);
+            self.flush(now);
+        }
+        let fx = self.overlay.on_start();
+        self.timers
+            .set(Timer::Refresh, now + self.cfg.refresh_every);
+        self.apply(now, fx);
+    }
+
+    /// The node joins the cluster through `contact`, whose membership lane is connected.
+    pub fn handle_join(&mut self, now: Duration, contact: &NodeId) {
+        if self.heartbeats {
+            self.bcast.start_heartbeats(&mut self.pt_out);
+            self.flush(now);
+        }
+        let fx = self.overlay.on_join(contact);
+        self.apply(now, fx);
+    }
+
+    /// The node leaves: a notice to every member (on overlays with member heartbeats), then
+    /// the overlay says goodbye. The node stays alone and may join again.
+    pub fn handle_leave(&mut self, now: Duration) {
+        if self.heartbeats {
+            self.bcast.leave(now, &mut self.pt_out);
+            self.flush(now);
+        }
+        let fx = self.overlay.on_leave();
+        self.apply(now, fx);
+    }
+
+    /// The application asks to remove another node (overlays that support it).
+    pub fn handle_remove(&mut self, now: Duration, name: &str) {
+        let fx = self.overlay.on_remove(name);
+        self.apply(now, fx);
+    }
+
+    /// A peer's membership lane connected (the first time for this incarnation).
+    pub fn handle_connected(&mut self, now: Duration, peer: &NodeId) {
+        self.up.insert(peer.clone());
+        let fx = self.overlay.on_connection(peer, true);
+        self.apply(now, fx);
+        if self.unneeded.remove(peer) {
+            self.timers.cancel(&Timer::Linger(peer.clone()));
+            self.out.push_back(Output::Close(peer.clone()));
+            self.settle(now, false);
+        }
+    }
+
+    /// A peer's connection is gone (the driver has dropped it).
+    pub fn handle_disconnected(&mut self, now: Duration, peer: &NodeId, why: Disconnect) {
+        if why == Disconnect::Bye && self.liveness == Liveness::Connection {
+            // With `Membership` liveness a goodbye only closes a connection (the overlay
+            // changed its views); the overlay's own messages tell whether the node left.
+            self.left_hint.insert(peer.clone());
+        }
+        self.up.remove(peer);
+        if self.unneeded.remove(peer) {
+            self.timers.cancel(&Timer::Linger(peer.clone()));
+        }
+        if self.liveness == Liveness::Connection {
+            self.out.push_back(Output::Gone(peer.clone()));
+        }
+        let fx = self.overlay.on_connection(peer, false);
+        self.apply(now, fx);
+    }
+
+    /// An overlay message arrived from a neighbour.
+    pub fn handle_overlay_msg(
+        &mut self,
+        now: Duration,
+        from: &NodeId,
+        payload: &[u8],
+    ) -> Result<(), DecodeError> {
+        let fx = self
+            .overlay
+            .on_message(from, payload)
+            .map_err(|reason| DecodeError {
+                from: from.clone(),
+                protocol: Protocol::Overlay,
+                reason,
+            })?;
+        self.apply(now, fx);
+        Ok(())
+    }
+
+    /// A broadcast (Plumtree) message arrived from a neighbour.
+    pub fn handle_broadcast_msg(
+        &mut self,
+        now: Duration,
+        from: &NodeId,
+        payload: &[u8],
+    ) -> Result<(), DecodeError> {
+        let msg: PlumtreeMsg<NodeId> = postcard::from_bytes(payload).map_err(|e| DecodeError {
+            from: from.clone(),
+            protocol: Protocol::Broadcast,
+            reason: e.to_string(),
+        })?;
+        self.bcast.on_message(from, msg, now, &mut self.pt_out);
+        self.flush(now);
+        Ok(())
+    }
+
+    /// Broadcasts an encoded message on a topic to every member (this node included).
+    pub fn broadcast(&mut self, now: Duration, topic: Topic, payload: Bytes) {
+        self.bcast.broadcast(topic, payload, now, &mut self.pt_out);
+        self.flush(now);
+    }
+
+    /// Time has passed: fires every timer whose deadline is at or before `now`.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        while let Some(t) = self.timers.expired(now) {
+            match t {
+                Timer::Overlay(id) => {
+                    let fx = self.overlay.on_timer(id);
+                    self.apply(now, fx);
+                }
+                Timer::Plumtree(t) => {
+                    self.bcast.on_timer(t, now, &mut self.pt_out);
+                    self.flush(now);
+                }
+                Timer::Linger(peer) => {
+                    if self.unneeded.remove(&peer) {
+                        self.out.push_back(Output::Close(peer));
+                        self.settle(now, false);
+                    }
+                }
+                Timer::Refresh => {
+                    self.timers
+                        .set(Timer::Refresh, now + self.cfg.refresh_every);
+                    self.settle(now, true);
+                }
+            }
+        }
+    }
+
+    /// Carries out an overlay's effects, then brings membership up to date.
+    fn apply(&mut self, now: Duration, effects: Vec<RawEffect>) {
+        for e in effects {
+            match e {
+                Effect::Connect(id) => {
+                    if self.unneeded.remove(&id) {
+                        self.timers.cancel(&Timer::Linger(id.clone()));
+                    }
+                    if id.name != self.me.name {
+                        self.out.push_back(Output::Connect(id));
+                    }
+                }
+                Effect::Dial(addr) => {
+                    if addr != self.me.addr {
+                        self.out.push_back(Output::Dial(addr));
+                    }
+                }
+                Effect::Disconnect(id) if self.liveness == Liveness::Membership => {
+                    self.disconnect_soon(now, id);
+                }
+                Effect::Disconnect(id) => {
+                    self.out.push_back(Output::Close(id.clone()));
+                    self.out.push_back(Output::Gone(id));
+                }
+                Effect::Send(to, payload) => self.out.push_back(Output::Send {
+                    to,
+                    protocol: Protocol::Overlay,
+                    payload,
+                }),
+                Effect::SetTimer(t, after) => self.timers.set(Timer::Overlay(t), now + after),
+                Effect::Left(id) => {
+                    if self.liveness == Liveness::Membership {
+                        self.bcast.departed(&id);
+                    }
+                    self.left_hint.insert(id);
+                }
+            }
+        }
+        self.settle(now, false);
+    }
+
+    /// `Membership` liveness: the overlay no longer needs a connection. One whose membership
+    /// lane is up is closed at once (its queued frames are written first); one still
+    /// connecting is closed once it connects (or after `linger`), so that a message queued for
+    /// it just before (a shuffle reply, say) still goes out, unless the overlay connects it
+    /// again meanwhile.
+    fn disconnect_soon(&mut self, now: Duration, id: NodeId) {
+        if self.up.contains(&id) {
+            if self.unneeded.remove(&id) {
+                self.timers.cancel(&Timer::Linger(id.clone()));
+            }
+            self.out.push_back(Output::Close(id));
+            return;
+        }
+        if self.unneeded.insert(id.clone()) {
+            self.timers.set(Timer::Linger(id), now + self.cfg.linger);
+        }
+    }
+
+    /// Carries out Plumtree's effects.
+    fn flush(&mut self, now: Duration) {
+        let mut left_notice = false;
+        for e in std::mem::take(&mut self.pt_out) {
+            match e {
+                PlumtreeEffect::Send(to, msg) => match crate::encode(&msg) {
+                    Ok(bytes) => self.out.push_back(Output::Send {
+                        to,
+                        protocol: Protocol::Broadcast,
+                        payload: Bytes::from(bytes),
+                    }),
+                    Err(e) => tracing::error!(error = %e, "broadcast message does not encode"),
+                },
+                PlumtreeEffect::Deliver { topic, payload, .. } => {
+                    if topic.as_str() == LEAVE_TOPIC {
+                        match self.bcast.on_leave_notice(&payload) {
+                            Ok(()) => left_notice = true,
+                            Err(e) => self.out.push_back(Output::Malformed {
+                                what: "leave notice",
+                                error: e.to_string(),
+                            }),
+                        }
+                    } else if !topic.as_str().starts_with(RESERVED_PREFIX) {
+                        self.out.push_back(Output::Deliver { topic, payload });
+                    }
+                }
+                PlumtreeEffect::SetTimer(t, after) => {
+                    self.timers.set(Timer::Plumtree(t), now + after)
+                }
+            }
+        }
+        if left_notice {
+            let left = self.bcast.take_left();
+            if !left.is_empty() {
+                self.left_hint.extend(left);
+                self.settle(now, true);
+            }
+        }
+    }
+
+    /// After anything that may change the overlay: updates broadcast's neighbours, (with member
+    /// heartbeats, when `refresh` or the neighbours changed) hands the overlay the routes
+    /// heartbeats revealed, publishes membership changes, and updates the route table.
+    fn settle(&mut self, now: Duration, refresh: bool) {
+        // An overlay that counts its changes saves the work below when nothing changed, unless
+        // heartbeat routes are due (they come from the heartbeats, not the overlay).
+        let epoch = self.overlay.epoch();
+        if epoch.is_some() && epoch == self.epoch && !(refresh && self.heartbeats) {
+            return;
+        }
+        self.epoch = epoch;
+        let want = self
+            .overlay
+            .neighbors()
+            .unwrap_or_else(|| self.connected_members());
+        let changed = self.bcast.sync_neighbors(want, now, &mut self.pt_out);
+        if changed {
+            let nbrs = self.bcast.neighbors().to_vec();
+            self.out.push_back(Output::Neighbors(nbrs));
+            self.flush(now);
+        }
+        if self.heartbeats && (changed || refresh) {
+            let routes = self.bcast.routes(self.cfg.member_timeout, now);
+            self.overlay.set_routes(routes);
+        }
+        let moved = self.publish();
+        if self.liveness == Liveness::Membership && (changed || refresh || moved) {
+            self.update_routes();
+        }
+    }
+
+    /// Members (other than this node) whose membership lane is up.
+    fn connected_members(&self) -> Vec<NodeId> {
+        self.overlay
+            .members()
+            .into_iter()
+            .filter(|m| self.up.contains(m))
+            .collect()
+    }
+
+    /// Brings the route table up to date: every member the overlay reaches through a
+    /// neighbour. Only the entries that differ are written out.
+    fn update_routes(&mut self) {
+        let wanted: Vec<(NodeId, NodeId)> = self
+            .members
+            .iter()
+            .filter(|m| **m != self.me)
+            .filter_map(|m| match self.overlay.route(m) {
+                Route::Via(via) => Some((m.clone(), via)),
+                Route::Direct | Route::Unreachable => None,
+            })
+            .collect();
+        let keep: HashSet<&str> = wanted.iter().map(|(m, _)| m.name.as_str()).collect();
+        let gone: Vec<String> = self
+            .routes
+            .keys()
+            .filter(|name| !keep.contains(name.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.routes.remove(&name);
+            self.out.push_back(Output::Route(RouteChange::Remove(name)));
+        }
+        for (dst, via) in wanted {
+            let same = self
+                .routes
+                .get(&dst.name)
+                .is_some_and(|(d, v)| *d == dst && *v == via);
+            if !same {
+                self.routes
+                    .insert(dst.name.clone(), (dst.clone(), via.clone()));
+                self.out
+                    .push_back(Output::Route(RouteChange::Set { dst, via }));
+            }
+        }
+    }
+
+    /// The overlay's members, sorted; with `Membership` liveness only the newest incarnation
+    /// of a name.
+    fn current_members(&self) -> Vec<NodeId> {
+        let mut all = self.overlay.members();
+        // Usually sorted already (overlays keep their members in ordered sets): then this is
+        // one pass.
+        all.sort_unstable();
+        all.dedup();
+        if self.liveness == Liveness::Membership {
+            // The incarnations of a name are adjacent; keep the largest.
+            all.dedup_by(|later, kept| {
+                if later.name != kept.name {
+                    return false;
+                }
+                if later.incarnation > kept.incarnation {
+                    std::mem::swap(later, kept);
+                }
+                true
+            });
+        }
+        all
+    }
+
+    /// Publishes the changes of the overlay's members, then the events they make; returns
+    /// whether there were any.
+    fn publish(&mut self) -> bool {
+        let now = self.current_members();
+        if now == *self.members {
+            return false;
+        }
+        let now = Arc::new(now);
+        // Readers woken by an event must already see the new membership.
+        self.out.push_back(Output::Members(now.clone()));
+        // Both lists are sorted: one merge pass finds who came and who went.
+        let (mut came, mut went) = (Vec::new(), Vec::new());
+        let (mut a, mut b) = (self.members.iter().peekable(), now.iter().peekable());
+        loop {
+            match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x == y => {
+                    a.next();
+                    b.next();
+                }
+                (Some(x), Some(y)) if x < y => went.extend(a.next()),
+                (Some(_), Some(_)) | (None, Some(_)) => came.extend(b.next()),
+                (Some(_), None) => went.extend(a.next()),
+                (None, None) => break,
+            }
+        }
+        for n in came {
+            tracing::debug!(node = %self.me.name, member = %n, "member up");
+            self.out
+                .push_back(Output::Event(MembershipEvent::Up(n.clone())));
+        }
+        for n in went {
+            tracing::debug!(node = %self.me.name, member = %n, "member gone");
+            let ev = if self.left_hint.remove(n) {
+                MembershipEvent::Left(n.clone())
+            } else {
+                MembershipEvent::Down(n.clone())
+            };
+            if self.liveness == Liveness::Membership {
+                self.out.push_back(Output::Gone(n.clone()));
+            }
+            self.out.push_back(Output::Event(ev));
+        }
+        self.left_hint.retain(|n| now.binary_search(n).is_ok());
+        self.members = now;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+//! The machine's bookkeeping, driven by hand through an overlay that does what its messages
+//! say.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::overlay::{Effects, Erased, Overlay};
+
+#[derive(Serialize, Deserialize)]
+enum Cmd {
+    Connect(NodeId),
+    Disconnect(NodeId),
+    Timer(u64, u64),
+    Leave(NodeId),
+}
+
+/// Members: this node and every peer whose connection is up. Messages are commands.
+struct Scripted {
+    me: NodeId,
+    liveness: Liveness,
+    members: BTreeSet<NodeId>,
+    fired: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Overlay for Scripted {
+    type Msg = Cmd;
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn on_join(&mut self, _contact: &NodeId, _fx: &mut Effects<Cmd>) {}
+    fn on_leave(&mut self, _fx: &mut Effects<Cmd>) {}
+    fn on_message(&mut self, _from: &NodeId, msg: Cmd, fx: &mut Effects<Cmd>) {
+        match msg {
+            Cmd::Connect(n) => fx.connect(n),
+            Cmd::Disconnect(n) => fx.disconnect(n),
+            Cmd::Timer(id, ms) => fx.timer(TimerId(id), Duration::from_millis(ms)),
+            Cmd::Leave(n) => {
+                self.members.remove(&n);
+                fx.left(n);
+            }
+        }
+    }
+    fn on_connection(&mut self, peer: &NodeId, up: bool, _fx: &mut Effects<Cmd>) {
+        if up {
+            self.members.insert(peer.clone());
+        } else {
+            self.members.remove(peer);
+        }
+    }
+    fn on_timer(&mut self, timer: TimerId, _fx: &mut Effects<Cmd>) {
+        self.fired.lock().unwrap().push(timer.0);
+    }
+    fn members(&self) -> Vec<NodeId> {
+        let mut all: Vec<NodeId> = self.members.iter().cloned().collect();
+        all.push(self.me.clone());
+        all
+    }
+    fn route(&self, _dst: &NodeId) -> Route {
+        Route::Direct
+    }
+    fn liveness(&self) -> Liveness {
+        self.liveness
+    }
+    fn member_heartbeats(&self) -> bool {
+        false
+    }
+}
+
+fn id(name: &str) -> NodeId {
+    NodeId::new(name, ([127, 0, 0, 1], 7000).into(), 1)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn machine(liveness: Liveness) -> (Membership, Arc<Mutex<Vec<u64>>>) {
+    let fired = Arc::new(Mutex::new(Vec::new()));
+    let overlay = Scripted {
+        me: id("a"),
+        liveness,
+        members: BTreeSet::new(),
+        fired: fired.clone(),
+    };
+    let cfg = MembershipConfig {
+        linger: ms(500),
+        refresh_every: ms(1000),
+        ..MembershipConfig::default()
+    };
+    let mut m = Membership::new(id("a"), Box::new(Erased(overlay)), cfg);
+    m.handle_start(Duration::ZERO);
+    (m, fired)
+}
+
+fn outputs(m: &mut Membership) -> Vec<Output> {
+    std::iter::from_fn(|| m.poll_output()).collect()
+}
+
+fn cmd(m: &mut Membership, now: Duration, c: Cmd) {
+    let bytes = crate::encode(&c).unwrap();
+    m.handle_overlay_msg(now, &id("x"), &bytes).unwrap();
+}
+
+#[test]
+fn a_lost_connection_is_a_gone_node_and_a_goodbye_is_a_departure() {
+    let (mut m, _) = machine(Liveness::Connection);
+    outputs(&mut m);
+    m.handle_connected(ms(1), &id("b"));
+    m.handle_connected(ms(1), &id("c"));
+    let out = outputs(&mut m);
+    let members = out.iter().position(|o| matches!(o, Output::Members(_)));
+    let up = out
+        .iter()
+        .position(|o| *o == Output::Event(MembershipEvent::Up(id("b"))));
+    assert!(members.is_some() && up.is_some() && members < up, "{out:?}");
+    assert_eq!(**m.members(), vec![id("a"), id("b"), id("c")]);
+    assert_eq!(m.neighbors(), &[id("b"), id("c")]);
+
+    m.handle_disconnected(ms(2), &id("b"), Disconnect::Bye);
+    let out = outputs(&mut m);
+    assert_eq!(out[0], Output::Gone(id("b")));
+    assert!(out.contains(&Output::Event(MembershipEvent::Left(id("b")))));
+    m.handle_disconnected(ms(3), &id("c"), Disconnect::Lost);
+    let out = outputs(&mut m);
+    assert!(out.contains(&Output::Event(MembershipEvent::Down(id("c")))));
+    assert_eq!(**m.members(), vec![id("a")]);
+}
+
+#[test]
+fn a_connection_dropped_while_coming_up_closes_once_up_or_after_the_linger() {
+    let (mut m, _) = machine(Liveness::Membership);
+    outputs(&mut m);
+    // Up: closed at once.
+    m.handle_connected(ms(1), &id("b"));
+    outputs(&mut m);
+    cmd(&mut m, ms(2), Cmd::Disconnect(id("b")));
+    assert!(outputs(&mut m).contains(&Output::Close(id("b"))));
+    // Still coming up: closed when it connects.
+    cmd(&mut m, ms(3), Cmd::Disconnect(id("c")));
+    assert!(!outputs(&mut m).contains(&Output::Close(id("c"))));
+    m.handle_connected(ms(10), &id("c"));
+    assert!(outputs(&mut m).contains(&Output::Close(id("c"))));
+    // Never connects: closed after the linger.
+    cmd(&mut m, ms(20), Cmd::Disconnect(id("d")));
+    assert_eq!(m.poll_timeout(), Some(ms(520)));
+    m.handle_timeout(ms(519));
+    assert!(!outputs(&mut m).contains(&Output::Close(id("d"))));
+    m.handle_timeout(ms(520));
+    assert!(outputs(&mut m).contains(&Output::Close(id("d"))));
+    // Wanted again before the linger: kept.
+    cmd(&mut m, ms(600), Cmd::Disconnect(id("e")));
+    cmd(&mut m, ms(601), Cmd::Connect(id("e")));
+    assert!(outputs(&mut m).contains(&Output::Connect(id("e"))));
+    m.handle_timeout(ms(2000));
+    assert!(!outputs(&mut m).contains(&Output::Close(id("e"))));
+}
+
+#[test]
+fn an_overlay_timer_set_again_is_replaced_not_doubled() {
+    let (mut m, fired) = machine(Liveness::Connection);
+    cmd(&mut m, ms(0), Cmd::Timer(7, 100));
+    cmd(&mut m, ms(50), Cmd::Timer(7, 100));
+    m.handle_timeout(ms(120));
+    assert!(fired.lock().unwrap().is_empty(), "moved to 150 ms");
+    m.handle_timeout(ms(150));
+    m.handle_timeout(ms(5000));
+    assert_eq!(*fired.lock().unwrap(), vec![7]);
+}
+
+#[test]
+fn a_node_the_overlay_says_left_is_reported_left() {
+    let (mut m, _) = machine(Liveness::Membership);
+    m.handle_connected(ms(1), &id("b"));
+    outputs(&mut m);
+    cmd(&mut m, ms(2), Cmd::Leave(id("b")));
+    let out = outputs(&mut m);
+    assert!(out.contains(&Output::Gone(id("b"))), "{out:?}");
+    assert!(out.contains(&Output::Event(MembershipEvent::Left(id("b")))));
+}
