@@ -1,4 +1,4 @@
-"""Plot for `maquis bench clients`: reads results.json in the given directory, writes
+"""Plot for `maquis-bench clients`: reads results.json in the given directory, writes
 clients_memory.png there and prints its file name.
 
 Usage: plot_clients.py DIR

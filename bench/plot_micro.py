@@ -1,4 +1,4 @@
-"""Plots for `maquis bench micro`: reads results.json in the given directory, writes PNGs there
+"""Plots for `maquis-bench micro`: reads results.json in the given directory, writes PNGs there
 and prints their file names, one per line."""
 import json
 import sys

@@ -1,4 +1,4 @@
-"""Plots for `maquis bench echo` and `maquis bench kvs`: reads results.json in the given
+"""Plots for `maquis-bench echo` and `maquis-bench kvs`: reads results.json in the given
 directory, writes PNGs there and prints their file names, one per line.
 
 Usage: plot_ring.py DIR WORKLOAD   (WORKLOAD: echo or kvs, used in titles and file names)

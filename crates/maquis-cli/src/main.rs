@@ -1,6 +1,7 @@
-//! The `maquis` command: run a node, inspect one, ping through one, run the demo.
+//! The `maquis` command: run a node, inspect one, ping through one, run the demo, emulate
+//! links, simulate the overlay. The benchmarks are a binary of their own, `maquis-bench`
+//! (`crates/maquis-bench`).
 
-mod bench;
 mod demo;
 mod node_cmd;
 mod sim_cmd;
@@ -52,9 +53,6 @@ enum Command {
         #[command(subcommand)]
         cmd: maquis_netem::NetemCommand,
     },
-    /// Benchmarks (each prints ratios against baselines run in the same invocation).
-    #[command(subcommand)]
-    Bench(bench::BenchCommand),
     /// Simulate the peer-to-peer overlay (HyParView and Plumtree) and print what it measured.
     Sim(sim_cmd::SimArgs),
 }
@@ -93,7 +91,6 @@ fn main() -> ExitCode {
                 size,
             } => ping(&admin, &to, count, size).await,
             Command::Demo(args) => demo::run(args).await,
-            Command::Bench(cmd) => bench::run(cmd).await,
             Command::Sim(args) => sim_cmd::run(args).await,
             Command::Netem { cmd } => {
                 match tokio::task::spawn_blocking(move || maquis_netem::run(cmd)).await {

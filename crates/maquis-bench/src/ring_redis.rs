@@ -1,5 +1,6 @@
-//! The `--redis` step of `bench kvs`: three `ring serve --resp` nodes in the emulated hosts and
-//! `redis-benchmark -t set,get -n 20000 -q` against each node's RESP port, the three at once.
+//! The `--redis` step of `maquis-bench kvs`: three `ring serve --resp` nodes in the emulated
+//! hosts and `redis-benchmark -t set,get -n 20000 -q` against each node's RESP port, the three at
+//! once.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -8,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use maquis_netem::Netem;
 
-use super::ring_agent::{PARTISAN, PARTISAN_PARALLELISM, SINGLE};
-use super::ring_bench::Plan;
-use super::ring_proc::{run_capture, Proc};
+use crate::ring_agent::{PARTISAN, PARTISAN_PARALLELISM, SINGLE};
+use crate::ring_bench::Plan;
+use crate::ring_proc::{run_capture, Proc};
 
 /// The arguments given to `redis-benchmark` (besides `-h`/`-p`).
 pub const REDIS_ARGS: [&str; 5] = ["-t", "set,get", "-n", "20000", "-q"];
@@ -147,7 +148,7 @@ pub fn prepare(exe: &Path) -> RedisOutcome {
         }
         None => {
             o.notes.push(format!(
-                "No `ring` binary beside {} or on PATH (build it with `cargo build --release -p maquis-ring`): the nodes ran `maquis bench agent ring-node --resp`, which starts the ring and its Redis front with the same library calls as `ring serve`.",
+                "No `ring` binary beside {} or on PATH (build it with `cargo build --release -p maquis-ring`): the nodes ran `maquis-bench agent ring-node --resp`, which starts the ring and its Redis front with the same library calls as `ring serve`.",
                 exe.display()
             ));
             Some(Server::Agent(exe.to_path_buf()))
@@ -252,12 +253,12 @@ fn run_config(
             }
             Server::Agent(exe) => {
                 let mut c = net.try_command(i, exe).map_err(|e| e.to_string())?;
-                c.args(["bench", "agent", "ring-node", "--config", config]);
+                c.args(["agent", "ring-node", "--config", config]);
                 common(&mut c);
                 (c, "ready")
             }
         };
-        c.env("RUST_LOG", super::stats::agent_log_filter());
+        c.env("RUST_LOG", crate::stats::agent_log_filter());
         let mut p = Proc::start(&format!("{config} resp node {name}"), c, log_stdio(log))?;
         p.expect(&[ready], Duration::from_secs(90))?;
         nodes.push(p);

@@ -1,4 +1,4 @@
-//! `maquis bench clients`: the memory of a client-server overlay server as clients join and
+//! `maquis-bench clients`: the memory of a client-server overlay server as clients join and
 //! then push state faster than the server can take it, the situation that killed PARTISAN's
 //! server at 256 clients (Fig. 9 of its paper). The server runs in a process of its own, so its
 //! resident memory is measured alone; the clients run in a few swarm processes.
@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use super::clients_agent::{ServerStats, SwarmStats};
-use super::micro_report::machine;
-use super::ring_proc::Proc;
+use crate::clients_agent::{ServerStats, SwarmStats};
+use crate::micro_report::machine;
+use crate::ring_proc::Proc;
 
-/// Options of `maquis bench clients`.
+/// Options of `maquis-bench clients`.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 pub struct ClientsArgs {
     /// Client nodes in all.
@@ -104,7 +104,7 @@ struct Outcome {
 }
 
 /// The plotting script, built into the binary.
-const PLOT_PY: &str = include_str!("../../../../bench/plot_clients.py");
+const PLOT_PY: &str = include_str!("../../../bench/plot_clients.py");
 
 /// The longest the benchmark waits, after the load, for what was sent to arrive.
 const DRAIN_MAX_S: u64 = 300;
@@ -133,8 +133,8 @@ pub fn run(args: &ClientsArgs) -> Result<(), String> {
     let stdio = || log.try_clone().map(Stdio::from).map_err(|e| e.to_string());
 
     let mut cmd = Command::new(&exe);
-    cmd.env("RUST_LOG", super::stats::agent_log_filter())
-        .args(["bench", "agent", "cs-server"])
+    cmd.env("RUST_LOG", crate::stats::agent_log_filter())
+        .args(["agent", "cs-server"])
         .args(["--merge-us", &args.merge_us.to_string()])
         .args(["--node-queue-mib", &args.node_queue_mib.to_string()])
         .args(["--sync-ms", &args.sync_ms.to_string()]);
@@ -155,8 +155,8 @@ pub fn run(args: &ClientsArgs) -> Result<(), String> {
     while started < args.clients {
         let count = per.min(args.clients - started);
         let mut cmd = Command::new(&exe);
-        cmd.env("RUST_LOG", super::stats::agent_log_filter())
-            .args(["bench", "agent", "cs-clients", "--server", &addr])
+        cmd.env("RUST_LOG", crate::stats::agent_log_filter())
+            .args(["agent", "cs-clients", "--server", &addr])
             .args([
                 "--first",
                 &started.to_string(),
@@ -327,7 +327,7 @@ pub fn run(args: &ClientsArgs) -> Result<(), String> {
     let json = serde_json::to_string_pretty(&o).map_err(|e| e.to_string())?;
     std::fs::write(args.out.join("results.json"), json).map_err(|e| e.to_string())?;
     let (mut report, held) = report(&o);
-    match super::plot::run(&args.out, "plot_clients.py", PLOT_PY, &[]) {
+    match crate::plot::run(&args.out, "plot_clients.py", PLOT_PY, &[]) {
         Ok(pngs) => {
             for p in pngs {
                 report.push_str(&format!("\n\n![{p}]({p})"));
@@ -408,7 +408,7 @@ fn report(o: &Outcome) -> (String, bool) {
     );
     let _ = writeln!(
         r,
-        "Command: `maquis bench clients --clients {} --procs {} --state-bytes {} --period-ms {} \
+        "Command: `maquis-bench clients --clients {} --procs {} --state-bytes {} --period-ms {} \
          --merge-us {} --load-s {} --relay {} --node-queue-mib {} --sync-ms {}`  ",
         a.clients,
         a.procs,

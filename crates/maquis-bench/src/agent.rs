@@ -1,5 +1,6 @@
-//! The Maquis side of `bench micro`: a server that hosts partner actors and a client whose
-//! actors each send messages to their partner and wait for the acknowledgement (closed loop).
+//! The Maquis side of `maquis-bench micro`: a server that hosts partner actors and a client
+//! whose actors each send messages to their partner and wait for the acknowledgement (closed
+//! loop).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use clap::Args;
 use maquis::{ActorRef, Config, Node, ReplyTo};
 use serde::{Deserialize, Serialize};
 
-use super::stats::{cpu_seconds, RunResult};
+use crate::stats::{cpu_seconds, RunResult};
 
 /// One benchmark message: the payload, whether to echo it, where to answer.
 #[derive(Debug, Serialize, Deserialize)]

@@ -1,12 +1,12 @@
-//! report.md and plots for `bench echo` and `bench kvs`.
+//! report.md and plots for `maquis-bench echo` and `maquis-bench kvs`.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::micro_report::machine;
-use super::ring_agent::{Workload, PARTISAN, PARTISAN_PARALLELISM, SINGLE};
-use super::ring_bench::{human, lanes_summary, Cell, Outcome, Plan};
-use super::ring_redis::{fmt_opt, single_meaning, REDIS_ARGS, STORAGE_DELAY_MS};
+use crate::micro_report::machine;
+use crate::ring_agent::{Workload, PARTISAN, PARTISAN_PARALLELISM, SINGLE};
+use crate::ring_bench::{human, lanes_summary, Cell, Outcome, Plan};
+use crate::ring_redis::{fmt_opt, single_meaning, REDIS_ARGS, STORAGE_DELAY_MS};
 
 fn find<'a>(
     cells: &'a [Cell],
@@ -597,9 +597,9 @@ fn redis(r: &mut String, o: &Outcome) {
 }
 
 /// The plotting script, built into the binary.
-const PLOT_PY: &str = include_str!("../../../../bench/plot_ring.py");
+const PLOT_PY: &str = include_str!("../../../bench/plot_ring.py");
 
 /// Draws the PNG plots with Python's matplotlib (installed with pip when missing).
 fn plot(out: &Path, workload: Workload) -> Result<Vec<String>, String> {
-    super::plot::run(out, "plot_ring.py", PLOT_PY, &[workload.name()])
+    crate::plot::run(out, "plot_ring.py", PLOT_PY, &[workload.name()])
 }

@@ -1,4 +1,4 @@
-//! The processes of `bench clients`: one client-server overlay server, and swarms of client
+//! The processes of `maquis-bench clients`: one client-server overlay server, and swarms of client
 //! nodes (many nodes in one process) that push their state to the server, as the clients of
 //! PARTISAN's advertisement counter (Fig. 9) do.
 

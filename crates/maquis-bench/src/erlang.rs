@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The benchmark program, built into the binary so the command works from any directory.
-const MICRO_ERL: &str = include_str!("../../../../bench/erlang/micro.erl");
+const MICRO_ERL: &str = include_str!("../../../bench/erlang/micro.erl");
 
 fn have(program: &str) -> bool {
     Command::new("sh")

@@ -1,4 +1,4 @@
-//! The `raw-tcp` ceiling of `bench micro`: the same closed-loop workload over plain TCP
+//! The `raw-tcp` ceiling of `maquis-bench micro`: the same closed-loop workload over plain TCP
 //! connections, no runtime. Frame: `[u32 length][u32 actor][u8 echo][payload]`; the reply is
 //! `[u32 length][u32 actor][payload or "ok"]`.
 
@@ -12,7 +12,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex};
 
-use super::stats::{cpu_seconds, RunResult};
+use crate::stats::{cpu_seconds, RunResult};
 
 /// Largest frame either side accepts.
 const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -77,7 +77,7 @@ pub async fn server(args: RawServerArgs) -> Result<(), String> {
             tokio::spawn(serve_conn(s));
         }
     });
-    super::agent::serve_stdin().await;
+    crate::agent::serve_stdin().await;
     accept.abort();
     Ok(())
 }

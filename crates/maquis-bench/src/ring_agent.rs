@@ -1,7 +1,8 @@
-//! The agent of `bench echo` and `bench kvs`: one ring node inside an emulated host that also
-//! generates load. The driver sends it one JSON command per line on stdin (see [`Command`]);
-//! it answers each with one line on stdout: a JSON object, or `error <why>`. It prints
-//! `ready <addr>` once it runs (and has joined, with `--join`), and stops when stdin closes.
+//! The agent of `maquis-bench echo` and `maquis-bench kvs`: one ring node inside an emulated
+//! host that also generates load. The driver sends it one JSON command per line on stdin (see
+//! [`Command`]); it answers each with one line on stdout: a JSON object, or `error <why>`. It
+//! prints `ready <addr>` once it runs (and has joined, with `--join`), and stops when stdin
+//! closes.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use maquis::{Config, MembershipEvent, Node};
 use maquis_ring::{RespConfig, Ring, RingConfig, RingNode};
 use serde::{Deserialize, Serialize};
 
-use super::stats::cpu_seconds;
+use crate::stats::cpu_seconds;
 
 /// The configuration with one connection per peer.
 pub const SINGLE: &str = "single";

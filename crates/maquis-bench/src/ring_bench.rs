@@ -1,4 +1,4 @@
-//! `maquis bench echo` and `maquis bench kvs`: PARTISAN's Riak Core experiments (Fig. 5–8) on
+//! `maquis-bench echo` and `maquis-bench kvs`: PARTISAN's Riak Core experiments (Fig. 5–8) on
 //! `maquis-ring`, three ring nodes in three emulated hosts, in two configurations measured in the
 //! same run: `single` (one connection per peer) and `partisan` (parallel lanes, affinity, named
 //! channels).
@@ -12,11 +12,11 @@ use clap::Args;
 use maquis_netem::{Netem, NetemConfig, NetemStats};
 use serde::{Deserialize, Serialize};
 
-use super::ring_agent::{self, Converged, NodeRun, Preloaded, RunSpec, Workload, PARTISAN, SINGLE};
-use super::ring_proc::Proc;
-use super::ring_redis::{self, RedisOutcome};
+use crate::ring_agent::{self, Converged, NodeRun, Preloaded, RunSpec, Workload, PARTISAN, SINGLE};
+use crate::ring_proc::Proc;
+use crate::ring_redis::{self, RedisOutcome};
 
-/// Options shared by `bench echo` and `bench kvs`.
+/// Options shared by `maquis-bench echo` and `maquis-bench kvs`.
 #[derive(Args, Debug, Clone)]
 pub struct RingArgs {
     /// A reduced grid that runs in a few minutes: actors 16,32; payloads 1 KiB and 8 MiB;
@@ -68,16 +68,18 @@ fn parse_sysctl(s: &str) -> Result<(String, String), String> {
     Ok((k.trim().to_string(), v.trim().to_string()))
 }
 
-/// Options of `maquis bench echo`.
+/// Options of `maquis-bench echo`.
 #[derive(Args, Debug, Clone)]
 pub struct EchoArgs {
+    /// The options every ring benchmark has.
     #[command(flatten)]
     pub ring: RingArgs,
 }
 
-/// Options of `maquis bench kvs`.
+/// Options of `maquis-bench kvs`.
 #[derive(Args, Debug, Clone)]
 pub struct KvsArgs {
+    /// The options every ring benchmark has.
     #[command(flatten)]
     pub ring: RingArgs,
     /// Keys of the workload (the paper: 10,000); fewer for values too large for --memory-mib.
@@ -332,7 +334,7 @@ fn plan(a: &RingArgs, workload: Workload) -> Result<Plan, String> {
     Ok(p)
 }
 
-/// Runs `maquis bench echo`.
+/// Runs `maquis-bench echo`.
 pub fn run_echo(args: &EchoArgs) -> Result<Vec<Cell>, String> {
     let plan = plan(&args.ring, Workload::Echo)?;
     let out = args
@@ -343,7 +345,7 @@ pub fn run_echo(args: &EchoArgs) -> Result<Vec<Cell>, String> {
     run(plan, &out)
 }
 
-/// Runs `maquis bench kvs`.
+/// Runs `maquis-bench kvs`.
 pub fn run_kvs(args: &KvsArgs) -> Result<Vec<Cell>, String> {
     let mut plan = plan(&args.ring, Workload::Kvs)?;
     if args.keys == 0 || args.memory_mib == 0 {
@@ -393,7 +395,7 @@ fn run(plan: Plan, out: &Path) -> Result<Vec<Cell>, String> {
         ));
     }
     o.took = started.elapsed();
-    super::ring_report::write(out, &o)?;
+    crate::ring_report::write(out, &o)?;
     r.map(|()| o.cells)
 }
 
@@ -641,8 +643,8 @@ impl Setup<'_> {
         let mut nodes = Vec::new();
         for (i, h) in hosts.iter().take(3).enumerate() {
             let mut c = self.host_cmd(i, self.exe)?;
-            c.env("RUST_LOG", super::stats::agent_log_filter())
-                .args(["bench", "agent", "ring-node"])
+            c.env("RUST_LOG", crate::stats::agent_log_filter())
+                .args(["agent", "ring-node"])
                 .args(["--name", &format!("n{}", i + 1)])
                 .args(["--listen", &format!("{}:{}", h.addr, self.port)])
                 .args(["--config", config, "--cookie", COOKIE])

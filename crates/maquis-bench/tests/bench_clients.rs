@@ -1,4 +1,4 @@
-//! `maquis bench clients` end to end at a small size: a server process and two swarm processes,
+//! `maquis-bench clients` end to end at a small size: a server process and two swarm processes,
 //! the load, the drain, and a report whose verdict holds.
 
 use std::process::Command;
@@ -6,12 +6,12 @@ use std::process::Command;
 #[test]
 fn small_client_server_memory_run_accounts_for_every_state() {
     let out = std::env::temp_dir().join(format!("maquis-bench-clients-{}", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_maquis"))
-        .args(["bench", "clients", "--clients", "16", "--procs", "2"])
+    let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
+        .args(["clients", "--clients", "16", "--procs", "2"])
         .args(["--period-ms", "50", "--load-s", "2", "--out"])
         .arg(&out)
         .output()
-        .expect("maquis runs");
+        .expect("maquis-bench runs");
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),

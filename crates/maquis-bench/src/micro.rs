@@ -1,4 +1,4 @@
-//! `maquis bench micro`: PARTISAN's microbenchmarks (Fig. 1–4) over an emulated link, against
+//! `maquis-bench micro`: PARTISAN's microbenchmarks (Fig. 1–4) over an emulated link, against
 //! Distributed Erlang and raw TCP measured in the same run.
 
 use std::fs::File;
@@ -10,10 +10,10 @@ use clap::Args;
 use maquis_netem::{Netem, NetemConfig};
 use serde::{Deserialize, Serialize};
 
-use super::ring_proc::{run_json, Proc};
-use super::stats::RunResult;
+use crate::ring_proc::{run_json, Proc};
+use crate::stats::RunResult;
 
-/// Options of `maquis bench micro`.
+/// Options of `maquis-bench micro`.
 #[derive(Args, Debug, Clone)]
 pub struct MicroArgs {
     /// A reduced grid that runs in a few minutes.
@@ -155,7 +155,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let erlang_dir = if plan.configs.iter().any(|c| c == "erlang") {
-        Some(super::erlang::prepare(&args.out)?)
+        Some(crate::erlang::prepare(&args.out)?)
     } else {
         None
     };
@@ -260,7 +260,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
             .map_err(|e| format!("link emulator teardown: {e}"))?;
         netem_reports.push((rtt, stats));
     }
-    super::micro_report::write(&args.out, &cells, &netem_reports, args, started.elapsed())?;
+    crate::micro_report::write(&args.out, &cells, &netem_reports, args, started.elapsed())?;
     Ok(cells)
 }
 
@@ -304,7 +304,7 @@ impl Setup<'_> {
 
     fn agent_cmd(&self, host: usize) -> Command {
         let mut c = self.net.command(host, self.exe);
-        c.env("RUST_LOG", super::stats::agent_log_filter());
+        c.env("RUST_LOG", crate::stats::agent_log_filter());
         c
     }
 
@@ -327,24 +327,18 @@ impl Setup<'_> {
             }
             "raw-tcp" => {
                 let mut c = self.agent_cmd(1);
-                c.args(["bench", "agent", "raw-server", "--listen", self.server_addr]);
+                c.args(["agent", "raw-server", "--listen", self.server_addr]);
                 c
             }
             _ => {
                 let mut c = self.agent_cmd(1);
-                c.args([
-                    "bench",
-                    "agent",
-                    "micro-server",
-                    "--listen",
-                    self.server_addr,
-                ])
-                .args(["--parallelism", &parallelism.to_string()])
-                .args([
-                    "--affinity",
-                    if config == "affinity" { "on" } else { "off" },
-                ])
-                .args(["--cookie", COOKIE, "--actors", "128"]);
+                c.args(["agent", "micro-server", "--listen", self.server_addr])
+                    .args(["--parallelism", &parallelism.to_string()])
+                    .args([
+                        "--affinity",
+                        if config == "affinity" { "on" } else { "off" },
+                    ])
+                    .args(["--cookie", COOKIE, "--actors", "128"]);
                 c
             }
         };
@@ -396,7 +390,7 @@ impl Setup<'_> {
             }
             "raw-tcp" => {
                 let mut c = self.agent_cmd(0);
-                c.args(["bench", "agent", "raw-client", "--server", self.server_addr])
+                c.args(["agent", "raw-client", "--server", self.server_addr])
                     .args([
                         "--conns",
                         &parallelism.to_string(),
@@ -418,7 +412,6 @@ impl Setup<'_> {
             _ => {
                 let mut c = self.agent_cmd(0);
                 c.args([
-                    "bench",
                     "agent",
                     "micro-client",
                     "--listen",

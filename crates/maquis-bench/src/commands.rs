@@ -1,24 +1,10 @@
-//! `maquis bench …`: benchmarks against baselines measured in the same run.
-
-pub mod agent;
-pub mod clients;
-pub mod clients_agent;
-pub mod erlang;
-pub mod micro;
-pub mod micro_report;
-pub mod plot;
-pub mod rawtcp;
-pub mod ring_agent;
-pub mod ring_bench;
-pub mod ring_proc;
-pub mod ring_redis;
-pub mod ring_report;
-pub mod stats;
-pub mod teardown;
+//! The commands of `maquis-bench`: the benchmarks, and the hidden agents their drivers start.
 
 use std::process::ExitCode;
 
 use clap::Subcommand;
+
+use crate::{agent, clients, clients_agent, micro, rawtcp, ring_agent, ring_bench, teardown};
 
 /// Benchmark commands.
 #[derive(Subcommand, Debug)]

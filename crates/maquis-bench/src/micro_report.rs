@@ -1,4 +1,4 @@
-//! report.md and plots for `bench micro`.
+//! report.md and plots for `maquis-bench micro`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use maquis_netem::NetemStats;
 
-use super::micro::{Cell, MicroArgs};
+use crate::micro::{Cell, MicroArgs};
 
 /// The machine, as every committed result must describe it.
 pub fn machine() -> String {
@@ -305,9 +305,9 @@ pub fn write(
 }
 
 /// The plotting script, built into the binary.
-const PLOT_PY: &str = include_str!("../../../../bench/plot_micro.py");
+const PLOT_PY: &str = include_str!("../../../bench/plot_micro.py");
 
 /// Draws the PNG plots with Python's matplotlib (installed with pip when missing).
 fn plot(out: &Path) -> Result<Vec<String>, String> {
-    super::plot::run(out, "plot_micro.py", PLOT_PY, &[])
+    crate::plot::run(out, "plot_micro.py", PLOT_PY, &[])
 }
