@@ -53,7 +53,8 @@ enum Command {
         #[command(subcommand)]
         cmd: maquis_netem::NetemCommand,
     },
-    /// Simulate the peer-to-peer overlay (HyParView and Plumtree) and print what it measured.
+    /// Simulate a cluster (every node's membership machine, on any overlay) and print what
+    /// it measured.
     Sim(sim_cmd::SimArgs),
 }
 

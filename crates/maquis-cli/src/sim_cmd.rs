@@ -1,10 +1,11 @@
-//! `maquis sim`: runs the peer-to-peer overlay (HyParView and Plumtree) in the deterministic
-//! simulator and prints what it measured, as a table or as JSON.
+//! `maquis sim`: runs the membership machine of every node (peer-to-peer, client-server or
+//! full-mesh overlay) in the deterministic simulator and prints what it measured, as a table
+//! or as JSON.
 
 use std::process::ExitCode;
 
 use clap::Args;
-use maquis_sim::{run_suite, Report, ScenarioKind, Suite, SuiteError, SuiteReport};
+use maquis_sim::{run_suite, Report, ScenarioKind, SimOverlay, Suite, SuiteError, SuiteReport};
 
 /// The options of `maquis sim`.
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -12,6 +13,22 @@ pub struct SimArgs {
     /// Nodes in the bootstrap.
     #[arg(long, default_value_t = 1000)]
     pub nodes: usize,
+    /// The overlay: peer-to-peer, client-server or full-mesh.
+    #[arg(long, default_value = "peer-to-peer", value_parser = ["peer-to-peer", "client-server", "full-mesh"])]
+    pub overlay: String,
+    /// Client-server: how many of the nodes are servers (the first ones).
+    #[arg(long, default_value_t = 1)]
+    pub servers: usize,
+    /// Client-server: how many servers each client attaches to.
+    #[arg(long, default_value_t = 1)]
+    pub servers_per_client: usize,
+    /// Peer-to-peer: the member-heartbeat period in milliseconds (default: 1 s per 20 nodes,
+    /// at least 1 s).
+    #[arg(long)]
+    pub member_heartbeat_ms: Option<u64>,
+    /// Messages routed at the end, between random live nodes (0: no routing phase).
+    #[arg(long, default_value_t = 1000)]
+    pub routed: usize,
     /// What happens once the overlay is built: bootstrap, massive-failure, churn, partition.
     #[arg(long, default_value = "massive-failure", value_parser = parse_kind)]
     pub scenario: ScenarioKind,
@@ -47,6 +64,18 @@ impl SimArgs {
         if let Some(p) = self.periods {
             suite.periods = p;
         }
+        suite.overlay = match self.overlay.as_str() {
+            "client-server" => SimOverlay::ClientServer {
+                servers: self.servers,
+                servers_per_client: self.servers_per_client,
+            },
+            "full-mesh" => SimOverlay::FullMesh,
+            _ => SimOverlay::PeerToPeer,
+        };
+        suite.member_heartbeat = self
+            .member_heartbeat_ms
+            .map(std::time::Duration::from_millis);
+        suite.routed_sends = self.routed;
         suite
     }
 }

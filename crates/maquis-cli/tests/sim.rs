@@ -61,12 +61,55 @@ fn json_report_of_a_small_massive_failure() {
 }
 
 #[test]
+fn client_server_and_full_mesh_runs_report_their_overlay() {
+    for (overlay, extra) in [
+        (
+            "client-server",
+            &["--servers", "3", "--servers-per-client", "2"][..],
+        ),
+        ("full-mesh", &[][..]),
+    ] {
+        let mut args = vec![
+            "--nodes",
+            "40",
+            "--overlay",
+            overlay,
+            "--fail",
+            "0.25",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = sim(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("one JSON document");
+        assert_eq!(doc["overlay"], overlay);
+        let run = &doc["runs"][0];
+        assert_eq!(run["overlay"], overlay);
+        assert_eq!(run["live"], 30);
+        assert_eq!(run["components"], 1, "{run}");
+        assert!(
+            run["delivery_last"].as_f64().is_some_and(|d| d > 0.9),
+            "{run}"
+        );
+        assert!(
+            run["routed_delivery"].as_f64().is_some_and(|d| d > 0.9),
+            "{run}"
+        );
+    }
+}
+
+#[test]
 fn table_ends_with_time_and_memory() {
     let out = sim(&["--nodes", "50", "--scenario", "partition", "--periods", "2"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("| scenario |"), "{text}");
-    assert!(text.contains("| partition | 50 |"), "{text}");
+    assert!(text.contains("| partition | peer-to-peer | 50 |"), "{text}");
     assert!(
         text.contains("wall time") && text.contains("peak memory"),
         "{text}"
@@ -83,6 +126,9 @@ fn bad_options_are_refused() {
         &["--nodes", "-3"],
         &["--scenario", "churn", "--churn", "NaN"],
         &["--scenario", "partition", "--periods", "0"],
+        &["--overlay", "ring"],
+        &["--overlay", "client-server", "--servers", "0"],
+        &["--overlay", "full-mesh", "--nodes", "501"],
     ] {
         let out = sim(args);
         assert!(!out.status.success(), "{args:?} accepted");

@@ -3,7 +3,52 @@
 use std::fmt;
 use std::net::SocketAddr;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+/// What the protocols need of a node's identity.
+///
+/// The runtime identifies nodes by [`NodeId`] (name, address, incarnation); the simulator by
+/// small integers. Overlays, broadcast and the membership machine are generic over this trait,
+/// so both run the same code, and ten thousand simulated nodes keep their tables small.
+pub trait PeerId:
+    Clone
+    + Eq
+    + Ord
+    + std::hash::Hash
+    + fmt::Debug
+    + fmt::Display
+    + Send
+    + Sync
+    + Serialize
+    + DeserializeOwned
+    + 'static
+{
+    /// What two incarnations of one node share: a restarted node has the same name and a
+    /// larger incarnation.
+    type Name: Clone
+        + Eq
+        + Ord
+        + std::hash::Hash
+        + fmt::Debug
+        + fmt::Display
+        + Send
+        + Sync
+        + Serialize
+        + DeserializeOwned
+        + 'static;
+
+    /// The node's name.
+    fn name(&self) -> &Self::Name;
+
+    /// Which life of the node this is: larger is newer.
+    fn incarnation(&self) -> u64;
+
+    /// The address the node is reached at, for identities that have one.
+    fn addr(&self) -> Option<SocketAddr> {
+        None
+    }
+}
 
 /// The identity of one running node.
 ///
@@ -33,6 +78,22 @@ impl NodeId {
     /// connection dialed by the smaller node survives.
     pub fn wins_tie_against(&self, other: &NodeId) -> bool {
         (&self.name, self.incarnation, self.addr) < (&other.name, other.incarnation, other.addr)
+    }
+}
+
+impl PeerId for NodeId {
+    type Name = String;
+
+    fn name(&self) -> &String {
+        &self.name
+    }
+
+    fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    fn addr(&self) -> Option<SocketAddr> {
+        Some(self.addr)
     }
 }
 

@@ -13,9 +13,13 @@
 //! - [`broadcast`]: Plumtree epidemic broadcast trees and the routes their heartbeats reveal.
 //! - [`membership`]: the machine a node runs, composing an overlay, broadcast, member
 //!   heartbeats, membership events and the route table; and the router's decisions.
+//! - `harness` (feature `test-utils`): a deterministic network of membership machines on
+//!   simulated time, for tests and the simulator.
 #![deny(missing_docs)]
 
 pub mod broadcast;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod harness;
 pub mod id;
 pub mod membership;
 pub mod overlay;

@@ -38,8 +38,11 @@ fn main() {
         {
             s.routed_sends = t;
         }
-        if let Some(t) = std::env::var("SIM_HB").ok().and_then(|v| v.parse().ok()) {
-            s.heartbeat_origins = t;
+        if let Some(ms) = std::env::var("SIM_HB_MS").ok().and_then(|v| v.parse().ok()) {
+            s.member_heartbeat = Some(std::time::Duration::from_millis(ms));
+        }
+        if let Some(t) = std::env::var("SIM_HOP").ok().and_then(|v| v.parse().ok()) {
+            s.hop_limit = t;
         }
         if let Some(t) = std::env::var("SIM_OPT").ok().and_then(|v| v.parse().ok()) {
             s.plumtree.optimization_threshold = t;

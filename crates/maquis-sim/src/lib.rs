@@ -19,7 +19,6 @@
 //! ```
 #![deny(missing_docs)]
 
-mod queue;
 mod report;
 mod run;
 mod scenario;
@@ -28,5 +27,7 @@ mod world;
 
 pub use report::Report;
 pub use run::run;
-pub use scenario::{Fault, Scenario};
-pub use suite::{run_suite, ScenarioKind, Suite, SuiteError, SuiteReport, MAX_NODES};
+pub use scenario::{Fault, Scenario, SimOverlay};
+pub use suite::{
+    run_suite, ScenarioKind, Suite, SuiteError, SuiteReport, MAX_FULL_MESH_NODES, MAX_NODES,
+};

@@ -4,13 +4,13 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::world::World;
-
 /// The metrics of one simulation run (serialized with these field names).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     /// The scenario's name.
     pub name: String,
+    /// The overlay simulated.
+    pub overlay: String,
     /// Nodes started in all (bootstrap and churn).
     pub nodes: usize,
     /// Nodes alive at the end.
@@ -38,6 +38,14 @@ pub struct Report {
     pub healing_periods: Option<u32>,
     /// Fraction of routed sends between random live pairs that arrived (`None`: not measured).
     pub routed_delivery: Option<f64>,
+    /// Routed messages dropped on the way because a node knew no way on.
+    pub routed_no_route: u64,
+    /// Routed messages dropped at the hop limit.
+    pub routed_hop_limit: u64,
+    /// Routed messages whose sender had no connection and no route.
+    pub routed_unreachable: u64,
+    /// Routed messages lost with a connection or a crashed node.
+    pub routed_lost: u64,
     /// Wall-clock time of the run.
     pub wall_ms: u64,
     /// Peak resident memory of the process so far (VmHWM), in KiB.
@@ -53,10 +61,11 @@ pub struct Report {
 impl Report {
     /// The column names of [`Report::row`], Markdown style.
     pub fn header() -> String {
-        "| scenario | nodes | live | components | isolated | symmetry | delivery_first | \
+        "| scenario | overlay | nodes | live | components | isolated | symmetry | delivery_first | \
          delivery_mean_100 | delivery_last | rmr | ldh | healing_periods | routed_delivery | \
-         messages | grafts | prunes | wall_ms | peak_rss_kb |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+         routed drops (no route / hop limit / unreachable / lost) | messages | grafts | prunes | \
+         wall_ms | peak_rss_kb |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
             .to_string()
     }
 
@@ -69,8 +78,9 @@ impl Report {
             .routed_delivery
             .map_or("-".to_string(), |r| format!("{:.4}", r));
         format!(
-            "| {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.1} | {} | {} | {} / {} / {} / {} | {} | {} | {} | {} | {} |",
             self.name,
+            self.overlay,
             self.nodes,
             self.live,
             self.components,
@@ -83,6 +93,10 @@ impl Report {
             self.ldh,
             heal,
             routed,
+            self.routed_no_route,
+            self.routed_hop_limit,
+            self.routed_unreachable,
+            self.routed_lost,
             self.messages,
             self.grafts,
             self.prunes,
@@ -95,61 +109,6 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.row())
-    }
-}
-
-/// The active-view graph among live nodes.
-pub(crate) struct Graph {
-    pub components: usize,
-    pub isolated: usize,
-    pub symmetry: f64,
-}
-
-fn find(parent: &mut [u32], mut x: u32) -> u32 {
-    while parent[x as usize] != x {
-        let p = parent[x as usize];
-        parent[x as usize] = parent[p as usize];
-        x = p;
-    }
-    x
-}
-
-pub(crate) fn graph(w: &World) -> Graph {
-    let n = w.nodes.len();
-    let mut parent: Vec<u32> = (0..n as u32).collect();
-    let (mut links, mut symmetric, mut isolated) = (0u64, 0u64, 0);
-    for i in (0..n).filter(|&i| w.alive[i]) {
-        let me = &w.ids[i];
-        let view = w.nodes[i].hv.neighbors();
-        if view.is_empty() {
-            isolated += 1;
-        }
-        for a in view {
-            let j = w.index(a);
-            if j >= n || !w.alive[j] {
-                continue;
-            }
-            links += 1;
-            if w.nodes[j].hv.neighbors().contains(me) {
-                symmetric += 1;
-            }
-            let (ri, rj) = (find(&mut parent, i as u32), find(&mut parent, j as u32));
-            if ri != rj {
-                parent[ri as usize] = rj;
-            }
-        }
-    }
-    let components = (0..n)
-        .filter(|&i| w.alive[i] && find(&mut parent, i as u32) == i as u32)
-        .count();
-    Graph {
-        components,
-        isolated,
-        symmetry: if links == 0 {
-            1.0
-        } else {
-            symmetric as f64 / links as f64
-        },
     }
 }
 

@@ -5,10 +5,20 @@ use std::time::{Duration, Instant};
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use crate::queue::Micros;
-use crate::report::{graph, peak_rss_kb, Report};
-use crate::scenario::{Fault, Scenario};
+use maquis_proto::harness::{Micros, RoutedOutcome};
+
+use crate::report::{peak_rss_kb, Report};
+use crate::scenario::{Fault, Scenario, SimOverlay};
 use crate::world::World;
+
+/// Routed messages dropped, by reason.
+#[derive(Default)]
+struct Routed {
+    no_route: u64,
+    hop_limit: u64,
+    unreachable: u64,
+    lost: u64,
+}
 
 fn us(d: Duration) -> Micros {
     d.as_micros().min(u128::from(u64::MAX)) as Micros
@@ -23,18 +33,18 @@ enum Act {
 
 impl World {
     fn live(&self) -> Vec<u32> {
-        (0..self.nodes.len() as u32)
-            .filter(|&i| self.alive[i as usize])
+        (0..self.len() as u32)
+            .filter(|&i| self.alive(i as usize))
             .collect()
     }
 
     fn random_live(&mut self) -> Option<u32> {
-        if !self.alive.iter().any(|a| *a) {
+        if !(0..self.len()).any(|i| self.alive(i)) {
             return None;
         }
         loop {
-            let i = self.rng.gen_range(0..self.nodes.len());
-            if self.alive[i] {
+            let i = self.rng.gen_range(0..self.len());
+            if self.alive(i) {
                 return Some(i as u32);
             }
         }
@@ -45,24 +55,23 @@ impl World {
         let k = ((live.len() as f64) * fraction.clamp(0.0, 1.0)).round() as usize;
         let (victims, _) = live.partial_shuffle(&mut self.rng, k);
         for &v in victims.iter() {
-            self.crash(v);
+            self.net.crash(v);
         }
     }
 
     fn join_new(&mut self) {
-        let contact = self.random_live();
         let i = self.spawn();
-        if let Some(c) = contact {
-            self.join(i, c);
+        if let Some(c) = self.contact(i) {
+            self.net.join(i, c);
         }
     }
 
     /// Delivery fraction of broadcast `b` among nodes alive now that had joined when it was sent.
     fn delivery(&self, b: usize) -> f64 {
-        let at = self.bcasts[b].at;
+        let at = self.net.observer.bcasts[b].at;
         let (mut want, mut got) = (0u64, 0u64);
-        for i in 0..self.nodes.len() {
-            if self.alive[i] && self.born[i] <= at {
+        for i in 0..self.len() {
+            if self.alive(i) && self.net.node(i as u32).born <= at {
                 want += 1;
                 if self.delivered(b, i) {
                     got += 1;
@@ -91,6 +100,7 @@ pub fn run(s: &Scenario) -> Report {
         _ => 0,
     };
     let mut w = World::new(s, s.nodes + churn_per_period * churn_periods);
+    let mut routed = Routed::default();
 
     // Bootstrap: each new node joins a random existing one.
     let join_every = us(s.join_every);
@@ -128,10 +138,10 @@ pub fn run(s: &Scenario) -> Report {
             (t1, t1 + u64::from(periods) * period)
         }
         Fault::Partition { periods } => {
-            let side: Vec<bool> = (0..w.nodes.len()).map(|_| w.rng.gen()).collect();
-            w.partition(side);
+            let side: Vec<bool> = (0..w.len()).map(|_| w.rng.gen()).collect();
+            w.net.partition(side);
             w.run_until(t1 + u64::from(periods) * period);
-            w.heal();
+            w.net.heal();
             (w.now(), w.now())
         }
     };
@@ -158,7 +168,7 @@ pub fn run(s: &Scenario) -> Report {
                 }
             }
             Act::Health(k) => {
-                let g = graph(&w);
+                let g = w.net.graph();
                 connected[k as usize] = g.components == 1;
             }
             Act::ChurnCrash => w.crash_fraction(churn_per_period as f64 / s.nodes as f64),
@@ -180,15 +190,16 @@ pub fn run(s: &Scenario) -> Report {
     let delivery_first = window.first().copied().unwrap_or(0.0);
     let delivery_mean_100 = mean(window.get(1..).unwrap_or(&[]));
     let delivery_last = window.last().copied().unwrap_or(0.0);
+    let bcasts = &w.net.observer.bcasts;
     let rmrs: Vec<f64> = measured[..window.len()]
         .iter()
-        .map(|&b| &w.bcasts[b])
+        .map(|&b| &bcasts[b])
         .filter(|b| b.reached > 1)
         .map(|b| b.received as f64 / f64::from(b.reached - 1) - 1.0)
         .collect();
     let hops: Vec<f64> = measured[..window.len()]
         .iter()
-        .map(|&b| f64::from(w.bcasts[b].max_hops))
+        .map(|&b| f64::from(bcasts[b].max_hops))
         .collect();
     let healing_periods = (0..=s.healing_window).find(|&k| {
         let from = t_heal + u64::from(k) * period;
@@ -196,48 +207,55 @@ pub fn run(s: &Scenario) -> Report {
             && measured
                 .iter()
                 .zip(&fractions)
-                .filter(|(&b, _)| w.bcasts[b].at >= from)
+                .filter(|(&b, _)| bcasts[b].at >= from)
                 .all(|(_, f)| *f >= 1.0)
     });
 
-    // Routing: one heartbeat period, then routed sends between random live pairs.
+    // Routing: one member-heartbeat period (every live node announces itself along the
+    // current trees), then routed sends between random live pairs, as the runtime routes them.
     let mut routed_delivery = None;
     if s.routed_sends > 0 {
-        let mut origins = w.live();
-        if s.heartbeat_origins > 0 && s.heartbeat_origins < origins.len() {
-            let k = s.heartbeat_origins;
-            origins.partial_shuffle(&mut w.rng, k);
-            origins.truncate(k);
+        if s.overlay == SimOverlay::PeerToPeer {
+            w.run_until(w.now() + us(s.heartbeat_every()));
         }
-        for &i in &origins {
-            w.pt_call(i, |pt, _, out| pt.start_heartbeats(out));
+        let mut dests = w.live();
+        if s.route_destinations > 0 && s.route_destinations < dests.len() {
+            let k = s.route_destinations;
+            dests.partial_shuffle(&mut w.rng, k);
+            dests.truncate(k);
         }
-        w.run_until(w.now() + us(s.plumtree.heartbeat_every));
-        for &i in &origins {
-            w.nodes[i as usize].pt.stop_heartbeats();
-        }
-        w.run_until(w.now() + us(s.drain));
-        let before = w.counters.routed_ok;
+        let before = w.net.observer.routed.clone();
         let mut sent = 0u64;
         for _ in 0..s.routed_sends {
             let Some(a) = w.random_live() else { break };
-            let b = origins[w.rng.gen_range(0..origins.len())];
-            if a != b && w.alive[b as usize] {
-                w.route(a, b);
+            let b = dests[w.rng.gen_range(0..dests.len())];
+            if a != b && w.alive(b as usize) {
+                w.net.route(a, b);
                 sent += 1;
             }
             w.run_until(w.now() + 200);
         }
         w.run_until(w.now() + us(s.drain));
+        let count = |o: RoutedOutcome| {
+            w.net.observer.routed.get(&o).copied().unwrap_or(0)
+                - before.get(&o).copied().unwrap_or(0)
+        };
+        routed = Routed {
+            no_route: count(RoutedOutcome::NoRoute),
+            hop_limit: count(RoutedOutcome::HopLimit),
+            unreachable: count(RoutedOutcome::Unreachable),
+            lost: count(RoutedOutcome::Lost),
+        };
         if sent > 0 {
-            routed_delivery = Some((w.counters.routed_ok - before) as f64 / sent as f64);
+            routed_delivery = Some(count(RoutedOutcome::Delivered(0)) as f64 / sent as f64);
         }
     }
 
-    let g = graph(&w);
+    let g = w.net.graph();
     Report {
         name: s.name.clone(),
-        nodes: w.nodes.len(),
+        overlay: s.overlay.name().to_string(),
+        nodes: w.len(),
         live: w.live().len(),
         components: g.components,
         isolated: g.isolated,
@@ -249,10 +267,14 @@ pub fn run(s: &Scenario) -> Report {
         ldh: mean(&hops),
         healing_periods,
         routed_delivery,
+        routed_no_route: routed.no_route,
+        routed_hop_limit: routed.hop_limit,
+        routed_unreachable: routed.unreachable,
+        routed_lost: routed.lost,
         wall_ms: started.elapsed().as_millis() as u64,
         peak_rss_kb: peak_rss_kb(),
-        messages: w.counters.messages,
-        grafts: w.counters.grafts,
-        prunes: w.counters.prunes,
+        messages: w.net.counters().messages,
+        grafts: w.net.observer.grafts,
+        prunes: w.net.observer.prunes,
     }
 }

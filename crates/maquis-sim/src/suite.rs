@@ -6,11 +6,15 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use crate::report::{peak_rss_kb, Report};
-use crate::scenario::{Fault, Scenario};
+use crate::scenario::{Fault, Scenario, SimOverlay};
 
 /// The most nodes a suite may simulate (a simulated node's index lives in 24 bits of its
 /// address, and churn adds nodes).
 pub const MAX_NODES: usize = 1 << 22;
+
+/// The most nodes a full-mesh simulation may have: every node keeps a connection to, and an
+/// entry for, every other, so memory and gossip grow with the square of the nodes.
+pub const MAX_FULL_MESH_NODES: usize = 500;
 
 /// A kind of scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -75,6 +79,19 @@ pub enum SuiteError {
     /// A churn or partition of zero periods.
     #[error("periods must be at least 1")]
     Periods,
+    /// A client-server overlay without a server, or with only servers.
+    #[error("client-server needs between 1 and {nodes} servers, not {servers}")]
+    Servers {
+        /// Servers asked for.
+        servers: usize,
+        /// Nodes in the bootstrap.
+        nodes: usize,
+    },
+    /// A full mesh larger than [`MAX_FULL_MESH_NODES`].
+    #[error(
+        "a full mesh of {0} nodes is too large to simulate here (at most {MAX_FULL_MESH_NODES})"
+    )]
+    FullMeshTooLarge(usize),
 }
 
 impl FromStr for ScenarioKind {
@@ -108,6 +125,13 @@ pub struct Suite {
     pub churn: f64,
     /// Churn and partition: how many shuffle periods the fault lasts.
     pub periods: u32,
+    /// The overlay every node runs.
+    pub overlay: SimOverlay,
+    /// The member-heartbeat period (`None`: the scenario's default, see
+    /// [`Scenario::member_heartbeat`]).
+    pub member_heartbeat: Option<std::time::Duration>,
+    /// Routed messages in the routing phase (0: none).
+    pub routed_sends: usize,
 }
 
 impl Suite {
@@ -124,6 +148,9 @@ impl Suite {
                 ScenarioKind::Partition => 5,
                 _ => 10,
             },
+            overlay: SimOverlay::PeerToPeer,
+            member_heartbeat: None,
+            routed_sends: 1000,
         }
     }
 
@@ -134,6 +161,18 @@ impl Suite {
                 got: self.nodes,
                 max: MAX_NODES,
             });
+        }
+        match self.overlay {
+            SimOverlay::ClientServer { servers, .. } if servers == 0 || servers > self.nodes => {
+                return Err(SuiteError::Servers {
+                    servers,
+                    nodes: self.nodes,
+                })
+            }
+            SimOverlay::FullMesh if self.nodes > MAX_FULL_MESH_NODES => {
+                return Err(SuiteError::FullMeshTooLarge(self.nodes))
+            }
+            _ => {}
         }
         let fraction = |f: f64| {
             if (0.0..=1.0).contains(&f) {
@@ -185,6 +224,9 @@ impl Suite {
         }
         for s in &mut all {
             s.seed = self.seed;
+            s.overlay = self.overlay.clone();
+            s.member_heartbeat = self.member_heartbeat;
+            s.routed_sends = self.routed_sends;
         }
         Ok(all)
     }
@@ -203,6 +245,8 @@ impl Suite {
 pub struct SuiteReport {
     /// The kind of scenario.
     pub scenario: ScenarioKind,
+    /// The overlay simulated.
+    pub overlay: String,
     /// Nodes in the bootstrap.
     pub nodes: usize,
     /// The seed.
@@ -220,6 +264,7 @@ impl SuiteReport {
     pub fn new(suite: &Suite) -> SuiteReport {
         SuiteReport {
             scenario: suite.kind,
+            overlay: suite.overlay.name().to_string(),
             nodes: suite.nodes,
             seed: suite.seed,
             runs: Vec::new(),
@@ -238,9 +283,11 @@ impl SuiteReport {
     /// The totals line printed under the table.
     pub fn totals(&self) -> String {
         format!(
-            "{} run(s) of {} at {} nodes (seed {}): wall time {:.1} s, peak memory {:.1} MiB",
+            "{} run(s) of {} on the {} overlay at {} nodes (seed {}): wall time {:.1} s, peak \
+             memory {:.1} MiB",
             self.runs.len(),
             self.scenario,
+            self.overlay,
             self.nodes,
             self.seed,
             self.wall_ms as f64 / 1000.0,
@@ -290,6 +337,18 @@ mod tests {
         let mut s = Suite::new(ScenarioKind::Churn, MAX_NODES);
         s.churn = 0.5;
         assert!(matches!(s.scenarios(), Err(SuiteError::Nodes { .. })));
+        let mut s = Suite::new(ScenarioKind::Bootstrap, 10);
+        s.overlay = SimOverlay::ClientServer {
+            servers: 0,
+            servers_per_client: 1,
+        };
+        assert!(matches!(s.scenarios(), Err(SuiteError::Servers { .. })));
+        let mut s = Suite::new(ScenarioKind::Bootstrap, MAX_FULL_MESH_NODES + 1);
+        s.overlay = SimOverlay::FullMesh;
+        assert!(matches!(
+            s.scenarios(),
+            Err(SuiteError::FullMeshTooLarge(_))
+        ));
     }
 
     #[test]

@@ -214,7 +214,7 @@ impl Default for Config {
             hyparview_shuffle_period_ms: 1000,
             member_heartbeat_ms: 1000,
             member_timeout_ms: 5000,
-            hop_limit: 16,
+            hop_limit: crate::membership::DEFAULT_HOP_LIMIT,
             subscription_capacity: 1024,
             client_server_role: Role::Server,
             client_server_servers_per_client: 1,

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use crate::broadcast::{
     Plumtree, PlumtreeConfig, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic,
 };
-use crate::id::NodeId;
+use crate::id::PeerId;
 
 /// Topics starting with this are the runtime's own; they are never handed to subscribers.
 pub const RESERVED_PREFIX: &str = "$maquis/";
@@ -23,27 +23,27 @@ pub const RESERVED_PREFIX: &str = "$maquis/";
 /// The topic of leave notices: the payload is the leaving node and its last heartbeat number.
 pub(super) const LEAVE_TOPIC: &str = "$maquis/left";
 
-pub(super) type PtOut = Vec<PlumtreeEffect<NodeId>>;
+pub(super) type PtOut<P> = Vec<PlumtreeEffect<P>>;
 
-pub(super) struct Bcast {
-    pt: Plumtree<NodeId>,
+pub(super) struct Bcast<P> {
+    pt: Plumtree<P>,
     /// The neighbours Plumtree knows, sorted.
-    nbrs: Vec<NodeId>,
+    nbrs: Vec<P>,
     /// Nodes gone on purpose, with the last heartbeat number heard from them then: their
     /// routes count again only from a newer heartbeat. Entries go once the route has expired.
-    departed: HashMap<NodeId, u32>,
+    departed: HashMap<P, u32>,
     /// Nodes that announced their departure since the last call to `take_left`.
-    left: Vec<NodeId>,
+    left: Vec<P>,
     /// Former neighbours, with when they stopped being neighbours: a neighbour is alive
     /// evidence too, so a node dropped from the views before its first heartbeat arrived stays
     /// a member for the member timeout, like one whose heartbeats stopped.
-    former: HashMap<NodeId, Duration>,
+    former: HashMap<P, Duration>,
     /// This node left (and has not joined again): it keeps no former neighbours.
     quiet: bool,
 }
 
-impl Bcast {
-    pub fn new(me: NodeId, cfg: PlumtreeConfig) -> Self {
+impl<P: PeerId> Bcast<P> {
+    pub fn new(me: P, cfg: PlumtreeConfig) -> Self {
         Bcast {
             pt: Plumtree::new(me, cfg),
             nbrs: Vec::new(),
@@ -54,22 +54,17 @@ impl Bcast {
         }
     }
 
-    pub fn plumtree(&self) -> &Plumtree<NodeId> {
+    pub fn plumtree(&self) -> &Plumtree<P> {
         &self.pt
     }
 
     /// The neighbours broadcast runs over, sorted.
-    pub fn neighbors(&self) -> &[NodeId] {
+    pub fn neighbors(&self) -> &[P] {
         &self.nbrs
     }
 
     /// Makes `want` the neighbours; returns whether they changed.
-    pub fn sync_neighbors(
-        &mut self,
-        mut want: Vec<NodeId>,
-        now: Duration,
-        out: &mut PtOut,
-    ) -> bool {
+    pub fn sync_neighbors(&mut self, mut want: Vec<P>, now: Duration, out: &mut PtOut<P>) -> bool {
         let me = self.pt.me().clone();
         want.retain(|n| *n != me);
         want.sort();
@@ -92,33 +87,27 @@ impl Bcast {
         true
     }
 
-    pub fn broadcast(&mut self, topic: Topic, payload: Bytes, now: Duration, out: &mut PtOut) {
+    pub fn broadcast(&mut self, topic: Topic, payload: Bytes, now: Duration, out: &mut PtOut<P>) {
         self.pt.broadcast(topic, payload, now, out);
     }
 
-    pub fn on_message(
-        &mut self,
-        from: &NodeId,
-        msg: PlumtreeMsg<NodeId>,
-        now: Duration,
-        out: &mut PtOut,
-    ) {
+    pub fn on_message(&mut self, from: &P, msg: PlumtreeMsg<P>, now: Duration, out: &mut PtOut<P>) {
         self.pt.on_message(from, msg, now, out);
     }
 
-    pub fn on_timer(&mut self, t: PlumtreeTimer, now: Duration, out: &mut PtOut) {
+    pub fn on_timer(&mut self, t: PlumtreeTimer, now: Duration, out: &mut PtOut<P>) {
         self.pt.on_timer(t, now, out);
     }
 
     /// Starts this node's heartbeats (idempotent).
-    pub fn start_heartbeats(&mut self, out: &mut PtOut) {
+    pub fn start_heartbeats(&mut self, out: &mut PtOut<P>) {
         self.quiet = false;
         self.pt.start_heartbeats(out);
     }
 
     /// This node leaves: a notice to every member, then no more heartbeats; the routes known
     /// now are forgotten (they count again from newer heartbeats, after a join).
-    pub fn leave(&mut self, now: Duration, out: &mut PtOut) {
+    pub fn leave(&mut self, now: Duration, out: &mut PtOut<P>) {
         let notice = (self.pt.me().clone(), self.pt.heartbeat_seq());
         if let Ok(bytes) = crate::encode(&notice) {
             self.pt
@@ -134,7 +123,7 @@ impl Bcast {
     }
 
     /// Marks a node as gone on purpose (see `departed`).
-    pub fn departed(&mut self, node: &NodeId) {
+    pub fn departed(&mut self, node: &P) {
         self.former.remove(node);
         let seq = self.pt.route_seq(node).unwrap_or(0);
         let e = self.departed.entry(node.clone()).or_insert(seq);
@@ -142,21 +131,21 @@ impl Bcast {
     }
 
     /// The nodes that announced their departure since the last call.
-    pub fn take_left(&mut self) -> Vec<NodeId> {
+    pub fn take_left(&mut self) -> Vec<P> {
         std::mem::take(&mut self.left)
     }
 
     /// `(destination, neighbour to go through)` for every node heard from within `max_age`,
     /// except the departed; a former neighbour without a route goes through itself (which
     /// makes it a member, not reachable).
-    pub fn routes(&mut self, max_age: Duration, now: Duration) -> Vec<(NodeId, NodeId)> {
+    pub fn routes(&mut self, max_age: Duration, now: Duration) -> Vec<(P, P)> {
         self.pt.expire(now);
         self.former
             .retain(|_, at| now.saturating_sub(*at) <= max_age);
         let pt = &self.pt;
         self.departed.retain(|n, _| pt.route_seq(n).is_some());
         let me = pt.me();
-        let mut out: Vec<(NodeId, NodeId)> = pt
+        let mut out: Vec<(P, P)> = pt
             .routes(max_age, now)
             .into_iter()
             .filter(|(origin, _)| origin != me)
@@ -175,7 +164,7 @@ impl Bcast {
 
     /// A leave notice arrived (the payload of a broadcast on [`LEAVE_TOPIC`]).
     pub fn on_leave_notice(&mut self, payload: &[u8]) -> Result<(), postcard::Error> {
-        let (node, seq) = postcard::from_bytes::<(NodeId, u32)>(payload)?;
+        let (node, seq) = postcard::from_bytes::<(P, u32)>(payload)?;
         if node == *self.pt.me() {
             return Ok(());
         }

@@ -49,19 +49,25 @@ use self::timers::Timers;
 use crate::broadcast::{
     Plumtree, PlumtreeConfig, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic,
 };
-use crate::id::NodeId;
+use crate::id::{NodeId, PeerId};
 use crate::overlay::{DynOverlay, Effect, Liveness, RawEffect, Route, TimerId};
 
 /// A change in the membership a node sees.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MembershipEvent {
+pub enum MembershipEvent<P = NodeId> {
     /// A node became a member (or came back).
-    Up(NodeId),
+    Up(P),
     /// A member was declared down (connection lost and not re-established, or heartbeats missed).
-    Down(NodeId),
+    Down(P),
     /// A member left (or was removed) on purpose.
-    Left(NodeId),
+    Left(P),
 }
+
+/// The hop limit of routed messages, unless configured otherwise: a message that has
+/// travelled this many hops is dropped. Routes follow the reverse of the heartbeat trees,
+/// which the simulator measures 20–30 hops deep at 200–1,000 nodes; the limit only has to stop
+/// a message caught between routes that disagree.
+pub const DEFAULT_HOP_LIMIT: u16 = 64;
 
 /// The parameters of a [`Membership`] machine.
 #[derive(Clone, Debug)]
@@ -79,10 +85,16 @@ pub struct MembershipConfig {
 }
 
 impl Default for MembershipConfig {
+    /// Member heartbeats every second, a member timeout of 5 s (the runtime's defaults).
     fn default() -> Self {
+        let member_timeout = Duration::from_secs(5);
         MembershipConfig {
-            plumtree: PlumtreeConfig::default(),
-            member_timeout: Duration::from_secs(5),
+            plumtree: PlumtreeConfig {
+                heartbeat_every: Duration::from_secs(1),
+                route_ttl: member_timeout,
+                ..PlumtreeConfig::default()
+            },
+            member_timeout,
             refresh_every: Duration::from_secs(1),
             linger: Duration::from_secs(5),
         }
@@ -100,33 +112,33 @@ pub enum Protocol {
 
 /// A change to the route table (routes to nodes that are not neighbours).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RouteChange {
+pub enum RouteChange<P: PeerId = NodeId> {
     /// Messages for `dst` (and its name) go through `via`.
     Set {
         /// The destination.
-        dst: NodeId,
+        dst: P,
         /// The neighbour to go through.
-        via: NodeId,
+        via: P,
     },
     /// No route to the node of this name any more.
-    Remove(String),
+    Remove(P::Name),
 }
 
 /// What the driver does on the machine's behalf, in order.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Output {
+pub enum Output<P: PeerId = NodeId> {
     /// Make sure a connection to this node exists (all its lanes dial); nothing if it does.
-    Connect(NodeId),
+    Connect(P),
     /// Connect to an address whose identity the handshake reveals; then call
     /// [`Membership::handle_connected`] (and [`Membership::handle_join`] only if a join asked
     /// for it).
     Dial(SocketAddr),
     /// Close this node's connections gracefully: a goodbye, what is queued, then the end.
-    Close(NodeId),
+    Close(P),
     /// Send a protocol message on the node's membership lane (dropped if there is none).
     Send {
         /// The neighbour.
-        to: NodeId,
+        to: P,
         /// Whose message it is.
         protocol: Protocol,
         /// The encoded message.
@@ -138,18 +150,20 @@ pub enum Output {
         topic: Topic,
         /// The payload.
         payload: Bytes,
+        /// Hops it travelled (0 when this node broadcast it).
+        hops: u16,
     },
     /// The members changed: sorted, this node included.
-    Members(Arc<Vec<NodeId>>),
+    Members(Arc<Vec<P>>),
     /// The nodes broadcast runs over changed: sorted, this node excluded.
-    Neighbors(Vec<NodeId>),
+    Neighbors(Vec<P>),
     /// The route table changed.
-    Route(RouteChange),
+    Route(RouteChange<P>),
     /// A membership event.
-    Event(MembershipEvent),
+    Event(MembershipEvent<P>),
     /// The node is down or gone: its monitors fire, its watchers are forgotten, calls to it
     /// fail.
-    Gone(NodeId),
+    Gone(P),
     /// A broadcast for the runtime itself (a leave notice) did not decode.
     Malformed {
         /// What it was.
@@ -162,9 +176,9 @@ pub enum Output {
 /// A protocol message that did not decode; the connection it came on may be hostile.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{protocol:?} message from {from} does not decode: {reason}")]
-pub struct DecodeError {
+pub struct DecodeError<P = NodeId> {
     /// The sender.
-    pub from: NodeId,
+    pub from: P,
     /// Whose message it was.
     pub protocol: Protocol,
     /// The decoder's complaint.
@@ -182,43 +196,43 @@ pub enum Disconnect {
 
 /// The machine's timers.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Timer {
+enum Timer<P> {
     Overlay(TimerId),
     Plumtree(PlumtreeTimer),
     /// A connection the overlay dropped while it was still coming up.
-    Linger(NodeId),
+    Linger(P),
     Refresh,
 }
 
 /// The membership of one node. See the [module documentation](self).
-pub struct Membership {
-    me: NodeId,
+pub struct Membership<P: PeerId = NodeId> {
+    me: P,
     cfg: MembershipConfig,
-    overlay: Box<dyn DynOverlay>,
+    overlay: Box<dyn DynOverlay<P>>,
     liveness: Liveness,
     /// This machine broadcasts member heartbeats and leave notices, and hands the overlay the
     /// routes they reveal (`Overlay::member_heartbeats`).
     heartbeats: bool,
-    bcast: Bcast,
-    pt_out: PtOut,
+    bcast: Bcast<P>,
+    pt_out: PtOut<P>,
     /// The members last published, sorted.
-    members: Arc<Vec<NodeId>>,
+    members: Arc<Vec<P>>,
     /// The overlay's epoch at the last `settle` (`Overlay::epoch`).
     epoch: Option<u64>,
     /// Nodes known to have left on purpose: their departure is reported `Left`, not `Down`.
-    left_hint: HashSet<NodeId>,
+    left_hint: HashSet<P>,
     /// Peers whose membership lane is up.
-    up: HashSet<NodeId>,
+    up: HashSet<P>,
     /// Peers the overlay disconnected while their connection was still coming up (`Membership`
     /// liveness): closed once it is up, so the frames queued for them go out first.
-    unneeded: HashSet<NodeId>,
+    unneeded: HashSet<P>,
     /// Routes to members that are not neighbours, by name: (destination, neighbour).
-    routes: HashMap<String, (NodeId, NodeId)>,
-    timers: Timers<Timer>,
-    out: VecDeque<Output>,
+    routes: HashMap<P::Name, (P, P)>,
+    timers: Timers<Timer<P>>,
+    out: VecDeque<Output<P>>,
 }
 
-impl std::fmt::Debug for Membership {
+impl<P: PeerId> std::fmt::Debug for Membership<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Membership")
             .field("me", &self.me)
@@ -228,9 +242,9 @@ impl std::fmt::Debug for Membership {
     }
 }
 
-impl Membership {
+impl<P: PeerId> Membership<P> {
     /// A node's membership over `overlay`; nothing happens until [`Membership::handle_start`].
-    pub fn new(me: NodeId, overlay: Box<dyn DynOverlay>, cfg: MembershipConfig) -> Self {
+    pub fn new(me: P, overlay: Box<dyn DynOverlay<P>>, cfg: MembershipConfig) -> Self {
         let liveness = overlay.liveness();
         let heartbeats = liveness == Liveness::Membership && overlay.member_heartbeats();
         Membership {
@@ -253,7 +267,7 @@ impl Membership {
     }
 
     /// This node.
-    pub fn me(&self) -> &NodeId {
+    pub fn me(&self) -> &P {
         &self.me
     }
 
@@ -268,32 +282,32 @@ impl Membership {
     }
 
     /// The members, sorted, this node included (as last published).
-    pub fn members(&self) -> &Arc<Vec<NodeId>> {
+    pub fn members(&self) -> &Arc<Vec<P>> {
         &self.members
     }
 
     /// The nodes broadcast runs over, sorted.
-    pub fn neighbors(&self) -> &[NodeId] {
+    pub fn neighbors(&self) -> &[P] {
         self.bcast.neighbors()
     }
 
     /// The route table's entry for a node's name: (destination, neighbour to go through).
-    pub fn route(&self, name: &str) -> Option<&(NodeId, NodeId)> {
+    pub fn route(&self, name: &P::Name) -> Option<&(P, P)> {
         self.routes.get(name)
     }
 
     /// The broadcast layer, for inspection.
-    pub fn plumtree(&self) -> &Plumtree<NodeId> {
+    pub fn plumtree(&self) -> &Plumtree<P> {
         self.bcast.plumtree()
     }
 
     /// Whether this peer's membership lane is up.
-    pub fn is_up(&self, peer: &NodeId) -> bool {
+    pub fn is_up(&self, peer: &P) -> bool {
         self.up.contains(peer)
     }
 
     /// The next output to carry out, if any.
-    pub fn poll_output(&mut self) -> Option<Output> {
+    pub fn poll_output(&mut self) -> Option<Output<P>> {
         self.out.pop_front()
     }
 
@@ -316,7 +330,7 @@ impl Membership {
     }
 
     /// The node joins the cluster through `contact`, whose membership lane is connected.
-    pub fn handle_join(&mut self, now: Duration, contact: &NodeId) {
+    pub fn handle_join(&mut self, now: Duration, contact: &P) {
         if self.heartbeats {
             self.bcast.start_heartbeats(&mut self.pt_out);
             self.flush(now);
@@ -337,13 +351,13 @@ impl Membership {
     }
 
     /// The application asks to remove another node (overlays that support it).
-    pub fn handle_remove(&mut self, now: Duration, name: &str) {
+    pub fn handle_remove(&mut self, now: Duration, name: &P::Name) {
         let fx = self.overlay.on_remove(name);
         self.apply(now, fx);
     }
 
     /// A peer's membership lane connected (the first time for this incarnation).
-    pub fn handle_connected(&mut self, now: Duration, peer: &NodeId) {
+    pub fn handle_connected(&mut self, now: Duration, peer: &P) {
         self.up.insert(peer.clone());
         let fx = self.overlay.on_connection(peer, true);
         self.apply(now, fx);
@@ -355,7 +369,7 @@ impl Membership {
     }
 
     /// A peer's connection is gone (the driver has dropped it).
-    pub fn handle_disconnected(&mut self, now: Duration, peer: &NodeId, why: Disconnect) {
+    pub fn handle_disconnected(&mut self, now: Duration, peer: &P, why: Disconnect) {
         if why == Disconnect::Bye && self.liveness == Liveness::Connection {
             // With `Membership` liveness a goodbye only closes a connection (the overlay
             // changed its views); the overlay's own messages tell whether the node left.
@@ -376,9 +390,9 @@ impl Membership {
     pub fn handle_overlay_msg(
         &mut self,
         now: Duration,
-        from: &NodeId,
+        from: &P,
         payload: &[u8],
-    ) -> Result<(), DecodeError> {
+    ) -> Result<(), DecodeError<P>> {
         let fx = self
             .overlay
             .on_message(from, payload)
@@ -395,10 +409,10 @@ impl Membership {
     pub fn handle_broadcast_msg(
         &mut self,
         now: Duration,
-        from: &NodeId,
+        from: &P,
         payload: &[u8],
-    ) -> Result<(), DecodeError> {
-        let msg: PlumtreeMsg<NodeId> = postcard::from_bytes(payload).map_err(|e| DecodeError {
+    ) -> Result<(), DecodeError<P>> {
+        let msg: PlumtreeMsg<P> = postcard::from_bytes(payload).map_err(|e| DecodeError {
             from: from.clone(),
             protocol: Protocol::Broadcast,
             reason: e.to_string(),
@@ -442,19 +456,19 @@ impl Membership {
     }
 
     /// Carries out an overlay's effects, then brings membership up to date.
-    fn apply(&mut self, now: Duration, effects: Vec<RawEffect>) {
+    fn apply(&mut self, now: Duration, effects: Vec<RawEffect<P>>) {
         for e in effects {
             match e {
                 Effect::Connect(id) => {
                     if self.unneeded.remove(&id) {
                         self.timers.cancel(&Timer::Linger(id.clone()));
                     }
-                    if id.name != self.me.name {
+                    if id.name() != self.me.name() {
                         self.out.push_back(Output::Connect(id));
                     }
                 }
                 Effect::Dial(addr) => {
-                    if addr != self.me.addr {
+                    if Some(addr) != self.me.addr() {
                         self.out.push_back(Output::Dial(addr));
                     }
                 }
@@ -487,7 +501,7 @@ impl Membership {
     /// connecting is closed once it connects (or after `linger`), so that a message queued for
     /// it just before (a shuffle reply, say) still goes out, unless the overlay connects it
     /// again meanwhile.
-    fn disconnect_soon(&mut self, now: Duration, id: NodeId) {
+    fn disconnect_soon(&mut self, now: Duration, id: P) {
         if self.up.contains(&id) {
             if self.unneeded.remove(&id) {
                 self.timers.cancel(&Timer::Linger(id.clone()));
@@ -513,7 +527,12 @@ impl Membership {
                     }),
                     Err(e) => tracing::error!(error = %e, "broadcast message does not encode"),
                 },
-                PlumtreeEffect::Deliver { topic, payload, .. } => {
+                PlumtreeEffect::Deliver {
+                    topic,
+                    payload,
+                    hops,
+                    ..
+                } => {
                     if topic.as_str() == LEAVE_TOPIC {
                         match self.bcast.on_leave_notice(&payload) {
                             Ok(()) => left_notice = true,
@@ -523,7 +542,11 @@ impl Membership {
                             }),
                         }
                     } else if !topic.as_str().starts_with(RESERVED_PREFIX) {
-                        self.out.push_back(Output::Deliver { topic, payload });
+                        self.out.push_back(Output::Deliver {
+                            topic,
+                            payload,
+                            hops,
+                        });
                     }
                 }
                 PlumtreeEffect::SetTimer(t, after) => {
@@ -572,7 +595,7 @@ impl Membership {
     }
 
     /// Members (other than this node) whose membership lane is up.
-    fn connected_members(&self) -> Vec<NodeId> {
+    fn connected_members(&self) -> Vec<P> {
         self.overlay
             .members()
             .into_iter()
@@ -583,7 +606,7 @@ impl Membership {
     /// Brings the route table up to date: every member the overlay reaches through a
     /// neighbour. Only the entries that differ are written out.
     fn update_routes(&mut self) {
-        let wanted: Vec<(NodeId, NodeId)> = self
+        let wanted: Vec<(P, P)> = self
             .members
             .iter()
             .filter(|m| **m != self.me)
@@ -592,11 +615,11 @@ impl Membership {
                 Route::Direct | Route::Unreachable => None,
             })
             .collect();
-        let keep: HashSet<&str> = wanted.iter().map(|(m, _)| m.name.as_str()).collect();
-        let gone: Vec<String> = self
+        let keep: HashSet<&P::Name> = wanted.iter().map(|(m, _)| m.name()).collect();
+        let gone: Vec<P::Name> = self
             .routes
             .keys()
-            .filter(|name| !keep.contains(name.as_str()))
+            .filter(|name| !keep.contains(name))
             .cloned()
             .collect();
         for name in gone {
@@ -606,11 +629,11 @@ impl Membership {
         for (dst, via) in wanted {
             let same = self
                 .routes
-                .get(&dst.name)
+                .get(dst.name())
                 .is_some_and(|(d, v)| *d == dst && *v == via);
             if !same {
                 self.routes
-                    .insert(dst.name.clone(), (dst.clone(), via.clone()));
+                    .insert(dst.name().clone(), (dst.clone(), via.clone()));
                 self.out
                     .push_back(Output::Route(RouteChange::Set { dst, via }));
             }
@@ -619,7 +642,7 @@ impl Membership {
 
     /// The overlay's members, sorted; with `Membership` liveness only the newest incarnation
     /// of a name.
-    fn current_members(&self) -> Vec<NodeId> {
+    fn current_members(&self) -> Vec<P> {
         let mut all = self.overlay.members();
         // Usually sorted already (overlays keep their members in ordered sets): then this is
         // one pass.
@@ -628,10 +651,10 @@ impl Membership {
         if self.liveness == Liveness::Membership {
             // The incarnations of a name are adjacent; keep the largest.
             all.dedup_by(|later, kept| {
-                if later.name != kept.name {
+                if later.name() != kept.name() {
                     return false;
                 }
-                if later.incarnation > kept.incarnation {
+                if later.incarnation() > kept.incarnation() {
                     std::mem::swap(later, kept);
                 }
                 true
@@ -666,12 +689,12 @@ impl Membership {
             }
         }
         for n in came {
-            tracing::debug!(node = %self.me.name, member = %n, "member up");
+            tracing::debug!(node = %self.me, member = %n, "member up");
             self.out
                 .push_back(Output::Event(MembershipEvent::Up(n.clone())));
         }
         for n in went {
-            tracing::debug!(node = %self.me.name, member = %n, "member gone");
+            tracing::debug!(node = %self.me, member = %n, "member gone");
             let ev = if self.left_hint.remove(n) {
                 MembershipEvent::Left(n.clone())
             } else {

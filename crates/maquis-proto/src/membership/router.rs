@@ -4,25 +4,33 @@
 //! simulator decide alike.
 
 use crate::broadcast::{decide_forward, DropReason, ForwardDecision};
-use crate::id::NodeId;
+use crate::id::{NodeId, PeerId};
 use crate::overlay::Liveness;
 
 /// What the sender knows of its direct connection to a node of the destination's name.
-#[derive(Clone, Copy, Debug)]
-pub struct Direct<'a> {
+#[derive(Debug)]
+pub struct Direct<'a, P = NodeId> {
     /// The incarnation the connection is with.
-    pub id: &'a NodeId,
+    pub id: &'a P,
     /// Whether its membership lane has connected (else it is still connecting).
     pub up: bool,
 }
 
+impl<P> Clone for Direct<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for Direct<'_, P> {}
+
 /// The first hop of a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NextHop {
+pub enum NextHop<P = NodeId> {
     /// Straight to the destination (connected, or connecting: its lanes queue the frame).
     Direct,
     /// Through this neighbour, which forwards it.
-    Via(NodeId),
+    Via(P),
 }
 
 /// Why a message cannot leave.
@@ -45,17 +53,17 @@ pub enum NoHop {
 ///
 /// With [`Liveness::Connection`] only direct connections count. Otherwise a connection that is
 /// up wins, then a route through a connected neighbour, then a connection still coming up.
-pub fn next_hop(
+pub fn next_hop<P: PeerId>(
     liveness: Liveness,
-    dst: &NodeId,
-    direct: Option<Direct<'_>>,
-    route: Option<&(NodeId, NodeId)>,
-    connected: impl FnOnce(&NodeId) -> bool,
-) -> Result<NextHop, NoHop> {
+    dst: &P,
+    direct: Option<Direct<'_, P>>,
+    route: Option<&(P, P)>,
+    connected: impl FnOnce(&P) -> bool,
+) -> Result<NextHop<P>, NoHop> {
     if let Some(d) = direct {
-        if d.id.incarnation != dst.incarnation {
+        if d.id.incarnation() != dst.incarnation() {
             return Err(NoHop::Stale {
-                current: d.id.incarnation,
+                current: d.id.incarnation(),
             });
         }
     }
@@ -70,9 +78,9 @@ pub fn next_hop(
     }
     match route {
         Some((d, via)) if d == dst && connected(via) => return Ok(NextHop::Via(via.clone())),
-        Some((d, _)) if d.incarnation > dst.incarnation => {
+        Some((d, _)) if d.incarnation() > dst.incarnation() => {
             return Err(NoHop::Stale {
-                current: d.incarnation,
+                current: d.incarnation(),
             })
         }
         _ => {}
@@ -86,14 +94,14 @@ pub fn next_hop(
 /// see [`next_hop`]), or drop it. A next hop that is the neighbour the message came from
 /// (routes that disagree for a moment) counts as no route: the message is dropped at once
 /// rather than bounced until the hop limit.
-pub fn forward(
-    me: &NodeId,
-    came_from: &NodeId,
-    to: &NodeId,
+pub fn forward<P: PeerId>(
+    me: &P,
+    came_from: &P,
+    to: &P,
     hops: u16,
     hop_limit: u16,
-    next: impl FnOnce(&NodeId) -> Option<NodeId>,
-) -> ForwardDecision<NodeId> {
+    next: impl FnOnce(&P) -> Option<P>,
+) -> ForwardDecision<P> {
     match decide_forward(me, to, hops, hop_limit, next) {
         ForwardDecision::ForwardTo(n) if n == *came_from => {
             ForwardDecision::Drop(DropReason::NoRoute)

@@ -29,7 +29,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::{Effects, Liveness, Overlay, Route, TimerId};
-use crate::id::NodeId;
+use crate::id::{NodeId, PeerId};
 
 const GOSSIP: TimerId = TimerId(1);
 const SYNC: TimerId = TimerId(2);
@@ -121,9 +121,10 @@ pub enum MemberState {
 
 /// One node's membership record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
+#[serde(bound = "")]
+pub struct Member<P: PeerId = NodeId> {
     /// The node.
-    pub id: NodeId,
+    pub id: P,
     /// Its role.
     pub role: Role,
     /// Bumped by the node at every change of its own record.
@@ -131,15 +132,15 @@ pub struct Member {
     /// Alive, down or left.
     pub state: MemberState,
     /// For a client, the names of the servers it is attached to; empty for a server.
-    pub servers: Vec<String>,
+    pub servers: Vec<P::Name>,
 }
 
-impl Member {
+impl<P: PeerId> Member<P> {
     fn key(&self) -> (u64, u64, MemberState) {
-        (self.id.incarnation, self.version, self.state)
+        (self.id.incarnation(), self.version, self.state)
     }
 
-    fn newer_than(&self, other: &Member) -> bool {
+    fn newer_than(&self, other: &Member<P>) -> bool {
         self.key() > other.key()
     }
 
@@ -150,27 +151,28 @@ impl Member {
 
 /// Client-server protocol messages.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ClientServerMsg {
+#[serde(bound = "")]
+pub enum ClientServerMsg<P: PeerId = NodeId> {
     /// The sender's whole state (join, first connection, anti-entropy); answered with the
     /// receiver's when it knows something newer.
-    State(Vec<Member>),
+    State(Vec<Member<P>>),
     /// Records that changed.
-    Delta(Vec<Member>),
+    Delta(Vec<Member<P>>),
     /// A client asks the receiver to serve it.
-    Attach(Member),
+    Attach(Member<P>),
     /// The answer to [`ClientServerMsg::Attach`], with the whole state.
     AttachReply {
         /// Whether the sender serves the receiver now (a client never does).
         accepted: bool,
         /// The sender's records.
-        members: Vec<Member>,
+        members: Vec<Member<P>>,
     },
     /// From a client: it no longer uses the receiver as a server. From a server: it does not
     /// serve the receiver (sent when a client it does not serve connects).
     Detach,
 }
 
-type Msg = ClientServerMsg;
+type Msg<P = NodeId> = ClientServerMsg<P>;
 
 /// The sizes of a node's state, to check that it stays bounded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -189,24 +191,24 @@ pub struct ClientServerStats {
 
 /// The client-server overlay.
 #[derive(Debug)]
-pub struct ClientServer {
-    me: NodeId,
+pub struct ClientServer<P: PeerId = NodeId> {
+    me: P,
     cfg: ClientServerConfig,
     rng: StdRng,
-    records: BTreeMap<String, Member>,
+    records: BTreeMap<P::Name, Member<P>>,
     /// Nodes whose membership lane is up.
-    connected: BTreeSet<NodeId>,
+    connected: BTreeSet<P>,
     /// Server: the clients attached to it. Client: its servers.
-    attached: BTreeSet<NodeId>,
+    attached: BTreeSet<P>,
     /// Client: attach requests awaiting a reply, with "already waited a whole period".
-    pending: BTreeMap<NodeId, bool>,
+    pending: BTreeMap<P, bool>,
     /// Client: servers that refused or failed this period.
-    tried: BTreeSet<NodeId>,
+    tried: BTreeSet<P>,
     /// Server: names of the records changed since the last sync.
-    dirty: BTreeSet<String>,
+    dirty: BTreeSet<P::Name>,
     /// Client: the node it last joined through, asked again while no server is known (its
     /// first answer may have been lost with a connection).
-    contact: Option<NodeId>,
+    contact: Option<P>,
     sync_armed: bool,
     tick: u64,
     left: bool,
@@ -215,9 +217,9 @@ pub struct ClientServer {
     epoch: u64,
 }
 
-impl ClientServer {
+impl<P: PeerId> ClientServer<P> {
     /// A node alone.
-    pub fn new(me: NodeId, cfg: ClientServerConfig) -> Self {
+    pub fn new(me: P, cfg: ClientServerConfig) -> Self {
         let seed = cfg.seed.unwrap_or_else(|| {
             let mut h = DefaultHasher::new();
             me.hash(&mut h);
@@ -225,7 +227,7 @@ impl ClientServer {
         });
         let mut records = BTreeMap::new();
         records.insert(
-            me.name.clone(),
+            me.name().clone(),
             Member {
                 id: me.clone(),
                 role: cfg.role,
@@ -253,7 +255,7 @@ impl ClientServer {
     }
 
     /// This node.
-    pub fn me(&self) -> &NodeId {
+    pub fn me(&self) -> &P {
         &self.me
     }
 
@@ -264,8 +266,8 @@ impl ClientServer {
 
     /// The direct connections: for a server, the servers it is connected to and its clients;
     /// for a client, its servers.
-    pub fn neighbors(&self) -> Vec<NodeId> {
-        let mut out: BTreeSet<NodeId> = self.attached.clone();
+    pub fn neighbors(&self) -> Vec<P> {
+        let mut out: BTreeSet<P> = self.attached.clone();
         if self.cfg.role == Role::Server {
             out.extend(self.mesh().cloned());
         }
@@ -273,12 +275,12 @@ impl ClientServer {
     }
 
     /// Server: the clients attached to it. Client: the servers it is attached to.
-    pub fn attached(&self) -> impl Iterator<Item = &NodeId> {
+    pub fn attached(&self) -> impl Iterator<Item = &P> {
         self.attached.iter()
     }
 
     /// The role of a known member.
-    pub fn role_of(&self, id: &NodeId) -> Option<Role> {
+    pub fn role_of(&self, id: &P) -> Option<Role> {
         self.record_of(id).map(|r| r.role)
     }
 
@@ -300,16 +302,16 @@ impl ClientServer {
         }
     }
 
-    fn record_of(&self, id: &NodeId) -> Option<&Member> {
-        self.records.get(&id.name).filter(|r| r.id == *id)
+    fn record_of(&self, id: &P) -> Option<&Member<P>> {
+        self.records.get(id.name()).filter(|r| r.id == *id)
     }
 
-    fn is_server(&self, id: &NodeId) -> bool {
+    fn is_server(&self, id: &P) -> bool {
         self.record_of(id).is_some_and(|r| r.role == Role::Server)
     }
 
     /// Live servers this node is connected to (other than itself).
-    fn mesh(&self) -> impl Iterator<Item = &NodeId> {
+    fn mesh(&self) -> impl Iterator<Item = &P> {
         self.connected.iter().filter(|c| {
             self.record_of(c)
                 .is_some_and(|r| r.role == Role::Server && r.alive())
@@ -323,25 +325,25 @@ impl ClientServer {
             .any(|r| r.role == Role::Server && r.id != self.me && r.state != MemberState::Left)
     }
 
-    fn my_record(&self) -> &Member {
+    fn my_record(&self) -> &Member<P> {
         // The record of this node is inserted in `new` and never removed.
-        &self.records[&self.me.name]
+        &self.records[self.me.name()]
     }
 
     fn my_version(&self) -> u64 {
-        self.records.get(&self.me.name).map_or(0, |r| r.version)
+        self.records.get(self.me.name()).map_or(0, |r| r.version)
     }
 
-    fn all_records(&self) -> Vec<Member> {
+    fn all_records(&self) -> Vec<Member<P>> {
         self.records.values().cloned().collect()
     }
 
     /// Rewrites this node's record (new version, alive, current servers) and spreads it.
-    fn bump(&mut self, above: u64, fx: &mut Effects<Msg>) {
+    fn bump(&mut self, above: u64, fx: &mut Effects<Msg<P>, P>) {
         let version = above.max(self.my_version()) + 1;
         let servers = match self.cfg.role {
             Role::Server => Vec::new(),
-            Role::Client => self.attached.iter().map(|s| s.name.clone()).collect(),
+            Role::Client => self.attached.iter().map(|s| s.name().clone()).collect(),
         };
         let rec = Member {
             id: self.me.clone(),
@@ -354,9 +356,9 @@ impl ClientServer {
             },
             servers,
         };
-        self.records.insert(self.me.name.clone(), rec.clone());
+        self.records.insert(self.me.name().clone(), rec.clone());
         match self.cfg.role {
-            Role::Server => self.mark_dirty(self.me.name.clone(), fx),
+            Role::Server => self.mark_dirty(self.me.name().clone(), fx),
             Role::Client => {
                 for s in &self.attached {
                     fx.send(s.clone(), Msg::Delta(vec![rec.clone()]));
@@ -365,7 +367,7 @@ impl ClientServer {
         }
     }
 
-    fn mark_dirty(&mut self, name: String, fx: &mut Effects<Msg>) {
+    fn mark_dirty(&mut self, name: P::Name, fx: &mut Effects<Msg<P>, P>) {
         if self.cfg.role != Role::Server {
             return;
         }
@@ -377,13 +379,13 @@ impl ClientServer {
     }
 
     /// Merges records; returns whether anything changed.
-    fn merge(&mut self, theirs: Vec<Member>, fx: &mut Effects<Msg>) -> bool {
+    fn merge(&mut self, theirs: Vec<Member<P>>, fx: &mut Effects<Msg<P>, P>) -> bool {
         let mut changed = false;
         for mut m in theirs {
             m.servers.truncate(MAX_SERVERS_PER_CLIENT);
-            if m.id.name == self.me.name {
+            if m.id.name() == self.me.name() {
                 // Said about us: a suspicion or a stale leave is refuted with a higher version.
-                if m.id.incarnation == self.me.incarnation
+                if m.id.incarnation() == self.me.incarnation()
                     && m.state != MemberState::Alive
                     && m.version >= self.my_version()
                     && !self.left
@@ -393,7 +395,7 @@ impl ClientServer {
                 }
                 continue;
             }
-            let newer = match self.records.get(&m.id.name) {
+            let newer = match self.records.get(m.id.name()) {
                 None => true,
                 Some(mine) => m.newer_than(mine),
             };
@@ -401,12 +403,12 @@ impl ClientServer {
                 continue;
             }
             changed = true;
-            let old = self.records.insert(m.id.name.clone(), m.clone());
+            let old = self.records.insert(m.id.name().clone(), m.clone());
             if let Some(old) = old.filter(|o| o.id != m.id) {
                 // A new incarnation replaces the old one.
                 self.forget_connection(&old.id, fx);
             }
-            self.mark_dirty(m.id.name.clone(), fx);
+            self.mark_dirty(m.id.name().clone(), fx);
             match m.state {
                 MemberState::Alive => {
                     if self.cfg.role == Role::Server
@@ -427,7 +429,7 @@ impl ClientServer {
     }
 
     /// Drops a node from the connections and attachments (it left, or was replaced).
-    fn forget_connection(&mut self, id: &NodeId, fx: &mut Effects<Msg>) {
+    fn forget_connection(&mut self, id: &P, fx: &mut Effects<Msg<P>, P>) {
         let was_attached = self.attached.remove(id);
         self.pending.remove(id);
         if self.connected.remove(id) || was_attached {
@@ -440,25 +442,25 @@ impl ClientServer {
     }
 
     /// Whether `theirs` lacks something we know.
-    fn behind(&self, theirs: &[Member]) -> bool {
-        let known: BTreeMap<&str, &Member> =
-            theirs.iter().map(|m| (m.id.name.as_str(), m)).collect();
+    fn behind(&self, theirs: &[Member<P>]) -> bool {
+        let known: BTreeMap<&P::Name, &Member<P>> =
+            theirs.iter().map(|m| (m.id.name(), m)).collect();
         self.records
             .values()
-            .any(|mine| match known.get(mine.id.name.as_str()) {
+            .any(|mine| match known.get(mine.id.name()) {
                 None => true,
                 Some(t) => mine.newer_than(t),
             })
     }
 
     /// Client: asks live servers to serve it until `servers_per_client` are attached or asked.
-    fn fill(&mut self, fx: &mut Effects<Msg>) {
+    fn fill(&mut self, fx: &mut Effects<Msg<P>, P>) {
         if self.cfg.role != Role::Client || self.left {
             return;
         }
         let want = self.cfg.servers_per_client.max(1);
         while self.attached.len() + self.pending.len() < want {
-            let mut candidates: Vec<&Member> = self
+            let mut candidates: Vec<&Member<P>> = self
                 .records
                 .values()
                 .filter(|r| r.role == Role::Server && r.state != MemberState::Left)
@@ -484,7 +486,7 @@ impl ClientServer {
         }
     }
 
-    fn on_attach(&mut self, from: &NodeId, rec: Member, fx: &mut Effects<Msg>) {
+    fn on_attach(&mut self, from: &P, rec: Member<P>, fx: &mut Effects<Msg<P>, P>) {
         let accepted = self.cfg.role == Role::Server && rec.id == *from && rec.role == Role::Client;
         if accepted {
             self.attached.insert(from.clone());
@@ -505,10 +507,10 @@ impl ClientServer {
 
     fn on_attach_reply(
         &mut self,
-        from: &NodeId,
+        from: &P,
         accepted: bool,
-        members: Vec<Member>,
-        fx: &mut Effects<Msg>,
+        members: Vec<Member<P>>,
+        fx: &mut Effects<Msg<P>, P>,
     ) {
         let asked = self.pending.remove(from).is_some();
         self.merge(members, fx);
@@ -534,27 +536,27 @@ impl ClientServer {
     }
 
     /// Server: sends the changed records to every server and attached client.
-    fn sync(&mut self, fx: &mut Effects<Msg>) {
+    fn sync(&mut self, fx: &mut Effects<Msg<P>, P>) {
         self.sync_armed = false;
         if self.dirty.is_empty() || self.left {
             self.dirty.clear();
             return;
         }
-        let batch: Vec<Member> = std::mem::take(&mut self.dirty)
+        let batch: Vec<Member<P>> = std::mem::take(&mut self.dirty)
             .into_iter()
             .filter_map(|n| self.records.get(&n).cloned())
             .collect();
-        let to: Vec<NodeId> = self.neighbors();
+        let to: Vec<P> = self.neighbors();
         for n in to {
             fx.send(n, Msg::Delta(batch.clone()));
         }
     }
 
-    fn gossip(&mut self, fx: &mut Effects<Msg>) {
+    fn gossip(&mut self, fx: &mut Effects<Msg<P>, P>) {
         self.tick = self.tick.wrapping_add(1);
         match self.cfg.role {
             Role::Server => {
-                let servers: Vec<NodeId> = self.mesh().cloned().collect();
+                let servers: Vec<P> = self.mesh().cloned().collect();
                 if !servers.is_empty() {
                     let i = self.rng.gen_range(0..servers.len());
                     fx.send(servers[i].clone(), Msg::State(self.all_records()));
@@ -604,18 +606,18 @@ impl ClientServer {
     }
 }
 
-impl Overlay for ClientServer {
-    type Msg = ClientServerMsg;
+impl<P: PeerId> Overlay<P> for ClientServer<P> {
+    type Msg = ClientServerMsg<P>;
 
     fn name(&self) -> &'static str {
         "client-server"
     }
 
-    fn on_start(&mut self, fx: &mut Effects<Msg>) {
+    fn on_start(&mut self, fx: &mut Effects<Msg<P>, P>) {
         fx.timer(GOSSIP, self.cfg.gossip_interval);
     }
 
-    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Msg>) {
+    fn on_join(&mut self, contact: &P, fx: &mut Effects<Msg<P>, P>) {
         if *contact == self.me {
             return;
         }
@@ -636,7 +638,7 @@ impl Overlay for ClientServer {
         }
     }
 
-    fn on_leave(&mut self, fx: &mut Effects<Msg>) {
+    fn on_leave(&mut self, fx: &mut Effects<Msg<P>, P>) {
         if self.left {
             return;
         }
@@ -646,8 +648,8 @@ impl Overlay for ClientServer {
         let mut rec = self.my_record().clone();
         rec.version = version;
         rec.state = MemberState::Left;
-        self.records.insert(self.me.name.clone(), rec.clone());
-        let mut peers: BTreeSet<NodeId> = self.connected.clone();
+        self.records.insert(self.me.name().clone(), rec.clone());
+        let mut peers: BTreeSet<P> = self.connected.clone();
         peers.extend(self.attached.iter().cloned());
         peers.extend(self.pending.keys().cloned());
         for p in &peers {
@@ -662,7 +664,7 @@ impl Overlay for ClientServer {
             fx.disconnect(p);
         }
         // Alone again: only our own record is kept.
-        self.records.retain(|n, _| *n == self.me.name);
+        self.records.retain(|n, _| n == self.me.name());
         self.connected.clear();
         self.attached.clear();
         self.pending.clear();
@@ -670,7 +672,7 @@ impl Overlay for ClientServer {
         self.dirty.clear();
     }
 
-    fn on_message(&mut self, from: &NodeId, msg: Msg, fx: &mut Effects<Msg>) {
+    fn on_message(&mut self, from: &P, msg: Msg<P>, fx: &mut Effects<Msg<P>, P>) {
         if *from == self.me {
             return;
         }
@@ -681,7 +683,7 @@ impl Overlay for ClientServer {
                 Msg::Attach(_) => true,
                 Msg::State(rs) => !rs
                     .iter()
-                    .any(|r| r.id.name == self.me.name && r.version > 0),
+                    .any(|r| r.id.name() == self.me.name() && r.version > 0),
                 _ => false,
             };
             if !joins {
@@ -741,7 +743,7 @@ impl Overlay for ClientServer {
         }
     }
 
-    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Msg>) {
+    fn on_connection(&mut self, peer: &P, up: bool, fx: &mut Effects<Msg<P>, P>) {
         if self.left {
             return;
         }
@@ -769,7 +771,7 @@ impl Overlay for ClientServer {
                     Some(r) if r.alive() && r.role == Role::Server => true,
                     // A client is suspected only when none of its other servers is live.
                     Some(r) if r.alive() && was_attached => !r.servers.iter().any(|s| {
-                        *s != self.me.name
+                        s != self.me.name()
                             && self
                                 .records
                                 .get(s)
@@ -778,10 +780,10 @@ impl Overlay for ClientServer {
                     _ => false,
                 };
                 if suspect {
-                    if let Some(r) = self.records.get_mut(&peer.name) {
+                    if let Some(r) = self.records.get_mut(peer.name()) {
                         r.state = MemberState::Down;
                     }
-                    self.mark_dirty(peer.name.clone(), fx);
+                    self.mark_dirty(peer.name().clone(), fx);
                 }
             }
             Role::Client => {
@@ -798,7 +800,7 @@ impl Overlay for ClientServer {
         }
     }
 
-    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg>) {
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg<P>, P>) {
         match timer {
             GOSSIP => {
                 if !self.left {
@@ -811,7 +813,7 @@ impl Overlay for ClientServer {
         }
     }
 
-    fn neighbors(&self) -> Option<Vec<NodeId>> {
+    fn neighbors(&self) -> Option<Vec<P>> {
         Some(ClientServer::neighbors(self))
     }
 
@@ -833,7 +835,7 @@ impl Overlay for ClientServer {
         Some(self.epoch)
     }
 
-    fn members(&self) -> Vec<NodeId> {
+    fn members(&self) -> Vec<P> {
         self.records
             .values()
             .filter(|r| r.alive() || r.id == self.me)
@@ -841,7 +843,7 @@ impl Overlay for ClientServer {
             .collect()
     }
 
-    fn route(&self, dst: &NodeId) -> Route {
+    fn route(&self, dst: &P) -> Route<P> {
         if *dst == self.me || self.attached.contains(dst) {
             return Route::Direct;
         }
@@ -866,7 +868,10 @@ impl Overlay for ClientServer {
             }
             Role::Client => {
                 // One of our servers that also serves the destination saves a hop.
-                let shared = self.attached.iter().find(|s| rec.servers.contains(&s.name));
+                let shared = self
+                    .attached
+                    .iter()
+                    .find(|s| rec.servers.contains(s.name()));
                 match shared.or_else(|| self.attached.iter().next()) {
                     Some(s) => Route::Via(s.clone()),
                     None => Route::Unreachable,

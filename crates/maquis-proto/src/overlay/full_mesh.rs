@@ -13,42 +13,42 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Effects, Overlay, Route, TimerId};
-use crate::id::NodeId;
+use crate::id::{NodeId, PeerId};
 
 const GOSSIP: TimerId = TimerId(1);
 const RETRY: TimerId = TimerId(2);
 
 /// One node's membership record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub struct Entry<P = NodeId> {
     /// The node.
-    pub id: NodeId,
+    pub id: P,
     /// Bumped by every join, leave or removal of the node.
     pub version: u64,
     /// Whether the node has left (or was removed).
     pub left: bool,
 }
 
-impl Entry {
-    fn newer_than(&self, other: &Entry) -> bool {
-        (self.id.incarnation, self.version) > (other.id.incarnation, other.version)
+impl<P: PeerId> Entry<P> {
+    fn newer_than(&self, other: &Entry<P>) -> bool {
+        (self.id.incarnation(), self.version) > (other.id.incarnation(), other.version)
     }
 }
 
 /// Full-mesh protocol messages.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum Msg {
+pub enum Msg<P = NodeId> {
     /// The sender's whole membership state.
-    State(Vec<Entry>),
+    State(Vec<Entry<P>>),
 }
 
 /// The full-mesh overlay.
 #[derive(Debug)]
-pub struct FullMesh {
-    me: NodeId,
-    entries: BTreeMap<String, Entry>,
+pub struct FullMesh<P: PeerId = NodeId> {
+    me: P,
+    entries: BTreeMap<P::Name, Entry<P>>,
     /// The incarnations declared down (a mark says nothing of a later incarnation).
-    down: BTreeSet<NodeId>,
+    down: BTreeSet<P>,
     gossip_every: Duration,
     retry_every: Duration,
     tick: u64,
@@ -56,12 +56,12 @@ pub struct FullMesh {
     alone: bool,
 }
 
-impl FullMesh {
+impl<P: PeerId> FullMesh<P> {
     /// A node alone, gossiping every `gossip_every` and retrying down peers every `retry_every`.
-    pub fn new(me: NodeId, gossip_every: Duration, retry_every: Duration) -> Self {
+    pub fn new(me: P, gossip_every: Duration, retry_every: Duration) -> Self {
         let mut entries = BTreeMap::new();
         entries.insert(
-            me.name.clone(),
+            me.name().clone(),
             Entry {
                 id: me.clone(),
                 version: 1,
@@ -79,18 +79,18 @@ impl FullMesh {
         }
     }
 
-    fn alive_peers(&self) -> impl Iterator<Item = &NodeId> {
+    fn alive_peers(&self) -> impl Iterator<Item = &P> {
         self.entries
             .values()
-            .filter(|e| !e.left && e.id.name != self.me.name)
+            .filter(|e| !e.left && e.id.name() != self.me.name())
             .map(|e| &e.id)
     }
 
-    fn state(&self) -> Msg {
+    fn state(&self) -> Msg<P> {
         Msg::State(self.entries.values().cloned().collect())
     }
 
-    fn gossip_all(&self, except: Option<&NodeId>, fx: &mut Effects<Msg>) {
+    fn gossip_all(&self, except: Option<&P>, fx: &mut Effects<Msg<P>, P>) {
         for p in self.alive_peers().filter(|p| Some(*p) != except) {
             fx.send(p.clone(), self.state());
         }
@@ -98,7 +98,7 @@ impl FullMesh {
 
     fn my_version(&self) -> u64 {
         self.entries
-            .get(&self.me.name)
+            .get(self.me.name())
             .map(|e| e.version)
             .unwrap_or(0)
     }
@@ -110,7 +110,7 @@ impl FullMesh {
         self.alone = true;
         let version = above.max(self.my_version()) + 1;
         self.entries.insert(
-            self.me.name.clone(),
+            self.me.name().clone(),
             Entry {
                 id: self.me.clone(),
                 version,
@@ -120,12 +120,12 @@ impl FullMesh {
     }
 
     /// Merges a received state; returns whether ours changed.
-    fn merge(&mut self, from: &NodeId, theirs: Vec<Entry>, fx: &mut Effects<Msg>) -> bool {
+    fn merge(&mut self, from: &P, theirs: Vec<Entry<P>>, fx: &mut Effects<Msg<P>, P>) -> bool {
         let mut changed = false;
         for e in theirs {
-            if e.id.name == self.me.name {
+            if e.id.name() == self.me.name() {
                 let mine = self.my_version();
-                if e.id.incarnation == self.me.incarnation && e.left && e.version >= mine {
+                if e.id.incarnation() == self.me.incarnation() && e.left && e.version >= mine {
                     // Someone removed us: say goodbye to everyone and stand alone.
                     for p in self.alive_peers().cloned().collect::<Vec<_>>() {
                         fx.disconnect(p);
@@ -135,7 +135,7 @@ impl FullMesh {
                 }
                 continue;
             }
-            let newer = match self.entries.get(&e.id.name) {
+            let newer = match self.entries.get(e.id.name()) {
                 None => true,
                 Some(m) => e.newer_than(m),
             };
@@ -143,7 +143,7 @@ impl FullMesh {
                 continue;
             }
             changed = true;
-            let old = self.entries.insert(e.id.name.clone(), e.clone());
+            let old = self.entries.insert(e.id.name().clone(), e.clone());
             if let Some(old) = old.filter(|o| o.id != e.id) {
                 self.down.remove(&old.id);
                 if !old.left {
@@ -165,23 +165,23 @@ impl FullMesh {
     }
 }
 
-impl Overlay for FullMesh {
-    type Msg = Msg;
+impl<P: PeerId> Overlay<P> for FullMesh<P> {
+    type Msg = Msg<P>;
 
     fn name(&self) -> &'static str {
         "full-mesh"
     }
 
-    fn on_start(&mut self, fx: &mut Effects<Msg>) {
+    fn on_start(&mut self, fx: &mut Effects<Msg<P>, P>) {
         fx.timer(GOSSIP, self.gossip_every);
     }
 
-    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Msg>) {
+    fn on_join(&mut self, contact: &P, fx: &mut Effects<Msg<P>, P>) {
         self.alone = false;
         // Known at once as a member; version 0 yields to anything the contact says of itself.
         if !self
             .entries
-            .get(&contact.name)
+            .get(contact.name())
             .is_some_and(|e| e.id == *contact && !e.left)
         {
             let e = Entry {
@@ -189,16 +189,16 @@ impl Overlay for FullMesh {
                 version: 0,
                 left: false,
             };
-            self.entries.insert(contact.name.clone(), e);
+            self.entries.insert(contact.name().clone(), e);
         }
-        self.down.retain(|d| d.name != contact.name);
+        self.down.retain(|d| d.name() != contact.name());
         fx.send(contact.clone(), self.state());
     }
 
-    fn on_leave(&mut self, fx: &mut Effects<Msg>) {
+    fn on_leave(&mut self, fx: &mut Effects<Msg<P>, P>) {
         let version = self.my_version() + 1;
         self.entries.insert(
-            self.me.name.clone(),
+            self.me.name().clone(),
             Entry {
                 id: self.me.clone(),
                 version,
@@ -213,7 +213,7 @@ impl Overlay for FullMesh {
         self.reset(version);
     }
 
-    fn on_remove(&mut self, node: &str, fx: &mut Effects<Msg>) {
+    fn on_remove(&mut self, node: &P::Name, fx: &mut Effects<Msg<P>, P>) {
         let Some(e) = self
             .entries
             .get_mut(node)
@@ -224,29 +224,29 @@ impl Overlay for FullMesh {
         e.version += 1;
         e.left = true;
         let id = e.id.clone();
-        self.down.retain(|d| d.name != node);
+        self.down.retain(|d| d.name() != node);
         fx.send(id.clone(), self.state());
         self.gossip_all(Some(&id), fx);
         fx.left(id.clone());
         fx.disconnect(id);
     }
 
-    fn on_message(&mut self, from: &NodeId, msg: Msg, fx: &mut Effects<Msg>) {
+    fn on_message(&mut self, from: &P, msg: Msg<P>, fx: &mut Effects<Msg<P>, P>) {
         let Msg::State(theirs) = msg;
         if self.alone {
             // Only a node joining through us (it knows us at version 0, or not at all) ends
             // our solitude; gossip from the cluster we left knows an older version of us.
             let stale = theirs
                 .iter()
-                .any(|e| e.id.name == self.me.name && e.version > 0);
+                .any(|e| e.id.name() == self.me.name() && e.version > 0);
             if stale {
                 return;
             }
             self.alone = false;
         }
-        let they_know: BTreeMap<String, Entry> = theirs
+        let they_know: BTreeMap<P::Name, Entry<P>> = theirs
             .iter()
-            .map(|e| (e.id.name.clone(), e.clone()))
+            .map(|e| (e.id.name().clone(), e.clone()))
             .collect();
         if self.merge(from, theirs, fx) {
             self.gossip_all(Some(from), fx);
@@ -254,7 +254,7 @@ impl Overlay for FullMesh {
         let behind = self
             .entries
             .values()
-            .any(|mine| match they_know.get(&mine.id.name) {
+            .any(|mine| match they_know.get(mine.id.name()) {
                 None => true,
                 Some(t) => mine.newer_than(t),
             });
@@ -263,10 +263,10 @@ impl Overlay for FullMesh {
         }
     }
 
-    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Msg>) {
+    fn on_connection(&mut self, peer: &P, up: bool, fx: &mut Effects<Msg<P>, P>) {
         let known = self
             .entries
-            .get(&peer.name)
+            .get(peer.name())
             .is_some_and(|e| e.id == *peer && !e.left);
         if up {
             self.down.remove(peer);
@@ -281,11 +281,11 @@ impl Overlay for FullMesh {
         }
     }
 
-    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg>) {
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg<P>, P>) {
         match timer {
             GOSSIP => {
                 self.tick = self.tick.wrapping_add(1);
-                let peers: Vec<NodeId> = self
+                let peers: Vec<P> = self
                     .alive_peers()
                     .filter(|p| !self.down.contains(*p))
                     .cloned()
@@ -300,7 +300,7 @@ impl Overlay for FullMesh {
                 for id in &self.down {
                     if let Some(e) = self
                         .entries
-                        .get(&id.name)
+                        .get(id.name())
                         .filter(|e| !e.left && e.id == *id)
                     {
                         fx.connect(e.id.clone());
@@ -314,7 +314,7 @@ impl Overlay for FullMesh {
         }
     }
 
-    fn members(&self) -> Vec<NodeId> {
+    fn members(&self) -> Vec<P> {
         self.entries
             .values()
             .filter(|e| !e.left && !self.down.contains(&e.id))
@@ -322,8 +322,8 @@ impl Overlay for FullMesh {
             .collect()
     }
 
-    fn route(&self, dst: &NodeId) -> Route {
-        match self.entries.get(&dst.name) {
+    fn route(&self, dst: &P) -> Route<P> {
+        match self.entries.get(dst.name()) {
             Some(e) if !e.left && e.id == *dst && !self.down.contains(dst) => Route::Direct,
             _ => Route::Unreachable,
         }

@@ -25,7 +25,7 @@
 //! through the neighbour its route names.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{DefaultHasher, Hasher};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -33,7 +33,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::{Effects, Liveness, Overlay, Route, TimerId};
-use crate::id::NodeId;
+use crate::id::{NodeId, PeerId};
 
 const SHUFFLE: TimerId = TimerId(1);
 /// Random walks longer than this are cut short (the length comes from the network).
@@ -87,13 +87,13 @@ impl Default for HyParViewConfig {
 
 /// HyParView protocol messages.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HyParViewMsg {
+pub enum HyParViewMsg<P = NodeId> {
     /// The sender joins through the receiver.
     Join,
     /// A random walk introducing `node`, with `ttl` hops left.
     ForwardJoin {
         /// The joining node.
-        node: NodeId,
+        node: P,
         /// Hops left.
         ttl: u8,
     },
@@ -117,23 +117,23 @@ pub enum HyParViewMsg {
     /// A random walk carrying a sample of `origin`'s views.
     Shuffle {
         /// The node that started the shuffle; the reply goes to it directly.
-        origin: NodeId,
+        origin: P,
         /// Hops left.
         ttl: u8,
         /// The origin and some of its active and passive identities.
-        nodes: Vec<NodeId>,
+        nodes: Vec<P>,
     },
     /// The answer to a shuffle: a sample of the sender's passive view.
     ShuffleReply {
         /// The identities.
-        nodes: Vec<NodeId>,
+        nodes: Vec<P>,
     },
 }
 
-type Msg = HyParViewMsg;
+type Msg<P = NodeId> = HyParViewMsg<P>;
 
 /// A random element of `from` not in `skip`.
-fn pick<'a>(rng: &mut StdRng, from: &'a [NodeId], skip: &[&NodeId]) -> Option<&'a NodeId> {
+fn pick<'a, P: PartialEq>(rng: &mut StdRng, from: &'a [P], skip: &[&P]) -> Option<&'a P> {
     let n = from.iter().filter(|n| !skip.contains(n)).count();
     if n == 0 {
         return None;
@@ -144,8 +144,8 @@ fn pick<'a>(rng: &mut StdRng, from: &'a [NodeId], skip: &[&NodeId]) -> Option<&'
 }
 
 /// Up to `k` distinct random elements of `from`, other than `skip`.
-fn sample(rng: &mut StdRng, from: &[NodeId], k: usize, skip: &NodeId) -> Vec<NodeId> {
-    let mut pool: Vec<&NodeId> = from.iter().filter(|n| *n != skip).collect();
+fn sample<P: Clone + PartialEq>(rng: &mut StdRng, from: &[P], k: usize, skip: &P) -> Vec<P> {
+    let mut pool: Vec<&P> = from.iter().filter(|n| *n != skip).collect();
     let mut out = Vec::with_capacity(k.min(pool.len()));
     while out.len() < k && !pool.is_empty() {
         let i = rng.gen_range(0..pool.len());
@@ -156,8 +156,8 @@ fn sample(rng: &mut StdRng, from: &[NodeId], k: usize, skip: &NodeId) -> Vec<Nod
 
 /// A NEIGHBOR request awaiting its reply.
 #[derive(Debug)]
-struct Pending {
-    node: NodeId,
+struct Pending<P> {
+    node: P,
     high: bool,
     /// Already waiting at the previous shuffle period: given up at the next one.
     old: bool,
@@ -165,28 +165,28 @@ struct Pending {
 
 /// The HyParView overlay.
 #[derive(Debug)]
-pub struct HyParView {
-    me: NodeId,
+pub struct HyParView<P = NodeId> {
+    me: P,
     cfg: HyParViewConfig,
     rng: StdRng,
-    active: Vec<NodeId>,
-    passive: Vec<NodeId>,
+    active: Vec<P>,
+    passive: Vec<P>,
     /// NEIGHBOR requests awaiting a reply.
-    pending: Vec<Pending>,
+    pending: Vec<Pending<P>>,
     /// Refused this period: not asked again until the next shuffle period.
-    tried: Vec<NodeId>,
+    tried: Vec<P>,
     /// Recently declared down (oldest first), re-dialed one per period.
-    suspects: VecDeque<NodeId>,
+    suspects: VecDeque<P>,
     /// The identities sent in the last shuffle (evicted first when the reply is merged).
-    sent: Vec<NodeId>,
-    routes: BTreeMap<NodeId, NodeId>,
+    sent: Vec<P>,
+    routes: BTreeMap<P, P>,
     version: u64,
     left: bool,
 }
 
-impl HyParView {
+impl<P: PeerId> HyParView<P> {
     /// A node with empty views.
-    pub fn new(me: NodeId, cfg: HyParViewConfig) -> Self {
+    pub fn new(me: P, cfg: HyParViewConfig) -> Self {
         let seed = cfg.seed.unwrap_or_else(|| {
             let mut h = DefaultHasher::new();
             me.hash(&mut h);
@@ -209,7 +209,7 @@ impl HyParView {
     }
 
     /// This node.
-    pub fn me(&self) -> &NodeId {
+    pub fn me(&self) -> &P {
         &self.me
     }
 
@@ -219,12 +219,12 @@ impl HyParView {
     }
 
     /// The active view: the neighbours broadcast runs over.
-    pub fn neighbors(&self) -> &[NodeId] {
+    pub fn neighbors(&self) -> &[P] {
         &self.active
     }
 
     /// The passive view.
-    pub fn passive(&self) -> &[NodeId] {
+    pub fn passive(&self) -> &[P] {
         &self.passive
     }
 
@@ -236,7 +236,7 @@ impl HyParView {
     /// Replaces the routes to non-neighbours, `(destination, neighbour to go through)`, as the
     /// broadcast layer learns them from heartbeats (`Plumtree::routes`). Their destinations
     /// count as members; at most `max_routes` are kept.
-    pub fn set_routes(&mut self, routes: impl IntoIterator<Item = (NodeId, NodeId)>) {
+    pub fn set_routes(&mut self, routes: impl IntoIterator<Item = (P, P)>) {
         self.routes.clear();
         for (dst, via) in routes {
             if self.routes.len() >= self.cfg.max_routes {
@@ -248,15 +248,15 @@ impl HyParView {
         }
     }
 
-    fn is_active(&self, n: &NodeId) -> bool {
+    fn is_active(&self, n: &P) -> bool {
         self.active.contains(n)
     }
 
-    fn is_pending(&self, n: &NodeId) -> bool {
+    fn is_pending(&self, n: &P) -> bool {
         self.pending.iter().any(|p| p.node == *n)
     }
 
-    fn add_passive(&mut self, n: NodeId) {
+    fn add_passive(&mut self, n: P) {
         if n == self.me || self.is_active(&n) || self.passive.contains(&n) {
             return;
         }
@@ -268,7 +268,7 @@ impl HyParView {
     }
 
     /// Adds a node to the active view, dropping a random neighbour if it is full.
-    fn add_active(&mut self, n: NodeId, fx: &mut Effects<Msg>) {
+    fn add_active(&mut self, n: P, fx: &mut Effects<Msg<P>, P>) {
         if n == self.me || self.is_active(&n) {
             return;
         }
@@ -287,7 +287,7 @@ impl HyParView {
         self.version += 1;
     }
 
-    fn remove_active(&mut self, n: &NodeId) -> bool {
+    fn remove_active(&mut self, n: &P) -> bool {
         let before = self.active.len();
         self.active.retain(|a| a != n);
         let removed = self.active.len() != before;
@@ -297,7 +297,7 @@ impl HyParView {
         removed
     }
 
-    fn suspect(&mut self, n: NodeId) {
+    fn suspect(&mut self, n: P) {
         if self.cfg.suspects == 0 {
             return;
         }
@@ -311,10 +311,10 @@ impl HyParView {
     /// Asks passive nodes to fill the free active slots, one request per slot, in parallel (the
     /// paper starts one replacement per failed neighbour). High priority only when the active
     /// view is empty, and then for one request at a time.
-    fn fill(&mut self, fx: &mut Effects<Msg>) {
+    fn fill(&mut self, fx: &mut Effects<Msg<P>, P>) {
         while self.active.len() + self.pending.len() < self.cfg.active_size {
-            let busy: Vec<NodeId> = self.pending.iter().map(|p| p.node.clone()).collect();
-            let skip: Vec<&NodeId> = busy.iter().chain(self.tried.iter()).collect();
+            let busy: Vec<P> = self.pending.iter().map(|p| p.node.clone()).collect();
+            let skip: Vec<&P> = busy.iter().chain(self.tried.iter()).collect();
             let q = pick(&mut self.rng, &self.passive, &skip).cloned();
             let Some(q) = q else { return };
             let high = self.active.is_empty() && !self.pending.iter().any(|p| p.high);
@@ -329,9 +329,9 @@ impl HyParView {
     }
 
     /// Merges identities into the passive view, evicting first those in `sent`.
-    fn integrate(&mut self, nodes: Vec<NodeId>, sent: &[NodeId]) {
+    fn integrate(&mut self, nodes: Vec<P>, sent: &[P]) {
         let cap = self.cfg.passive_size.max(1);
-        let mut fresh: Vec<NodeId> = Vec::with_capacity(nodes.len());
+        let mut fresh: Vec<P> = Vec::with_capacity(nodes.len());
         for n in nodes {
             if n != self.me
                 && !self.is_active(&n)
@@ -359,7 +359,7 @@ impl HyParView {
         self.passive.extend(fresh);
     }
 
-    fn shuffle(&mut self, fx: &mut Effects<Msg>) {
+    fn shuffle(&mut self, fx: &mut Effects<Msg<P>, P>) {
         let Some(q) = pick(&mut self.rng, &self.active, &[]).cloned() else {
             return;
         };
@@ -381,14 +381,14 @@ impl HyParView {
 
     /// Re-dials the oldest suspect (beyond the paper): if it answers, the connection comes up
     /// and `on_connection` asks it to be a neighbour, which joins partitions that healed.
-    fn probe(&mut self, fx: &mut Effects<Msg>) {
+    fn probe(&mut self, fx: &mut Effects<Msg<P>, P>) {
         if let Some(s) = self.suspects.pop_front() {
             fx.connect(s.clone());
             self.suspects.push_back(s);
         }
     }
 
-    fn on_forward_join(&mut self, from: &NodeId, node: NodeId, ttl: u8, fx: &mut Effects<Msg>) {
+    fn on_forward_join(&mut self, from: &P, node: P, ttl: u8, fx: &mut Effects<Msg<P>, P>) {
         if node == self.me {
             return;
         }
@@ -410,7 +410,7 @@ impl HyParView {
         }
     }
 
-    fn accept_walk(&mut self, node: NodeId, fx: &mut Effects<Msg>) {
+    fn accept_walk(&mut self, node: P, fx: &mut Effects<Msg<P>, P>) {
         if !self.is_active(&node) {
             self.add_active(node.clone(), fx);
             fx.send(node, Msg::ForwardJoinReply);
@@ -419,11 +419,11 @@ impl HyParView {
 
     fn on_shuffle(
         &mut self,
-        from: &NodeId,
-        origin: NodeId,
+        from: &P,
+        origin: P,
         ttl: u8,
-        mut nodes: Vec<NodeId>,
-        fx: &mut Effects<Msg>,
+        mut nodes: Vec<P>,
+        fx: &mut Effects<Msg<P>, P>,
     ) {
         if origin == self.me {
             return;
@@ -450,7 +450,7 @@ impl HyParView {
         self.integrate(nodes, &reply);
     }
 
-    fn on_neighbor(&mut self, from: &NodeId, high: bool, fx: &mut Effects<Msg>) {
+    fn on_neighbor(&mut self, from: &P, high: bool, fx: &mut Effects<Msg<P>, P>) {
         let accepted =
             self.is_active(from) || high || self.active.len() < self.cfg.active_size.max(1);
         if accepted {
@@ -462,7 +462,7 @@ impl HyParView {
         fx.send(from.clone(), Msg::NeighborReply { accepted });
     }
 
-    fn on_neighbor_reply(&mut self, from: &NodeId, accepted: bool, fx: &mut Effects<Msg>) {
+    fn on_neighbor_reply(&mut self, from: &P, accepted: bool, fx: &mut Effects<Msg<P>, P>) {
         let asked = self.is_pending(from);
         self.pending.retain(|p| p.node != *from);
         if accepted && asked {
@@ -482,7 +482,7 @@ impl HyParView {
         }
     }
 
-    fn on_disconnect(&mut self, from: &NodeId, leaving: bool, fx: &mut Effects<Msg>) {
+    fn on_disconnect(&mut self, from: &P, leaving: bool, fx: &mut Effects<Msg<P>, P>) {
         let was_active = self.remove_active(from);
         if leaving {
             self.passive.retain(|p| p != from);
@@ -496,21 +496,21 @@ impl HyParView {
     }
 }
 
-impl Overlay for HyParView {
-    type Msg = HyParViewMsg;
+impl<P: PeerId> Overlay<P> for HyParView<P> {
+    type Msg = HyParViewMsg<P>;
 
     fn name(&self) -> &'static str {
         "hyparview"
     }
 
-    fn on_start(&mut self, fx: &mut Effects<Msg>) {
+    fn on_start(&mut self, fx: &mut Effects<Msg<P>, P>) {
         // A random phase, so that nodes started together do not shuffle in lockstep.
         let period = self.cfg.shuffle_period;
         let first = period.mul_f64(0.5 + self.rng.gen::<f64>());
         fx.timer(SHUFFLE, first);
     }
 
-    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Msg>) {
+    fn on_join(&mut self, contact: &P, fx: &mut Effects<Msg<P>, P>) {
         self.left = false;
         if *contact == self.me {
             return;
@@ -519,7 +519,7 @@ impl Overlay for HyParView {
         fx.send(contact.clone(), Msg::Join);
     }
 
-    fn on_leave(&mut self, fx: &mut Effects<Msg>) {
+    fn on_leave(&mut self, fx: &mut Effects<Msg<P>, P>) {
         for a in std::mem::take(&mut self.active) {
             fx.send(a.clone(), Msg::Disconnect { leaving: true });
             fx.left(a.clone());
@@ -538,7 +538,7 @@ impl Overlay for HyParView {
         self.left = true;
     }
 
-    fn on_message(&mut self, from: &NodeId, msg: Msg, fx: &mut Effects<Msg>) {
+    fn on_message(&mut self, from: &P, msg: Msg<P>, fx: &mut Effects<Msg<P>, P>) {
         if *from == self.me || (self.left && msg != Msg::Join) {
             return;
         }
@@ -566,7 +566,7 @@ impl Overlay for HyParView {
         }
     }
 
-    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Msg>) {
+    fn on_connection(&mut self, peer: &P, up: bool, fx: &mut Effects<Msg<P>, P>) {
         if self.left {
             return;
         }
@@ -596,7 +596,7 @@ impl Overlay for HyParView {
         }
     }
 
-    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg>) {
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Msg<P>, P>) {
         if timer != SHUFFLE {
             return;
         }
@@ -619,14 +619,14 @@ impl Overlay for HyParView {
         fx.timer(SHUFFLE, self.cfg.shuffle_period);
     }
 
-    fn members(&self) -> Vec<NodeId> {
-        let mut all: BTreeSet<NodeId> = self.active.iter().cloned().collect();
+    fn members(&self) -> Vec<P> {
+        let mut all: BTreeSet<P> = self.active.iter().cloned().collect();
         all.extend(self.routes.keys().cloned());
         all.insert(self.me.clone());
         all.into_iter().collect()
     }
 
-    fn route(&self, dst: &NodeId) -> Route {
+    fn route(&self, dst: &P) -> Route<P> {
         if *dst == self.me || self.is_active(dst) {
             return Route::Direct;
         }
@@ -636,7 +636,7 @@ impl Overlay for HyParView {
         }
     }
 
-    fn neighbors(&self) -> Option<Vec<NodeId>> {
+    fn neighbors(&self) -> Option<Vec<P>> {
         Some(self.active.clone())
     }
 
@@ -644,7 +644,7 @@ impl Overlay for HyParView {
         Liveness::Membership
     }
 
-    fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>) {
+    fn set_routes(&mut self, routes: Vec<(P, P)>) {
         if !self.left {
             HyParView::set_routes(self, routes);
         }

@@ -24,15 +24,15 @@ pub use full_mesh::FullMesh;
 pub use hyparview::{HyParView, HyParViewConfig, HyParViewMsg};
 pub use static_overlay::StaticOverlay;
 
-use crate::id::NodeId;
+use crate::id::{NodeId, PeerId};
 
 /// How a message reaches a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Route {
+pub enum Route<P = NodeId> {
     /// Over a direct connection.
     Direct,
     /// Through the given neighbour (multi-hop overlays).
-    Via(NodeId),
+    Via(P),
     /// Not reachable now.
     Unreachable,
 }
@@ -57,41 +57,41 @@ pub struct TimerId(pub u64);
 
 /// Something the runtime does on an overlay's behalf.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Effect<M> {
+pub enum Effect<M, P = NodeId> {
     /// Open (all lanes of) a connection to a node; no-op if it exists.
-    Connect(NodeId),
+    Connect(P),
     /// Connect to an address whose identity the handshake reveals (then `on_join` is not called;
     /// `on_connection` is).
     Dial(SocketAddr),
     /// Close a node's connections gracefully (queued frames are written first).
-    Disconnect(NodeId),
+    Disconnect(P),
     /// Send a protocol message on the `membership` channel.
-    Send(NodeId, M),
+    Send(P, M),
     /// Call `on_timer` after the delay.
     SetTimer(TimerId, Duration),
     /// The node is leaving the membership on purpose: report `Left`, not `Down`.
-    Left(NodeId),
+    Left(P),
 }
 
 /// The effects one handler call produced, in order.
 #[derive(Debug)]
-pub struct Effects<M> {
-    items: Vec<Effect<M>>,
+pub struct Effects<M, P = NodeId> {
+    items: Vec<Effect<M, P>>,
 }
 
-impl<M> Default for Effects<M> {
+impl<M, P> Default for Effects<M, P> {
     fn default() -> Self {
         Effects { items: Vec::new() }
     }
 }
 
-impl<M> Effects<M> {
+impl<M, P> Effects<M, P> {
     /// Pushes an effect.
-    pub fn push(&mut self, e: Effect<M>) {
+    pub fn push(&mut self, e: Effect<M, P>) {
         self.items.push(e);
     }
     /// Asks for a connection.
-    pub fn connect(&mut self, id: NodeId) {
+    pub fn connect(&mut self, id: P) {
         self.push(Effect::Connect(id));
     }
     /// Asks to dial an address.
@@ -99,11 +99,11 @@ impl<M> Effects<M> {
         self.push(Effect::Dial(addr));
     }
     /// Asks to close a node's connections.
-    pub fn disconnect(&mut self, id: NodeId) {
+    pub fn disconnect(&mut self, id: P) {
         self.push(Effect::Disconnect(id));
     }
     /// Sends a protocol message.
-    pub fn send(&mut self, to: NodeId, msg: M) {
+    pub fn send(&mut self, to: P, msg: M) {
         self.push(Effect::Send(to, msg));
     }
     /// Sets a timer.
@@ -111,11 +111,11 @@ impl<M> Effects<M> {
         self.push(Effect::SetTimer(id, after));
     }
     /// Marks a node as having left on purpose.
-    pub fn left(&mut self, id: NodeId) {
+    pub fn left(&mut self, id: P) {
         self.push(Effect::Left(id));
     }
     /// Takes the effects out.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Effect<M>> {
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Effect<M, P>> {
         self.items.drain(..)
     }
     /// Whether there are none.
@@ -126,33 +126,33 @@ impl<M> Effects<M> {
 
 /// An overlay protocol. Implement it (one file) to bring your own; see [`FullMesh`] for a small
 /// complete example.
-pub trait Overlay: Send + 'static {
+pub trait Overlay<P: PeerId = NodeId>: Send + 'static {
     /// The overlay's own protocol messages (sent on the `membership` channel).
     type Msg: Serialize + DeserializeOwned + Send + 'static;
 
     /// The overlay's name, shown in `/status`.
     fn name(&self) -> &'static str;
     /// Called once when the node starts.
-    fn on_start(&mut self, _fx: &mut Effects<Self::Msg>) {}
+    fn on_start(&mut self, _fx: &mut Effects<Self::Msg, P>) {}
     /// The node joined through `contact` (already connected).
-    fn on_join(&mut self, contact: &NodeId, fx: &mut Effects<Self::Msg>);
+    fn on_join(&mut self, contact: &P, fx: &mut Effects<Self::Msg, P>);
     /// The node leaves the cluster.
-    fn on_leave(&mut self, fx: &mut Effects<Self::Msg>);
+    fn on_leave(&mut self, fx: &mut Effects<Self::Msg, P>);
     /// The application asks to remove another node from the cluster.
-    fn on_remove(&mut self, _node: &str, _fx: &mut Effects<Self::Msg>) {}
+    fn on_remove(&mut self, _node: &P::Name, _fx: &mut Effects<Self::Msg, P>) {}
     /// A protocol message arrived.
-    fn on_message(&mut self, from: &NodeId, msg: Self::Msg, fx: &mut Effects<Self::Msg>);
+    fn on_message(&mut self, from: &P, msg: Self::Msg, fx: &mut Effects<Self::Msg, P>);
     /// A node's membership lane connected (`up`) or the node was declared down (`!up`).
-    fn on_connection(&mut self, peer: &NodeId, up: bool, fx: &mut Effects<Self::Msg>);
+    fn on_connection(&mut self, peer: &P, up: bool, fx: &mut Effects<Self::Msg, P>);
     /// A timer fired.
-    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Self::Msg>);
+    fn on_timer(&mut self, timer: TimerId, fx: &mut Effects<Self::Msg, P>);
     /// The members the application sees (including this node).
-    fn members(&self) -> Vec<NodeId>;
+    fn members(&self) -> Vec<P>;
     /// How to reach a node.
-    fn route(&self, dst: &NodeId) -> Route;
+    fn route(&self, dst: &P) -> Route<P>;
     /// The neighbours broadcast runs over; `None` (the default) means every member with a
     /// connection.
-    fn neighbors(&self) -> Option<Vec<NodeId>> {
+    fn neighbors(&self) -> Option<Vec<P>> {
         None
     }
     /// How the runtime decides that a node is down (default: [`Liveness::Connection`]).
@@ -162,7 +162,7 @@ pub trait Overlay: Send + 'static {
     /// With [`Liveness::Membership`]: the routes to non-neighbours learned from heartbeats,
     /// `(destination, neighbour to go through)`, each heard from within the member timeout.
     /// Called periodically and whenever the neighbours change.
-    fn set_routes(&mut self, _routes: Vec<(NodeId, NodeId)>) {}
+    fn set_routes(&mut self, _routes: Vec<(P, P)>) {}
     /// With [`Liveness::Membership`]: whether the runtime broadcasts a heartbeat from every node
     /// (and a notice when one leaves) to learn members and routes for
     /// [`Overlay::set_routes`]. Default: `true` with `Membership`. An overlay that spreads its
@@ -182,25 +182,25 @@ pub trait Overlay: Send + 'static {
 }
 
 /// An effect with its message encoded, as the runtime executes it.
-pub type RawEffect = Effect<Bytes>;
+pub type RawEffect<P = NodeId> = Effect<Bytes, P>;
 
 /// The object-safe face of an overlay that the runtime drives: every handler returns its
 /// effects with the overlay's messages encoded, and [`DynOverlay::on_message`] decodes.
 #[allow(missing_docs)]
-pub trait DynOverlay: Send {
+pub trait DynOverlay<P: PeerId = NodeId>: Send {
     fn name(&self) -> &'static str;
-    fn on_start(&mut self) -> Vec<RawEffect>;
-    fn on_join(&mut self, contact: &NodeId) -> Vec<RawEffect>;
-    fn on_leave(&mut self) -> Vec<RawEffect>;
-    fn on_remove(&mut self, node: &str) -> Vec<RawEffect>;
-    fn on_message(&mut self, from: &NodeId, bytes: &[u8]) -> Result<Vec<RawEffect>, String>;
-    fn on_connection(&mut self, peer: &NodeId, up: bool) -> Vec<RawEffect>;
-    fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect>;
-    fn members(&self) -> Vec<NodeId>;
-    fn route(&self, dst: &NodeId) -> Route;
-    fn neighbors(&self) -> Option<Vec<NodeId>>;
+    fn on_start(&mut self) -> Vec<RawEffect<P>>;
+    fn on_join(&mut self, contact: &P) -> Vec<RawEffect<P>>;
+    fn on_leave(&mut self) -> Vec<RawEffect<P>>;
+    fn on_remove(&mut self, node: &P::Name) -> Vec<RawEffect<P>>;
+    fn on_message(&mut self, from: &P, bytes: &[u8]) -> Result<Vec<RawEffect<P>>, String>;
+    fn on_connection(&mut self, peer: &P, up: bool) -> Vec<RawEffect<P>>;
+    fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect<P>>;
+    fn members(&self) -> Vec<P>;
+    fn route(&self, dst: &P) -> Route<P>;
+    fn neighbors(&self) -> Option<Vec<P>>;
     fn liveness(&self) -> Liveness;
-    fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>);
+    fn set_routes(&mut self, routes: Vec<(P, P)>);
     fn member_heartbeats(&self) -> bool;
     fn epoch(&self) -> Option<u64>;
 }
@@ -208,7 +208,7 @@ pub trait DynOverlay: Send {
 /// An [`Overlay`] seen as a [`DynOverlay`].
 pub struct Erased<O>(pub O);
 
-fn encode<M: Serialize>(mut fx: Effects<M>) -> Vec<RawEffect> {
+fn encode<M: Serialize, P>(mut fx: Effects<M, P>) -> Vec<RawEffect<P>> {
     fx.drain()
         .filter_map(|e| {
             Some(match e {
@@ -229,59 +229,59 @@ fn encode<M: Serialize>(mut fx: Effects<M>) -> Vec<RawEffect> {
         .collect()
 }
 
-impl<O: Overlay> DynOverlay for Erased<O> {
+impl<P: PeerId, O: Overlay<P>> DynOverlay<P> for Erased<O> {
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    fn on_start(&mut self) -> Vec<RawEffect> {
+    fn on_start(&mut self) -> Vec<RawEffect<P>> {
         let mut fx = Effects::default();
         self.0.on_start(&mut fx);
         encode(fx)
     }
-    fn on_join(&mut self, contact: &NodeId) -> Vec<RawEffect> {
+    fn on_join(&mut self, contact: &P) -> Vec<RawEffect<P>> {
         let mut fx = Effects::default();
         self.0.on_join(contact, &mut fx);
         encode(fx)
     }
-    fn on_leave(&mut self) -> Vec<RawEffect> {
+    fn on_leave(&mut self) -> Vec<RawEffect<P>> {
         let mut fx = Effects::default();
         self.0.on_leave(&mut fx);
         encode(fx)
     }
-    fn on_remove(&mut self, node: &str) -> Vec<RawEffect> {
+    fn on_remove(&mut self, node: &P::Name) -> Vec<RawEffect<P>> {
         let mut fx = Effects::default();
         self.0.on_remove(node, &mut fx);
         encode(fx)
     }
-    fn on_message(&mut self, from: &NodeId, bytes: &[u8]) -> Result<Vec<RawEffect>, String> {
-        let msg: O::Msg = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+    fn on_message(&mut self, from: &P, bytes: &[u8]) -> Result<Vec<RawEffect<P>>, String> {
+        let msg: <O as Overlay<P>>::Msg = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
         let mut fx = Effects::default();
         self.0.on_message(from, msg, &mut fx);
         Ok(encode(fx))
     }
-    fn on_connection(&mut self, peer: &NodeId, up: bool) -> Vec<RawEffect> {
+    fn on_connection(&mut self, peer: &P, up: bool) -> Vec<RawEffect<P>> {
         let mut fx = Effects::default();
         self.0.on_connection(peer, up, &mut fx);
         encode(fx)
     }
-    fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect> {
+    fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect<P>> {
         let mut fx = Effects::default();
         self.0.on_timer(timer, &mut fx);
         encode(fx)
     }
-    fn members(&self) -> Vec<NodeId> {
+    fn members(&self) -> Vec<P> {
         self.0.members()
     }
-    fn route(&self, dst: &NodeId) -> Route {
+    fn route(&self, dst: &P) -> Route<P> {
         self.0.route(dst)
     }
-    fn neighbors(&self) -> Option<Vec<NodeId>> {
+    fn neighbors(&self) -> Option<Vec<P>> {
         self.0.neighbors()
     }
     fn liveness(&self) -> Liveness {
         self.0.liveness()
     }
-    fn set_routes(&mut self, routes: Vec<(NodeId, NodeId)>) {
+    fn set_routes(&mut self, routes: Vec<(P, P)>) {
         self.0.set_routes(routes)
     }
     fn member_heartbeats(&self) -> bool {

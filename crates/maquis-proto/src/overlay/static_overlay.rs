@@ -79,7 +79,7 @@ impl Overlay for StaticOverlay {
         }
     }
 
-    fn on_remove(&mut self, node: &str, fx: &mut Effects<Msg>) {
+    fn on_remove(&mut self, node: &String, fx: &mut Effects<Msg>) {
         if let Some(peer) = self.connected.remove(node) {
             fx.left(peer.clone());
             fx.disconnect(peer);

@@ -307,7 +307,7 @@ fn execute(d: &mut Driver, m: &mut Membership) {
                 }
                 None => inner.counters.control_drops.inc(),
             },
-            Output::Deliver { topic, payload } => {
+            Output::Deliver { topic, payload, .. } => {
                 let dropped = inner.topics.deliver(&topic, &payload);
                 for _ in 0..dropped {
                     inner.counters.subscription_drops.inc();

@@ -4,7 +4,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 /// Simulated time, in microseconds.
-pub(crate) type Micros = u64;
+pub type Micros = u64;
 
 /// A priority queue of events; the heap holds only small keys, the events wait in slots.
 pub(crate) struct Queue<E> {
