@@ -63,30 +63,11 @@ struct Cli {
     command: BenchCommand,
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn main() -> ExitCode {
     maquis::tune_allocator();
     let cli = Cli::parse();
-    init_tracing();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    rt.block_on(commands::run(cli.command))
+    maquis_cli::init_tracing();
+    maquis_cli::block_on(commands::run(cli.command))
 }
 
 #[cfg(test)]

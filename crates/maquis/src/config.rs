@@ -628,13 +628,12 @@ impl Config {
         }
     }
 
-    /// The Plumtree parameters broadcast runs with (member heartbeats, route lifetime and hop
-    /// limit from this configuration, the rest Plumtree's defaults).
+    /// The Plumtree parameters broadcast runs with (member heartbeats and route lifetime from
+    /// this configuration, the rest Plumtree's defaults).
     pub fn plumtree(&self) -> crate::broadcast::PlumtreeConfig {
         crate::broadcast::PlumtreeConfig {
             heartbeat_every: Duration::from_millis(self.member_heartbeat_ms),
             route_ttl: Duration::from_millis(self.member_timeout_ms),
-            hop_limit: self.hop_limit,
             ..crate::broadcast::PlumtreeConfig::default()
         }
     }
@@ -819,7 +818,7 @@ mod tests {
         assert_eq!((hv.active_size, hv.passive_size), (5, 6));
         assert_eq!((hv.arwl, hv.prwl), (6, 3), "the paper's walk lengths");
         assert_eq!(hv.shuffle_period, Duration::from_millis(250));
-        assert_eq!(c.plumtree().hop_limit, 8);
+        assert_eq!(c.hop_limit, 8);
         assert_eq!(c.plumtree().route_ttl, Duration::from_secs(3));
         c.validate().unwrap();
         assert!(Config::default()

@@ -22,10 +22,6 @@ pub struct SendOpts {
     /// (PARTISAN's partition keys). [`SendOpts::partition`] sets an index as is;
     /// [`SendOpts::partition_key`] hashes any value first.
     pub partition_key: Option<u64>,
-    /// Reserved for acknowledged delivery (not yet implemented; ignored).
-    pub ack: bool,
-    /// Reserved for transitive (multi-hop) delivery (not yet implemented; ignored).
-    pub transitive: bool,
 }
 
 impl SendOpts {

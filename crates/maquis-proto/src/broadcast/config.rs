@@ -57,8 +57,6 @@ pub struct PlumtreeConfig {
     /// Routing table, in origins. Full: heartbeats of new origins are not recorded (nor
     /// relayed), until stale entries expire.
     pub routes_max: usize,
-    /// Routed sends are dropped after this many hops.
-    pub hop_limit: u16,
     /// Seed of the random choices (heartbeat phase); `None` derives one from the node identity.
     pub seed: Option<u64>,
 }
@@ -82,7 +80,6 @@ impl Default for PlumtreeConfig {
             heartbeat_every: Duration::from_secs(5),
             route_ttl: Duration::from_secs(20),
             routes_max: 100_000,
-            hop_limit: 128,
             seed: None,
         }
     }

@@ -27,5 +27,5 @@ mod types;
 
 pub use config::PlumtreeConfig;
 pub use plumtree::{Plumtree, PlumtreeStats};
-pub use routing::{decide_forward, DropReason, Forward, ForwardDecision, RouteInfo};
+pub use routing::{decide_forward, DropReason, ForwardDecision, RouteInfo};
 pub use types::{Announce, Key, MsgId, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic};

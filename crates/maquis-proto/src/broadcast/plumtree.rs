@@ -32,7 +32,7 @@ use rand::{Rng, SeedableRng};
 
 use super::cache::{Cache, Cached, Fixed};
 use super::config::PlumtreeConfig;
-use super::routing::{decide_forward, Forward, ForwardDecision, RouteInfo, Routes};
+use super::routing::{RouteInfo, Routes};
 use super::types::{Announce, Key, MsgId, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic};
 
 type Out<P> = Vec<PlumtreeEffect<P>>;
@@ -630,13 +630,6 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             .fresh(max_age, now)
             .map(|(o, e)| (o.clone(), e.via.clone()))
             .collect()
-    }
-
-    /// What to do with a routed message arriving here (hop limit from the configuration).
-    pub fn route_forward(&self, fwd: &Forward<P>) -> ForwardDecision<P> {
-        decide_forward(&self.me, &fwd.to, fwd.hops, self.cfg.hop_limit, |d| {
-            self.next_hop(d)
-        })
     }
 }
 

@@ -2,7 +2,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::*;
-use crate::broadcast::DropReason;
+use crate::broadcast::{decide_forward, DropReason, ForwardDecision};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -320,38 +320,27 @@ fn heartbeats_give_next_hops_and_routed_sends_respect_the_hop_limit() {
     let mut alive = net.nodes[2].alive_origins(Duration::from_secs(1), net.now);
     alive.sort();
     assert_eq!(alive, vec![0, 1, 3, 4]);
-    // Walk a routed message from 0 to 4.
-    let mut fwd = Forward::new(4u32, Bytes::from_static(b"m"));
-    let mut at = 0u32;
+    // Walk a routed message from 0 to 4, each hop deciding with its own next hops.
+    let (mut at, mut hops) = (0u32, 0u16);
     loop {
-        match net.nodes[at as usize].route_forward(&fwd) {
+        let node = &net.nodes[at as usize];
+        match decide_forward(&at, &4, hops, 128, |d| node.next_hop(d)) {
             ForwardDecision::Deliver => break,
             ForwardDecision::ForwardTo(n) => {
-                fwd.hops += 1;
+                hops += 1;
                 at = n;
             }
             ForwardDecision::Drop(r) => panic!("dropped: {r}"),
         }
     }
-    assert_eq!((at, fwd.hops), (4, 4));
-    let limited = Plumtree::new(
-        0u32,
-        PlumtreeConfig {
-            hop_limit: 2,
-            ..cfg()
-        },
-    );
-    let tired = Forward {
-        to: 4u32,
-        hops: 2,
-        payload: Bytes::new(),
-    };
+    assert_eq!((at, hops), (4, 4));
+    let limited = Plumtree::new(0u32, cfg());
     assert_eq!(
-        limited.route_forward(&tired),
+        decide_forward(&0, &4, 2, 2, |d| limited.next_hop(d)),
         ForwardDecision::Drop(DropReason::HopLimit)
     );
     assert_eq!(
-        limited.route_forward(&Forward::new(4, Bytes::new())),
+        decide_forward(&0, &4, 0, 2, |d| limited.next_hop(d)),
         ForwardDecision::Drop(DropReason::NoRoute)
     );
     // A route through a neighbour that went down is not used.

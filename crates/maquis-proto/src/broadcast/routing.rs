@@ -5,8 +5,6 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::Duration;
 
-use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::cache::Fixed;
@@ -109,28 +107,6 @@ impl<P: Clone + Eq + Hash> Routes<P> {
         self.map
             .iter()
             .filter(move |(_, e)| age(now, e.seen) <= max_age)
-    }
-}
-
-/// A message routed hop by hop to a node that may not be a neighbour.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Forward<P> {
-    /// The destination.
-    pub to: P,
-    /// Hops travelled so far.
-    pub hops: u16,
-    /// The message.
-    pub payload: Bytes,
-}
-
-impl<P> Forward<P> {
-    /// A message about to leave its sender.
-    pub fn new(to: P, payload: Bytes) -> Self {
-        Forward {
-            to,
-            hops: 0,
-            payload,
-        }
     }
 }
 

@@ -363,7 +363,7 @@ impl<P: PeerId> Membership<P> {
         self.apply(now, fx);
         if self.unneeded.remove(peer) {
             self.timers.cancel(&Timer::Linger(peer.clone()));
-            self.out.push_back(Output::Close(peer.clone()));
+            self.close(peer.clone());
             self.settle(now, false);
         }
     }
@@ -442,7 +442,7 @@ impl<P: PeerId> Membership<P> {
                 }
                 Timer::Linger(peer) => {
                     if self.unneeded.remove(&peer) {
-                        self.out.push_back(Output::Close(peer));
+                        self.close(peer);
                         self.settle(now, false);
                     }
                 }
@@ -476,7 +476,7 @@ impl<P: PeerId> Membership<P> {
                     self.disconnect_soon(now, id);
                 }
                 Effect::Disconnect(id) => {
-                    self.out.push_back(Output::Close(id.clone()));
+                    self.close(id.clone());
                     self.out.push_back(Output::Gone(id));
                 }
                 Effect::Send(to, payload) => self.out.push_back(Output::Send {
@@ -506,12 +506,19 @@ impl<P: PeerId> Membership<P> {
             if self.unneeded.remove(&id) {
                 self.timers.cancel(&Timer::Linger(id.clone()));
             }
-            self.out.push_back(Output::Close(id));
+            self.close(id);
             return;
         }
         if self.unneeded.insert(id.clone()) {
             self.timers.set(Timer::Linger(id), now + self.cfg.linger);
         }
+    }
+
+    /// Closes a peer's connection: it is no longer up here (the driver drops it without
+    /// reporting it back).
+    fn close(&mut self, id: P) {
+        self.up.remove(&id);
+        self.out.push_back(Output::Close(id));
     }
 
     /// Carries out Plumtree's effects.

@@ -62,8 +62,6 @@ pub enum Header {
         to: Dest,
         /// The incarnation of the target node the sender meant; 0 means any.
         incarnation: u64,
-        /// The sending actor's id; 0 means none.
-        from: u64,
         /// The call id when this message is a request expecting a [`Header::Reply`].
         call: Option<u64>,
     },
@@ -146,8 +144,6 @@ pub enum Routed {
         to: Dest,
         /// The incarnation of the target node the sender meant; 0 means any.
         incarnation: u64,
-        /// The sending actor's id; 0 means none.
-        from: u64,
         /// The call id when this message is a request.
         call: Option<u64>,
     },
@@ -190,12 +186,10 @@ impl Routed {
             Header::Send {
                 to,
                 incarnation,
-                from,
                 call,
             } => Routed::Send {
                 to,
                 incarnation,
-                from,
                 call,
             },
             Header::Reply { call, status } => Routed::Reply { call, status },
@@ -220,12 +214,10 @@ impl Routed {
             Routed::Send {
                 to,
                 incarnation,
-                from,
                 call,
             } => Header::Send {
                 to,
                 incarnation,
-                from,
                 call,
             },
             Routed::Reply { call, status } => Header::Reply { call, status },
@@ -416,10 +408,9 @@ mod tests {
             });
             let routed = prop_oneof![
                 (any::<u64>(), any::<u64>(), any::<Option<u64>>()).prop_map(
-                    |(incarnation, from, call)| Routed::Send {
-                        to: Dest::Id(from ^ incarnation),
+                    |(incarnation, id, call)| Routed::Send {
+                        to: Dest::Id(id ^ incarnation),
                         incarnation,
-                        from,
                         call
                     }
                 ),
@@ -447,14 +438,13 @@ mod tests {
                 },
             );
             prop_oneof![
-                (dest, any::<u64>(), any::<u64>(), any::<Option<u64>>()).prop_map(
-                    |(to, incarnation, from, call)| Header::Send {
+                (dest, any::<u64>(), any::<Option<u64>>()).prop_map(|(to, incarnation, call)| {
+                    Header::Send {
                         to,
                         incarnation,
-                        from,
-                        call
+                        call,
                     }
-                ),
+                }),
                 (any::<u64>(), status).prop_map(|(call, status)| Header::Reply { call, status }),
                 Just(Header::Overlay),
                 (any::<u64>(), any::<u64>())
@@ -484,7 +474,6 @@ mod tests {
         Header::Send {
             to: Dest::Name("echo".into()),
             incarnation: 7,
-            from: 3,
             call: Some(9),
         }
     }
@@ -591,7 +580,6 @@ mod tests {
         let header = Header::Send {
             to: Dest::Name("n".repeat(70_000)),
             incarnation: 0,
-            from: 0,
             call: None,
         };
         let mut out = BytesMut::new();

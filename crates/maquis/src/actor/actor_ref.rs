@@ -265,7 +265,6 @@ impl<M: Message> ActorRef<M> {
         let header = Header::Send {
             to: self.to.clone(),
             incarnation: self.node.incarnation,
-            from: current_actor(),
             call,
         };
         let _ = rt;

@@ -188,7 +188,6 @@ impl<R: Message> ReplyTo<R> {
         let opts = SendOpts {
             channel: self.channel.clone(),
             partition_key: self.partition_key,
-            ..SendOpts::default()
         };
         rt.send_frame(
             &self.node,

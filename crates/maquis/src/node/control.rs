@@ -180,6 +180,9 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
             match known {
                 Some(id) => {
                     m.handle_join(now, &id);
+                    // The join's effects (the members, the first protocol messages) are out
+                    // before the caller hears that it joined.
+                    execute(d, m);
                     if let Some(done) = done {
                         let _ = done.send(Ok(id));
                     }
@@ -198,6 +201,7 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
                 Ok(id) => {
                     if overlay_join {
                         m.handle_join(now, &id);
+                        execute(d, m);
                     }
                     if let Some(done) = done {
                         let _ = done.send(Ok(id));

@@ -254,7 +254,7 @@ impl Inner {
         payload: Bytes,
     ) -> Result<(), SendError> {
         let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
-        lane.enqueue(head, payload, true).await
+        lane.enqueue(head, payload).await
     }
 
     /// Queues a frame for `dst` or fails with `Backpressure` at once.
@@ -537,7 +537,7 @@ impl Inner {
             }
         };
         let queued =
-            tokio::time::timeout(FORWARD_WAIT, peer.lanes[slot].enqueue(head, payload, true)).await;
+            tokio::time::timeout(FORWARD_WAIT, peer.lanes[slot].enqueue(head, payload)).await;
         match queued {
             Ok(Ok(())) => self.counters.routed_forwarded.inc(),
             _ => {
@@ -563,7 +563,6 @@ impl Inner {
             Header::Send {
                 to,
                 incarnation,
-                from: _,
                 call,
             } => {
                 if incarnation != 0 && incarnation != self.id.incarnation {

@@ -196,12 +196,9 @@ impl Lane {
         (self.capacity as u64).saturating_sub(self.budget.available_permits() as u64)
     }
 
-    /// Queues a frame, waiting for room (in the lane, then in the node's budget) when `wait`,
-    /// else failing with `Backpressure`.
-    pub async fn enqueue(&self, head: Bytes, payload: Bytes, wait: bool) -> Result<(), SendError> {
-        if !wait {
-            return self.try_enqueue(head, payload);
-        }
+    /// Queues a frame, waiting for room (in the lane, then in the node's budget); see
+    /// [`Lane::try_enqueue`] for the variant that fails with `Backpressure` instead.
+    pub async fn enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
         let len = head.len() + payload.len();
         let size = len.clamp(1, self.capacity as usize) as u32;
         let closed = |_| SendError::Unreachable(self.id.to_string());
@@ -474,7 +471,7 @@ mod tests {
         // A waiting send waits for the node's room.
         let waiting = tokio::time::timeout(
             std::time::Duration::from_millis(50),
-            b.enqueue(Bytes::new(), Bytes::from(vec![0u8; 10]), true),
+            b.enqueue(Bytes::new(), Bytes::from(vec![0u8; 10])),
         )
         .await;
         assert!(waiting.is_err(), "waits while the node budget is spent");
