@@ -74,12 +74,41 @@ pub enum HandshakeMsg {
     },
     /// Acceptor → dialer: the lane is established.
     Accepted,
-    /// Either side: refused, with a human-readable reason (also used for version or magic
-    /// mismatch).
+    /// Either side: refused, with a code the other side acts on and a human-readable detail.
     Rejected {
-        /// Why.
-        reason: String,
+        /// Why, as a code.
+        code: RejectCode,
+        /// Why, in words.
+        detail: String,
     },
+}
+
+/// Why a handshake was refused: the code travels in [`HandshakeMsg::Rejected`], so the dialer
+/// knows what to do (a superseded lane is not an error, an incompatible peer is not retried).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
+pub enum RejectCode {
+    /// The `Hello` carried other magic bytes or another protocol version.
+    #[error("unsupported protocol version")]
+    Version,
+    /// The dialer's proof did not check: it does not know the cookie.
+    #[error("authentication failed")]
+    Auth,
+    /// The two nodes' configurations cannot work together (different channel tables).
+    #[error("incompatible configuration")]
+    Incompatible,
+    /// The dialer has the acceptor's own name.
+    #[error("a node of the same name")]
+    SameName,
+    /// The dialer asked for a lane the acceptor does not have.
+    #[error("unknown lane")]
+    UnknownLane,
+    /// The acceptor keeps a connection of its own for this lane (the tie-break chose it).
+    #[error("superseded")]
+    Superseded,
+    /// The acceptor refuses for another reason (it is shutting down, the dialer is an older
+    /// incarnation than one it knows).
+    #[error("refused")]
+    Refused,
 }
 
 /// A fresh random nonce from the thread-local cryptographically secure generator.
@@ -408,7 +437,8 @@ mod tests {
     #[test]
     fn encode_refuses_too_large() {
         let msg = HandshakeMsg::Rejected {
-            reason: "x".repeat(MAX_HANDSHAKE_FRAME),
+            code: RejectCode::Auth,
+            detail: "x".repeat(MAX_HANDSHAKE_FRAME),
         };
         let err = encode_handshake(&msg).unwrap_err();
         assert!(
@@ -456,7 +486,8 @@ mod tests {
         ));
         // A body cut short.
         let wire = encode_handshake(&HandshakeMsg::Rejected {
-            reason: "no".into(),
+            code: RejectCode::Refused,
+            detail: "no".into(),
         })
         .unwrap();
         let mut buf = BytesMut::new();
@@ -545,7 +576,10 @@ mod tests {
                 .prop_map(|(node, nonce, proof)| HandshakeMsg::Challenge { node, nonce, proof }),
             any::<Proof>().prop_map(|proof| HandshakeMsg::Response { proof }),
             Just(HandshakeMsg::Accepted),
-            ".{0,100}".prop_map(|reason| HandshakeMsg::Rejected { reason }),
+            ".{0,100}".prop_map(|detail| HandshakeMsg::Rejected {
+                code: RejectCode::Incompatible,
+                detail
+            }),
         ]
     }
 

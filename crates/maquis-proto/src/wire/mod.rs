@@ -4,19 +4,21 @@
 //! [`StreamDecoder`] (take whole messages off the front of a read buffer), which a transport
 //! adapts to its own reader. No function in this module performs I/O.
 
+mod auth;
 pub mod frame;
 pub mod handshake;
 
 use bytes::BytesMut;
 
+pub use auth::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError};
 pub use frame::{
     encode_frame, encode_head, Dest, DownReason, Frame, FrameDecoder, Header, ReplyStatus,
     DEFAULT_MAX_FRAME,
 };
 pub use handshake::{
     acceptor_proof, check_hello_version, dialer_proof, encode_handshake, new_nonce,
-    verify_acceptor, verify_dialer, HandshakeDecoder, HandshakeMsg, Nonce, Proof, MAGIC,
-    MAX_HANDSHAKE_FRAME, VERSION,
+    verify_acceptor, verify_dialer, HandshakeDecoder, HandshakeMsg, Nonce, Proof, RejectCode,
+    MAGIC, MAX_HANDSHAKE_FRAME, VERSION,
 };
 
 /// Takes whole messages off the front of a buffer that a byte stream is read into.

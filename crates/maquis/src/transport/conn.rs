@@ -21,19 +21,7 @@ use crate::id::{LaneId, NodeId};
 use crate::node::{Control, Inner};
 use crate::wire::frame::FrameDecoder;
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
-
-/// How a tie-break refusal starts, so the dialer can tell it from other refusals.
-const SUPERSEDED: &str = "superseded";
-
-/// How a refusal for incompatible configurations starts.
-const INCOMPATIBLE: &str = "incompatible";
-
-fn show_table(t: &[(String, u16)]) -> String {
-    t.iter()
-        .map(|(c, p)| format!("{c}:{p}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
+use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
 
 /// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
 const READ_BUFFER: usize = 64 * 1024;
@@ -107,102 +95,91 @@ async fn accept_handshake(
     inner: &Arc<Inner>,
     s: &mut TcpStream,
 ) -> Result<Option<(Arc<Peer>, usize)>, ConnError> {
-    let HandshakeMsg::Hello {
-        magic,
-        version,
-        node: dialer,
-        lane,
-        nonce: dialer_nonce,
-        channels,
-    } = read_msg(s).await?
-    else {
-        return Err(ConnError::Protocol("expected Hello".into()));
-    };
-    if let Err(e) = handshake::check_hello_version(&magic, version) {
-        let _ = write_msg(
-            s,
-            &HandshakeMsg::Rejected {
-                reason: e.to_string(),
-            },
-        )
-        .await;
-        return Err(e.into());
-    }
-    if inner.shutdown.is_cancelled() {
-        return Err(ConnError::Protocol("the node is shutting down".into()));
-    }
     let me = &inner.id;
-    let nonce = handshake::new_nonce();
-    let proof = handshake::acceptor_proof(&inner.cookie, &dialer, me, &lane, &dialer_nonce, &nonce);
-    write_msg(
-        s,
-        &HandshakeMsg::Challenge {
-            node: me.clone(),
-            nonce,
-            proof,
-        },
-    )
-    .await?;
-    let HandshakeMsg::Response { proof } = read_msg(s).await? else {
-        return Err(ConnError::Protocol("expected Response".into()));
-    };
-    if !handshake::verify_dialer(
+    let mut acc = Acceptor::new(
+        me.clone(),
         &inner.cookie,
-        &dialer,
-        me,
-        &lane,
-        &dialer_nonce,
-        &nonce,
-        &proof,
-    ) {
-        let _ = write_msg(
-            s,
-            &HandshakeMsg::Rejected {
-                reason: "authentication failed".into(),
-            },
-        )
-        .await;
-        return Err(ConnError::Auth(format!(
-            "{dialer} does not know the cookie"
-        )));
-    }
-    let reject = |reason: String| HandshakeMsg::Rejected { reason };
-    let ours = inner.dispatch.table();
-    if channels != ours {
-        let why = format!(
-            "{INCOMPATIBLE}: channel tables differ (ours {}, theirs {})",
-            show_table(&ours),
-            show_table(&channels)
-        );
-        write_msg(s, &reject(why.clone())).await?;
-        return Err(ConnError::Incompatible(format!("{dialer}: {why}")));
-    }
-    if dialer.name == me.name {
-        write_msg(s, &reject("a node of the same name".into())).await?;
-        return Err(ConnError::Protocol(format!("{dialer} has our name")));
-    }
+        inner.dispatch.table(),
+        handshake::new_nonce(),
+    );
+    let (dialer, lane) = loop {
+        match acc.handle(read_msg(s).await?) {
+            AcceptorStep::Send(msg) => {
+                if inner.shutdown.is_cancelled() {
+                    let (reply, e) = acc.reject(RejectCode::Refused, "shutting down".into());
+                    let _ = write_msg(s, &reply).await;
+                    return Err(conn_error(e, None));
+                }
+                write_msg(s, &msg).await?;
+            }
+            AcceptorStep::Authenticated { dialer, lane } => break (dialer, lane),
+            AcceptorStep::Refuse { reply, error } => {
+                if let Some(reply) = reply {
+                    let _ = write_msg(s, &reply).await;
+                }
+                return Err(conn_error(error, None));
+            }
+        }
+    };
+    // What only this node's state can decide: is the lane known, is the dialer older than an
+    // incarnation we know, which of two crossing connections stays.
+    let refuse = |acc: &mut Acceptor, code, detail: String| {
+        let (reply, e) = acc.reject(code, detail);
+        (reply, conn_error(e, None))
+    };
     let Some(slot) = inner.dispatch.slot_of(&lane.channel, lane.index) else {
-        write_msg(s, &reject(format!("unknown lane {lane}"))).await?;
-        return Err(ConnError::Protocol(format!(
-            "{dialer} asked for unknown lane {lane}"
-        )));
+        let (reply, e) = refuse(
+            &mut acc,
+            RejectCode::UnknownLane,
+            format!("unknown lane {lane}"),
+        );
+        write_msg(s, &reply).await?;
+        return Err(e);
     };
     let peer = match inner.peer_get_or_create(&dialer) {
         Ok(p) => p,
         Err(why) => {
-            write_msg(s, &reject(why.clone())).await?;
-            return Err(ConnError::Protocol(why));
+            let (reply, e) = refuse(&mut acc, RejectCode::Refused, why);
+            write_msg(s, &reply).await?;
+            return Err(e);
         }
     };
     match peer.lanes[slot].offer_incoming(dialer.wins_tie_against(me)) {
         Offer::Accept => {
-            write_msg(s, &HandshakeMsg::Accepted).await?;
+            write_msg(s, &acc.accept()).await?;
             Ok(Some((peer, slot)))
         }
         Offer::Reject(why) => {
-            write_msg(s, &reject(format!("{SUPERSEDED}: {why}"))).await?;
+            let (reply, _) = acc.reject(RejectCode::Superseded, why.to_string());
+            write_msg(s, &reply).await?;
             Ok(None)
         }
+    }
+}
+
+/// The runtime's error for a failed handshake; `acceptor` is the node a dialer reached.
+fn conn_error(e: HandshakeError, acceptor: Option<&NodeId>) -> ConnError {
+    match e {
+        HandshakeError::Auth(who) => ConnError::Auth(format!("{who} does not know the cookie")),
+        HandshakeError::Rejected {
+            code: RejectCode::Superseded,
+            detail,
+        } => match acceptor {
+            Some(a) => ConnError::Superseded(a.clone()),
+            None => ConnError::Rejected(detail),
+        },
+        HandshakeError::Rejected {
+            code: RejectCode::Incompatible | RejectCode::Version,
+            detail,
+        }
+        | HandshakeError::Refused {
+            code: RejectCode::Incompatible | RejectCode::Version,
+            detail,
+        } => ConnError::Incompatible(detail),
+        HandshakeError::Rejected { code, detail } => {
+            ConnError::Rejected(format!("{code}: {detail}"))
+        }
+        other => ConnError::Protocol(other.to_string()),
     }
 }
 
@@ -229,57 +206,22 @@ async fn dial_inner(
 ) -> Result<(NodeId, TcpStream), ConnError> {
     let mut s = TcpStream::connect(addr).await?;
     s.set_nodelay(true)?;
-    let me = &inner.id;
-    let nonce = handshake::new_nonce();
-    write_msg(
-        &mut s,
-        &HandshakeMsg::Hello {
-            magic: handshake::MAGIC,
-            version: handshake::VERSION,
-            node: me.clone(),
-            lane: lane.clone(),
-            nonce,
-            channels: inner.dispatch.table(),
-        },
-    )
-    .await?;
-    let (acceptor, their_nonce, proof) = match read_msg(&mut s).await? {
-        HandshakeMsg::Challenge { node, nonce, proof } => (node, nonce, proof),
-        HandshakeMsg::Rejected { reason } => return Err(ConnError::Rejected(reason)),
-        _ => return Err(ConnError::Protocol("expected Challenge".into())),
-    };
-    if !handshake::verify_acceptor(
+    let (mut d, hello) = Dialer::new(
+        inner.id.clone(),
+        lane.clone(),
+        inner.dispatch.table(),
         &inner.cookie,
-        me,
-        &acceptor,
-        lane,
-        &nonce,
-        &their_nonce,
-        &proof,
-    ) {
-        return Err(ConnError::Auth(format!(
-            "{acceptor} does not know the cookie"
-        )));
-    }
-    if let Some(want) = expect {
-        if *want != acceptor {
-            return Err(ConnError::Protocol(format!(
-                "expected {want:?}, reached {acceptor:?}"
-            )));
+        handshake::new_nonce(),
+        expect.cloned(),
+    );
+    write_msg(&mut s, &hello).await?;
+    loop {
+        let msg = read_msg(&mut s).await?;
+        match d.handle(msg) {
+            Ok(DialerStep::Send(msg)) => write_msg(&mut s, &msg).await?,
+            Ok(DialerStep::Established(acceptor)) => return Ok((acceptor, s)),
+            Err(e) => return Err(conn_error(e, d.acceptor())),
         }
-    }
-    let proof = handshake::dialer_proof(&inner.cookie, me, &acceptor, lane, &nonce, &their_nonce);
-    write_msg(&mut s, &HandshakeMsg::Response { proof }).await?;
-    match read_msg(&mut s).await? {
-        HandshakeMsg::Accepted => Ok((acceptor, s)),
-        HandshakeMsg::Rejected { reason } if reason.starts_with(SUPERSEDED) => {
-            Err(ConnError::Superseded(acceptor))
-        }
-        HandshakeMsg::Rejected { reason } if reason.starts_with(INCOMPATIBLE) => {
-            Err(ConnError::Incompatible(reason))
-        }
-        HandshakeMsg::Rejected { reason } => Err(ConnError::Rejected(reason)),
-        _ => Err(ConnError::Protocol("expected Accepted".into())),
     }
 }
 
