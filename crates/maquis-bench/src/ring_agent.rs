@@ -258,7 +258,7 @@ impl Hist {
 }
 
 /// The `p`th percentile of (value, count) buckets sorted by value, with the nearest-rank rule
-/// of `maquis::node::percentile`.
+/// of `maquis::admin::percentile`.
 pub fn percentile(buckets: &[(u64, u64)], p: f64) -> u64 {
     let n: u64 = buckets.iter().map(|b| b.1).sum();
     if n == 0 {

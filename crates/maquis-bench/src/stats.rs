@@ -36,8 +36,8 @@ impl RunResult {
             } else {
                 0.0
             },
-            p50_us: maquis::node::percentile(&lat, 50.0),
-            p99_us: maquis::node::percentile(&lat, 99.0),
+            p50_us: maquis::admin::percentile(&lat, 50.0),
+            p99_us: maquis::admin::percentile(&lat, 99.0),
             max_us: lat.last().copied().unwrap_or(0),
             cpu_s,
         }

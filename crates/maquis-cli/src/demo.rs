@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
+use maquis::admin::percentile;
 use maquis::echo::echo_once;
-use maquis::node::percentile;
 use maquis::{Config, Node, SendOpts};
 
 /// Options of `maquis demo`.

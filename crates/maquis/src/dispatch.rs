@@ -54,7 +54,7 @@ impl SendOpts {
 }
 
 /// A stable 64-bit hash (the same in every process of one build).
-pub fn hash_of<K: Hash + ?Sized>(key: &K) -> u64 {
+pub(crate) fn hash_of<K: Hash + ?Sized>(key: &K) -> u64 {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
     h.finish()
@@ -62,7 +62,7 @@ pub fn hash_of<K: Hash + ?Sized>(key: &K) -> u64 {
 
 /// Maps channels and keys to lane slots in a peer's lane table.
 #[derive(Debug)]
-pub struct Dispatcher {
+pub(crate) struct Dispatcher {
     specs: Vec<ChannelSpec>,
     by_name: HashMap<String, usize>,
     round_robin: Vec<AtomicUsize>,
@@ -72,7 +72,7 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Builds the dispatcher for a channel table (as made by `Config::channel_specs`).
-    pub fn new(specs: Vec<ChannelSpec>, affinity: bool) -> Self {
+    pub(crate) fn new(specs: Vec<ChannelSpec>, affinity: bool) -> Self {
         let by_name: HashMap<String, usize> = specs
             .iter()
             .enumerate()
@@ -90,12 +90,12 @@ impl Dispatcher {
     }
 
     /// The channel table.
-    pub fn specs(&self) -> &[ChannelSpec] {
+    pub(crate) fn specs(&self) -> &[ChannelSpec] {
         &self.specs
     }
 
     /// The channel table as (name, parallelism) in lane order; two nodes must agree on it.
-    pub fn table(&self) -> Vec<(String, u16)> {
+    pub(crate) fn table(&self) -> Vec<(String, u16)> {
         self.specs
             .iter()
             .map(|s| (s.name.clone(), s.parallelism))
@@ -103,7 +103,7 @@ impl Dispatcher {
     }
 
     /// Lanes per peer in all.
-    pub fn total_lanes(&self) -> usize {
+    pub(crate) fn total_lanes(&self) -> usize {
         self.specs
             .last()
             .map(|s| s.offset + s.parallelism as usize)
@@ -111,7 +111,7 @@ impl Dispatcher {
     }
 
     /// The slot of the membership channel's only lane.
-    pub fn membership_slot(&self) -> usize {
+    pub(crate) fn membership_slot(&self) -> usize {
         self.by_name
             .get(MEMBERSHIP_CHANNEL)
             .map(|&i| self.specs[i].offset)
@@ -120,14 +120,14 @@ impl Dispatcher {
 
     /// Which channel a name denotes (unknown → `default`; `membership` is reserved for
     /// protocol traffic, so application sends naming it also go to `default`).
-    pub fn channel_index(&self, name: Option<&str>) -> usize {
+    pub(crate) fn channel_index(&self, name: Option<&str>) -> usize {
         name.filter(|n| *n != MEMBERSHIP_CHANNEL)
             .and_then(|n| self.by_name.get(n).copied())
             .unwrap_or(self.default_channel)
     }
 
     /// Picks the lane slot for one message.
-    pub fn pick(&self, opts: &SendOpts, sender: u64, receiver: u64) -> usize {
+    pub(crate) fn pick(&self, opts: &SendOpts, sender: u64, receiver: u64) -> usize {
         let ch = self.channel_index(opts.channel.as_deref());
         let spec = &self.specs[ch];
         let p = spec.parallelism.max(1) as u64;
@@ -140,7 +140,8 @@ impl Dispatcher {
     }
 
     /// The (channel, index) of a slot.
-    pub fn lane_of(&self, slot: usize) -> Option<(&str, u16)> {
+    #[cfg(test)]
+    pub(crate) fn lane_of(&self, slot: usize) -> Option<(&str, u16)> {
         self.specs.iter().find_map(|s| {
             (slot >= s.offset && slot < s.offset + s.parallelism as usize)
                 .then(|| (s.name.as_str(), (slot - s.offset) as u16))
@@ -148,7 +149,7 @@ impl Dispatcher {
     }
 
     /// The slot of (channel, index), if that lane exists.
-    pub fn slot_of(&self, channel: &str, index: u16) -> Option<usize> {
+    pub(crate) fn slot_of(&self, channel: &str, index: u16) -> Option<usize> {
         let s = &self.specs[*self.by_name.get(channel)?];
         (index < s.parallelism).then_some(s.offset + index as usize)
     }

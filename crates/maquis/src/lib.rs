@@ -29,27 +29,39 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
-pub mod actor;
+mod actor;
 pub mod admin;
-pub mod allocator;
+mod allocator;
 pub mod config;
-pub mod dispatch;
+mod dispatch;
 pub mod echo;
-pub mod error;
-pub mod node;
+mod error;
+mod node;
 pub mod payload;
-pub mod transport;
+mod transport;
 
-pub use maquis_proto::{broadcast, encode, id, membership, overlay, wire};
+/// Overlays: the [`Overlay`](overlay::Overlay) trait to write your own (see
+/// `examples/custom_overlay.rs`), and the built-in ones with their configurations.
+pub mod overlay {
+    pub use maquis_proto::overlay::*;
+}
+
+// The protocol crate's modules the runtime uses internally.
+use maquis_proto::{broadcast, id, membership, wire};
+
+pub use maquis_proto::encode;
 
 pub use actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, ReplyTo};
 pub use allocator::tune_allocator;
 pub use broadcast::Topic;
-pub use config::{ChannelConfig, Config, OverlayKind};
+pub use config::{ChannelConfig, Config, ConfigError, OverlayKind};
 pub use dispatch::SendOpts;
-pub use error::{BroadcastError, CallError, JoinError, RegisterError, SendError, StartError};
-pub use id::{LaneId, NodeId};
-pub use node::{MembershipEvent, Node, Subscription};
+pub use error::{
+    BroadcastError, CallError, ConnError, JoinError, RegisterError, SendError, StartError,
+};
+pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
+pub use node::{Counter, Counters, MembershipEvent, Node, Subscription};
 pub use payload::Payload;
 pub use wire::frame::DownReason;

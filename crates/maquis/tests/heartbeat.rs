@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use common::*;
-use maquis::wire::handshake::{self, HandshakeDecoder, HandshakeMsg};
-use maquis::wire::StreamDecoder;
 use maquis::{LaneId, MembershipEvent, NodeId, OverlayKind};
+use maquis_proto::wire::handshake::{self, HandshakeDecoder, HandshakeMsg};
+use maquis_proto::wire::StreamDecoder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -43,19 +43,19 @@ impl PendingCalls {
     }
 
     /// Opens a call to an actor on `target` (`None`: a local actor).
-    pub fn open(&self, target: Option<NodeId>) -> (u64, oneshot::Receiver<CallOutcome>) {
+    pub(crate) fn open(&self, target: Option<NodeId>) -> (u64, oneshot::Receiver<CallOutcome>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
         self.lock().insert(id, (target, tx));
         (id, rx)
     }
 
-    pub fn cancel(&self, id: u64) {
+    pub(crate) fn cancel(&self, id: u64) {
         self.lock().remove(&id);
     }
 
     /// Completes a call; false when nobody waits for it any more (late or unknown reply).
-    pub fn complete(&self, id: u64, outcome: CallOutcome) -> bool {
+    pub(crate) fn complete(&self, id: u64, outcome: CallOutcome) -> bool {
         let waiting = self.lock().remove(&id);
         match waiting {
             Some((_, tx)) => tx.send(outcome).is_ok(),
@@ -63,12 +63,12 @@ impl PendingCalls {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Fails at once every call waiting on an actor of `node` (it went down or left).
-    pub fn fail_node(&self, node: &NodeId) {
+    pub(crate) fn fail_node(&self, node: &NodeId) {
         let mut map = self.lock();
         let hit: Vec<u64> = map
             .iter()
@@ -83,7 +83,7 @@ impl PendingCalls {
     }
 
     /// Fails every waiting call (node shutdown).
-    pub fn fail_all(&self, why: &str) {
+    pub(crate) fn fail_all(&self, why: &str) {
         let all: Vec<_> = self.lock().drain().collect();
         for (_, (_, tx)) in all {
             let _ = tx.send(CallOutcome::Failed(why.to_string()));

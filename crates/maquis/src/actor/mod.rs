@@ -18,7 +18,7 @@ pub use monitor::Monitor;
 pub(crate) use monitor::{notify_stopped, Monitors, WatchTarget};
 
 /// An actor's id, unique on its node for the node's life.
-pub type ActorId = u64;
+pub(crate) type ActorId = u64;
 
 /// What an actor can receive: any serde type that can cross threads. Local sends move the value;
 /// remote sends encode it with postcard.

@@ -43,18 +43,18 @@ pub(crate) struct Monitors {
 }
 
 impl Monitors {
-    pub fn next_id(&self) -> u64 {
+    pub(crate) fn next_id(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    pub fn add(&self, watch: u64, target: WatchTarget, tx: oneshot::Sender<DownReason>) {
+    pub(crate) fn add(&self, watch: u64, target: WatchTarget, tx: oneshot::Sender<DownReason>) {
         self.remote
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(watch, (target, tx));
     }
 
-    pub fn remove(&self, watch: u64) -> Option<WatchTarget> {
+    pub(crate) fn remove(&self, watch: u64) -> Option<WatchTarget> {
         self.remote
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -63,7 +63,7 @@ impl Monitors {
     }
 
     /// Fires one monitor (a `Down` arrived).
-    pub fn fire(&self, watch: u64, reason: DownReason) {
+    pub(crate) fn fire(&self, watch: u64, reason: DownReason) {
         if let Some((_, tx)) = self
             .remote
             .lock()
@@ -75,7 +75,7 @@ impl Monitors {
     }
 
     /// Fires every monitor of anything on `node` (name and incarnation).
-    pub fn node_down(&self, node: &NodeId) {
+    pub(crate) fn node_down(&self, node: &NodeId) {
         let mut map = self.remote.lock().unwrap_or_else(|e| e.into_inner());
         let hit: Vec<u64> = map
             .iter()
@@ -89,7 +89,7 @@ impl Monitors {
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.remote.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }

@@ -78,7 +78,7 @@ impl Registry {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn insert(&self, id: ActorId, mailbox: std::sync::Arc<dyn ErasedMailbox>) {
+    pub(crate) fn insert(&self, id: ActorId, mailbox: std::sync::Arc<dyn ErasedMailbox>) {
         self.lock().actors.insert(
             id,
             Entry {
@@ -90,7 +90,7 @@ impl Registry {
     }
 
     /// Removes an actor and returns who watched it.
-    pub fn remove(&self, id: ActorId) -> Vec<Watcher> {
+    pub(crate) fn remove(&self, id: ActorId) -> Vec<Watcher> {
         let mut t = self.lock();
         let Some(entry) = t.actors.remove(&id) else {
             return Vec::new();
@@ -102,21 +102,21 @@ impl Registry {
     }
 
     /// Removes every actor (node shutdown): their mailboxes close and they stop.
-    pub fn clear(&self) -> Vec<(ActorId, Vec<Watcher>)> {
+    pub(crate) fn clear(&self) -> Vec<(ActorId, Vec<Watcher>)> {
         let mut t = self.lock();
         t.names.clear();
         t.actors.drain().map(|(id, e)| (id, e.watchers)).collect()
     }
 
-    pub fn by_id(&self, id: ActorId) -> Option<std::sync::Arc<dyn ErasedMailbox>> {
+    pub(crate) fn by_id(&self, id: ActorId) -> Option<std::sync::Arc<dyn ErasedMailbox>> {
         self.lock().actors.get(&id).map(|e| e.mailbox.clone())
     }
 
-    pub fn resolve(&self, name: &str) -> Option<ActorId> {
+    pub(crate) fn resolve(&self, name: &str) -> Option<ActorId> {
         self.lock().names.get(name).copied()
     }
 
-    pub fn register(&self, name: &str, id: ActorId) -> Result<(), RegisterError> {
+    pub(crate) fn register(&self, name: &str, id: ActorId) -> Result<(), RegisterError> {
         let mut t = self.lock();
         if let Some(&holder) = t.names.get(name) {
             return if holder == id {
@@ -131,7 +131,7 @@ impl Registry {
         Ok(())
     }
 
-    pub fn unregister(&self, name: &str) -> bool {
+    pub(crate) fn unregister(&self, name: &str) -> bool {
         let mut t = self.lock();
         let Some(id) = t.names.remove(name) else {
             return false;
@@ -142,16 +142,16 @@ impl Registry {
         true
     }
 
-    pub fn names(&self) -> usize {
+    pub(crate) fn names(&self) -> usize {
         self.lock().names.len()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().actors.len()
     }
 
     /// Adds a watcher; gives it back if the actor does not exist.
-    pub fn watch(&self, id: ActorId, w: Watcher) -> Result<(), Watcher> {
+    pub(crate) fn watch(&self, id: ActorId, w: Watcher) -> Result<(), Watcher> {
         match self.lock().actors.get_mut(&id) {
             Some(e) => {
                 e.watchers.push(w);
@@ -161,7 +161,7 @@ impl Registry {
         }
     }
 
-    pub fn unwatch(&self, id: ActorId, watch: u64) {
+    pub(crate) fn unwatch(&self, id: ActorId, watch: u64) {
         if let Some(e) = self.lock().actors.get_mut(&id) {
             e.watchers.retain(|w| match w {
                 Watcher::Local { watch: x, .. } | Watcher::Remote { watch: x, .. } => *x != watch,
@@ -170,7 +170,7 @@ impl Registry {
     }
 
     /// Watchers that live on other nodes.
-    pub fn remote_watchers(&self) -> usize {
+    pub(crate) fn remote_watchers(&self) -> usize {
         let t = self.lock();
         t.actors
             .values()
@@ -184,7 +184,7 @@ impl Registry {
     }
 
     /// Forgets the watchers that live on a node that went away.
-    pub fn forget_node(&self, node: &NodeId) {
+    pub(crate) fn forget_node(&self, node: &NodeId) {
         for e in self.lock().actors.values_mut() {
             e.watchers
                 .retain(|w| !matches!(w, Watcher::Remote { node: n, .. } if n == node));

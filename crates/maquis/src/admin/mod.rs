@@ -173,3 +173,12 @@ pub enum AdminError {
     #[error("admin endpoint response body: {0}")]
     Body(String),
 }
+
+/// Percentile `p` (0..=100) of sorted samples.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}

@@ -87,7 +87,7 @@ counters! {
 }
 
 /// The shared state of a running node.
-pub struct Inner {
+pub(crate) struct Inner {
     pub(crate) id: NodeId,
     pub(crate) config: Config,
     pub(crate) cookie: Vec<u8>,

@@ -4,7 +4,6 @@ mod control;
 mod inner;
 mod status;
 mod topics;
-pub use status::percentile;
 pub use topics::Subscription;
 
 use std::future::Future;
@@ -18,7 +17,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use control::{Control, Retry};
-pub use inner::{Counter, Counters, Inner};
+pub(crate) use inner::Inner;
+pub use inner::{Counter, Counters};
 
 use crate::actor::registry::Watcher;
 use crate::actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, WatchTarget};

@@ -8,17 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::Node;
-use crate::admin::{AdminSource, LaneStatus, PeerStatus, PingReport, Status};
+use crate::admin::{percentile, AdminSource, LaneStatus, PeerStatus, PingReport, Status};
 use crate::dispatch::SendOpts;
-
-/// Percentile `p` (0..=100) of sorted samples.
-pub fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
 
 impl Node {
     /// A snapshot of the node: members, peers, lanes and counters (the `/status` document).

@@ -80,7 +80,7 @@ impl Topics {
         self.subs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn add(&self, topic: Topic, capacity: usize) -> Arc<SubQueue> {
+    pub(crate) fn add(&self, topic: Topic, capacity: usize) -> Arc<SubQueue> {
         let q = Arc::new(SubQueue::new(capacity));
         self.lock().entry(topic).or_default().push(q.clone());
         q
@@ -98,7 +98,7 @@ impl Topics {
 
     /// Hands a broadcast to every subscriber of its topic; returns how many old messages were
     /// dropped to make room.
-    pub fn deliver(&self, topic: &Topic, payload: &Bytes) -> u64 {
+    pub(crate) fn deliver(&self, topic: &Topic, payload: &Bytes) -> u64 {
         let subs: Vec<Arc<SubQueue>> = match self.lock().get(topic) {
             Some(list) => list.clone(),
             None => return 0,
@@ -109,7 +109,7 @@ impl Topics {
     }
 
     /// Ends every subscription (the node stopped).
-    pub fn close_all(&self) {
+    pub(crate) fn close_all(&self) {
         for list in self.lock().drain().map(|(_, l)| l) {
             for q in list {
                 q.close();

@@ -29,7 +29,7 @@ const BATCH_FRAMES: usize = 256;
 const MAX_IOVECS: usize = 64;
 
 /// One frame waiting to be written.
-pub struct OutFrame {
+pub(crate) struct OutFrame {
     /// Length prefix and encoded header.
     pub head: Bytes,
     /// The payload, written as is.
@@ -42,14 +42,14 @@ pub struct OutFrame {
 /// frame takes permits from its lane's budget and from this one, and gives both back once it
 /// is written or dropped. It bounds the outbound memory of a node whatever its number of peers.
 #[derive(Clone, Debug)]
-pub struct QueueBudget {
+pub(crate) struct QueueBudget {
     sem: Arc<Semaphore>,
     capacity: u32,
 }
 
 impl QueueBudget {
     /// A budget of `bytes` (at most 4 GiB).
-    pub fn new(bytes: usize) -> Self {
+    pub(crate) fn new(bytes: usize) -> Self {
         let capacity = bytes.clamp(1, u32::MAX as usize) as u32;
         QueueBudget {
             sem: Arc::new(Semaphore::new(capacity as usize)),
@@ -58,7 +58,7 @@ impl QueueBudget {
     }
 
     /// Bytes queued on all the lanes that share it.
-    pub fn queued_bytes(&self) -> u64 {
+    pub(crate) fn queued_bytes(&self) -> u64 {
         (self.capacity as u64).saturating_sub(self.sem.available_permits() as u64)
     }
 
@@ -69,7 +69,7 @@ impl QueueBudget {
 
 /// Counters of one lane, exported at `/metrics`.
 #[derive(Debug, Default)]
-pub struct LaneMetrics {
+pub(crate) struct LaneMetrics {
     /// Frames written.
     pub msgs_out: AtomicU64,
     /// Bytes written.
@@ -84,7 +84,7 @@ pub struct LaneMetrics {
 
 /// The connection that serves a lane now.
 #[derive(Debug, Clone)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     /// Unique id of the connection.
     pub id: u64,
     /// Whether this node dialed it.
@@ -95,7 +95,7 @@ pub struct ConnInfo {
 
 /// Connection state of a lane, guarded by a mutex; see [`Lane::offer_incoming`].
 #[derive(Debug, Default)]
-pub struct LaneState {
+pub(crate) struct LaneState {
     /// The live connection, if any.
     pub conn: Option<ConnInfo>,
     /// A dial of ours is in flight.
@@ -103,9 +103,7 @@ pub struct LaneState {
 }
 
 /// A write half handed to the lane's writer.
-pub struct ConnHandle {
-    /// The connection's id.
-    pub id: u64,
+pub(crate) struct ConnHandle {
     /// Where frames are written.
     pub writer: OwnedWriteHalf,
     /// Fires when the connection dies (either half).
@@ -114,7 +112,7 @@ pub struct ConnHandle {
 
 /// Outcome of an incoming connection offered to a lane.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Offer {
+pub(crate) enum Offer {
     /// Take it (closing the connection it replaces, if any).
     Accept,
     /// Refuse it: our connection (or dial) wins the tie.
@@ -122,7 +120,7 @@ pub enum Offer {
 }
 
 /// One lane of a peer.
-pub struct Lane {
+pub(crate) struct Lane {
     /// (channel, index).
     pub id: LaneId,
     /// Position in the peer's lane table.
@@ -140,7 +138,7 @@ pub struct Lane {
 }
 
 /// The receiving ends a lane's writer task owns.
-pub struct LaneTask {
+pub(crate) struct LaneTask {
     /// Queued frames.
     pub rx: mpsc::UnboundedReceiver<OutFrame>,
     /// New connections.
@@ -150,13 +148,14 @@ pub struct LaneTask {
 impl Lane {
     /// A new, disconnected lane with a queue of `capacity` bytes and no node-wide budget
     /// beyond it.
-    pub fn new(id: LaneId, slot: usize, capacity: usize) -> (Arc<Lane>, LaneTask) {
+    #[cfg(test)]
+    pub(crate) fn new(id: LaneId, slot: usize, capacity: usize) -> (Arc<Lane>, LaneTask) {
         Lane::with_budget(id, slot, capacity, QueueBudget::new(capacity))
     }
 
     /// A new, disconnected lane with a queue of `capacity` bytes that also draws on the
     /// node-wide `node` budget.
-    pub fn with_budget(
+    pub(crate) fn with_budget(
         id: LaneId,
         slot: usize,
         capacity: usize,
@@ -182,23 +181,23 @@ impl Lane {
     }
 
     /// Whether a connection serves the lane now.
-    pub fn is_connected(&self) -> bool {
+    pub(crate) fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Acquire)
     }
 
     /// Marks the lane (dis)connected.
-    pub fn set_connected(&self, on: bool) {
+    pub(crate) fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::Release);
     }
 
     /// Bytes queued and not yet written.
-    pub fn queued_bytes(&self) -> u64 {
+    pub(crate) fn queued_bytes(&self) -> u64 {
         (self.capacity as u64).saturating_sub(self.budget.available_permits() as u64)
     }
 
     /// Queues a frame, waiting for room (in the lane, then in the node's budget); see
     /// [`Lane::try_enqueue`] for the variant that fails with `Backpressure` instead.
-    pub async fn enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
+    pub(crate) async fn enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
         let len = head.len() + payload.len();
         let size = len.clamp(1, self.capacity as usize) as u32;
         let closed = |_| SendError::Unreachable(self.id.to_string());
@@ -219,7 +218,7 @@ impl Lane {
     }
 
     /// Queues a frame without waiting; used by protocol traffic that must never block.
-    pub fn try_enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
+    pub(crate) fn try_enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
         let len = head.len() + payload.len();
         let size = len.clamp(1, self.capacity as usize) as u32;
         let permit = self
@@ -257,7 +256,7 @@ impl Lane {
     /// connection, accept; while our own dial is in flight, or when the live connection is ours,
     /// the connection dialed by the tie winner survives; a connection the peer dialed before is
     /// replaced (the peer would not dial again unless it lost it).
-    pub fn offer_incoming(&self, peer_wins_tie: bool) -> Offer {
+    pub(crate) fn offer_incoming(&self, peer_wins_tie: bool) -> Offer {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match (&st.conn, st.dialing) {
             (None, false) => Offer::Accept,
@@ -269,7 +268,7 @@ impl Lane {
 
     /// Makes `conn` the lane's connection and hands its write half to the writer task.
     /// Returns the replaced connection's id, if any (it is closed).
-    pub fn install(&self, info: ConnInfo, writer: OwnedWriteHalf) -> Option<u64> {
+    pub(crate) fn install(&self, info: ConnInfo, writer: OwnedWriteHalf) -> Option<u64> {
         let old = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             st.conn.replace(info.clone())
@@ -279,7 +278,6 @@ impl Lane {
         }
         self.set_connected(true);
         let handle = ConnHandle {
-            id: info.id,
             writer,
             cancel: info.cancel,
         };
@@ -291,7 +289,7 @@ impl Lane {
     }
 
     /// Clears the connection if it is still `conn_id`; returns whether it was.
-    pub fn clear(&self, conn_id: u64) -> bool {
+    pub(crate) fn clear(&self, conn_id: u64) -> bool {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.conn.as_ref().map(|c| c.id) == Some(conn_id) {
             st.conn = None;
@@ -312,7 +310,7 @@ fn info_cancel(state: &Mutex<LaneState>) {
 
 /// The writer loop of one lane. Runs until `abort` fires (frames left are dropped and counted) or
 /// `close` fires (frames left are written first, then the connection is shut down).
-pub async fn run_writer(
+pub(crate) async fn run_writer(
     lane: Arc<Lane>,
     mut task: LaneTask,
     abort: CancellationToken,

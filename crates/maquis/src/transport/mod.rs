@@ -3,9 +3,9 @@
 
 pub(crate) mod conn;
 pub(crate) mod connector;
-pub mod lane;
+pub(crate) mod lane;
 pub(crate) mod listener;
 pub(crate) mod peer;
 
-pub use lane::{Lane, LaneMetrics, QueueBudget};
-pub use peer::Peer;
+pub(crate) use lane::QueueBudget;
+pub(crate) use peer::Peer;

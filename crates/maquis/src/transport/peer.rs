@@ -10,7 +10,7 @@ use super::lane::Lane;
 use crate::id::NodeId;
 
 /// A remote node and the lanes to it.
-pub struct Peer {
+pub(crate) struct Peer {
     /// Which node (and which life of it).
     pub id: NodeId,
     /// All lanes, indexed by slot (see `Dispatcher`).
@@ -33,12 +33,12 @@ pub struct Peer {
 
 impl Peer {
     /// Whether the peer's membership lane is up.
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         self.up.load(Ordering::Acquire)
     }
 
     /// Waits until the lane in `slot` is connected; false on timeout or abort.
-    pub async fn wait_connected(&self, slot: usize, limit: std::time::Duration) -> bool {
+    pub(crate) async fn wait_connected(&self, slot: usize, limit: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let changed = self.changed.notified();
@@ -57,13 +57,8 @@ impl Peer {
 
     /// Waits (up to `limit`) until every lane's writer has ended: after `close`, that is when
     /// the frames queued before it have been written.
-    pub async fn drained(&self, limit: std::time::Duration) {
+    pub(crate) async fn drained(&self, limit: std::time::Duration) {
         let writers = std::mem::take(&mut *self.writers.lock().unwrap_or_else(|e| e.into_inner()));
         let _ = tokio::time::timeout(limit, futures::future::join_all(writers)).await;
-    }
-
-    /// Connected lanes.
-    pub fn connected_lanes(&self) -> usize {
-        self.lanes.iter().filter(|l| l.is_connected()).count()
     }
 }
