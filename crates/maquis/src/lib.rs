@@ -35,6 +35,7 @@ mod actor;
 pub mod admin;
 mod allocator;
 pub mod config;
+mod counters;
 mod dispatch;
 pub mod echo;
 mod error;
@@ -57,11 +58,12 @@ pub use actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, ReplyTo};
 pub use allocator::tune_allocator;
 pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, ConfigError, OverlayKind};
+pub use counters::{Counter, Counters};
 pub use dispatch::SendOpts;
 pub use error::{
     BroadcastError, CallError, ConnError, JoinError, RegisterError, SendError, StartError,
 };
 pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
-pub use node::{Counter, Counters, MembershipEvent, Node, Subscription};
+pub use node::{MembershipEvent, Node, Subscription};
 pub use payload::Payload;
 pub use wire::frame::DownReason;

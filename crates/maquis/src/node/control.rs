@@ -471,7 +471,7 @@ fn spawn_dial(
         let result = loop {
             let attempt = tokio::select! {
                 _ = inner.shutdown.cancelled() => return,
-                r = conn::dial(&inner, addr, &lane, None) => r,
+                r = conn::dial(&*inner, addr, &lane, None) => r,
             };
             match attempt {
                 Ok((id, stream)) if id.name != inner.id.name => {

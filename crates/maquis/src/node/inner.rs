@@ -1,7 +1,7 @@
 //! The node's shared state and its data path: sending frames to peers and handling the frames
 //! that arrive.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -17,6 +17,7 @@ use crate::actor::registry::{RemoteMsg, Watcher};
 use crate::actor::{CallOutcome, Monitors, PendingCalls};
 use crate::broadcast::{DropReason, ForwardDecision};
 use crate::config::Config;
+use crate::counters::Counters;
 use crate::dispatch::{Dispatcher, SendOpts};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
@@ -37,53 +38,6 @@ enum Hop {
     Direct(Arc<Peer>),
     /// To a neighbour that forwards it.
     Via(Arc<Peer>),
-}
-
-/// A monotonically increasing counter.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds one.
-    pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-    /// The value.
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-macro_rules! counters {
-    ($($name:ident: $doc:literal),* $(,)?) => {
-        /// Node-wide event counters, exported at `/metrics` as `maquis_<name>_total`.
-        #[derive(Debug, Default)]
-        pub struct Counters { $(#[doc = $doc] pub $name: Counter,)* }
-        impl Counters {
-            /// Name → value.
-            pub fn snapshot(&self) -> BTreeMap<String, u64> {
-                BTreeMap::from([$((stringify!($name).to_string(), self.$name.get()),)*])
-            }
-        }
-    };
-}
-
-counters! {
-    decode_errors: "messages dropped because they did not decode as the actor's type",
-    unknown_actor: "messages for an actor that does not exist here",
-    stale_target: "messages addressed to an older incarnation of this node",
-    late_replies: "replies that arrived after their call gave up",
-    handshake_failures: "incoming connections that failed the handshake",
-    handshakes_refused: "connections closed because too many handshakes were in progress",
-    bad_frames: "connections closed for a malformed or oversized frame",
-    control_drops: "protocol frames dropped because the membership lane was full or gone",
-    peers_down: "peers declared down",
-    routed_forwarded: "routed messages this node passed on toward their destination",
-    routed_hop_limit: "routed messages dropped because they reached the hop limit",
-    routed_no_route: "routed messages dropped because this node knew no way on",
-    routed_queue_full: "routed messages dropped because the next hop's lane stayed full",
-    routed_invalid: "routed messages dropped because their lane or header made no sense here",
-    subscription_drops: "broadcast messages dropped from full topic subscriptions (oldest first)",
 }
 
 /// The shared state of a running node.

@@ -1,6 +1,7 @@
 //! `Node`: start a node from a [`Config`], join and leave a cluster, spawn and name actors.
 
 mod control;
+mod host;
 mod inner;
 mod status;
 mod topics;
@@ -18,12 +19,12 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use control::{Control, Retry};
 pub(crate) use inner::Inner;
-pub use inner::{Counter, Counters};
 
 use crate::actor::registry::Watcher;
 use crate::actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, WatchTarget};
 use crate::broadcast::Topic;
 use crate::config::{Config, OverlayKind};
+use crate::counters::Counters;
 use crate::dispatch::Dispatcher;
 use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
 use crate::id::NodeId;

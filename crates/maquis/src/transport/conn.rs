@@ -16,9 +16,9 @@ use crate::wire::StreamDecoder;
 
 use super::lane::{ConnInfo, Offer};
 use super::peer::Peer;
+use super::{Host, LaneEvent};
 use crate::error::ConnError;
 use crate::id::{LaneId, NodeId};
-use crate::node::{Control, Inner};
 use crate::wire::frame::FrameDecoder;
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
@@ -69,9 +69,9 @@ async fn read_msg(s: &mut TcpStream) -> Result<HandshakeMsg, ConnError> {
 }
 
 /// Serves an incoming connection: handshake, lane decision, then reading.
-pub(crate) async fn accept(inner: Arc<Inner>, mut stream: TcpStream, remote: SocketAddr) {
+pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote: SocketAddr) {
     let _ = stream.set_nodelay(true);
-    let limit = std::time::Duration::from_millis(inner.config.handshake_timeout_ms);
+    let limit = std::time::Duration::from_millis(inner.config().handshake_timeout_ms);
     let result = match tokio::time::timeout(limit, accept_handshake(&inner, &mut stream)).await {
         Ok(r) => r,
         Err(_) => Err(ConnError::Timeout),
@@ -81,31 +81,31 @@ pub(crate) async fn accept(inner: Arc<Inner>, mut stream: TcpStream, remote: Soc
         Ok(None) => {}
         Err(ConnError::Io(e)) => {
             // A peer that goes away mid-handshake (shutting down, or a cancelled dial).
-            inner.counters.handshake_failures.inc();
+            inner.counters().handshake_failures.inc();
             tracing::debug!(%remote, error = %e, "incoming connection closed during the handshake");
         }
         Err(e) => {
-            inner.counters.handshake_failures.inc();
+            inner.counters().handshake_failures.inc();
             tracing::warn!(%remote, reason = %e, "incoming connection refused");
         }
     }
 }
 
-async fn accept_handshake(
-    inner: &Arc<Inner>,
+async fn accept_handshake<H: Host>(
+    inner: &Arc<H>,
     s: &mut TcpStream,
 ) -> Result<Option<(Arc<Peer>, usize)>, ConnError> {
-    let me = &inner.id;
+    let me = inner.id();
     let mut acc = Acceptor::new(
         me.clone(),
-        &inner.cookie,
-        inner.dispatch.table(),
+        inner.cookie(),
+        inner.dispatch().table(),
         handshake::new_nonce(),
     );
     let (dialer, lane) = loop {
         match acc.handle(read_msg(s).await?) {
             AcceptorStep::Send(msg) => {
-                if inner.shutdown.is_cancelled() {
+                if inner.shutdown().is_cancelled() {
                     let (reply, e) = acc.reject(RejectCode::Refused, "shutting down".into());
                     let _ = write_msg(s, &reply).await;
                     return Err(conn_error(e, None));
@@ -127,7 +127,7 @@ async fn accept_handshake(
         let (reply, e) = acc.reject(code, detail);
         (reply, conn_error(e, None))
     };
-    let Some(slot) = inner.dispatch.slot_of(&lane.channel, lane.index) else {
+    let Some(slot) = inner.dispatch().slot_of(&lane.channel, lane.index) else {
         let (reply, e) = refuse(
             &mut acc,
             RejectCode::UnknownLane,
@@ -136,7 +136,7 @@ async fn accept_handshake(
         write_msg(s, &reply).await?;
         return Err(e);
     };
-    let peer = match inner.peer_get_or_create(&dialer) {
+    let peer = match inner.peer_for(&dialer) {
         Ok(p) => p,
         Err(why) => {
             let (reply, e) = refuse(&mut acc, RejectCode::Refused, why);
@@ -185,21 +185,21 @@ fn conn_error(e: HandshakeError, acceptor: Option<&NodeId>) -> ConnError {
 
 /// Dials `addr` for `lane` and runs the dialer's side of the handshake. With `expect`, the
 /// acceptor must be exactly that node (a restarted node has a new incarnation and fails here).
-pub(crate) async fn dial(
-    inner: &Inner,
+pub(crate) async fn dial<H: Host>(
+    inner: &H,
     addr: SocketAddr,
     lane: &LaneId,
     expect: Option<&NodeId>,
 ) -> Result<(NodeId, TcpStream), ConnError> {
-    let limit = std::time::Duration::from_millis(inner.config.handshake_timeout_ms);
+    let limit = std::time::Duration::from_millis(inner.config().handshake_timeout_ms);
     match tokio::time::timeout(limit, dial_inner(inner, addr, lane, expect)).await {
         Ok(r) => r,
         Err(_) => Err(ConnError::Timeout),
     }
 }
 
-async fn dial_inner(
-    inner: &Inner,
+async fn dial_inner<H: Host>(
+    inner: &H,
     addr: SocketAddr,
     lane: &LaneId,
     expect: Option<&NodeId>,
@@ -207,10 +207,10 @@ async fn dial_inner(
     let mut s = TcpStream::connect(addr).await?;
     s.set_nodelay(true)?;
     let (mut d, hello) = Dialer::new(
-        inner.id.clone(),
+        inner.id().clone(),
         lane.clone(),
-        inner.dispatch.table(),
-        &inner.cookie,
+        inner.dispatch().table(),
+        inner.cookie(),
         handshake::new_nonce(),
         expect.cloned(),
     );
@@ -227,19 +227,19 @@ async fn dial_inner(
 
 /// Makes an authenticated connection the lane's connection, starts its reader, and tells the
 /// control loop.
-pub(crate) async fn install(
-    inner: &Arc<Inner>,
+pub(crate) async fn install<H: Host>(
+    inner: &Arc<H>,
     peer: &Arc<Peer>,
     slot: usize,
     stream: TcpStream,
     dialed_by_me: bool,
 ) {
-    if inner.shutdown.is_cancelled() || peer.abort.is_cancelled() {
+    if inner.shutdown().is_cancelled() || peer.abort.is_cancelled() {
         return;
     }
     let (read, write) = stream.into_split();
     let info = ConnInfo {
-        id: inner.next_conn.fetch_add(1, Ordering::Relaxed) + 1,
+        id: inner.next_conn_id(),
         dialed_by_me,
         cancel: peer.abort.child_token(),
     };
@@ -248,24 +248,23 @@ pub(crate) async fn install(
     tracing::debug!(peer = %peer.id, lane = %lane.id, dialed_by_me, "lane connected");
     tokio::spawn(read_loop(inner.clone(), peer.clone(), slot, read, info));
     peer.changed.notify_waiters();
-    let _ = inner
-        .control
-        .send(Control::LaneUp {
+    inner
+        .on_lane(LaneEvent::Up {
             peer: peer.id.clone(),
             slot,
         })
         .await;
 }
 
-async fn read_loop(
-    inner: Arc<Inner>,
+async fn read_loop<H: Host>(
+    inner: Arc<H>,
     peer: Arc<Peer>,
     slot: usize,
     read: OwnedReadHalf,
     info: ConnInfo,
 ) {
     let lane = peer.lanes[slot].clone();
-    let decoder = FrameDecoder::new(inner.config.max_frame_bytes);
+    let decoder = FrameDecoder::new(inner.config().max_frame_bytes);
     let counted = Counted {
         inner: read,
         lane: lane.clone(),
@@ -281,10 +280,10 @@ async fn read_loop(
         match next {
             Some(Ok(frame)) => {
                 lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
-                inner.handle_frame(&peer, frame).await;
+                inner.on_frame(&peer, frame).await;
             }
             Some(Err(e)) => {
-                inner.counters.bad_frames.inc();
+                inner.counters().bad_frames.inc();
                 tracing::warn!(peer = %peer.id, lane = %lane.id, error = %e, "bad frame; closing the connection");
                 break e.to_string();
             }
@@ -295,9 +294,8 @@ async fn read_loop(
     if lane.clear(info.id) {
         tracing::debug!(peer = %peer.id, lane = %lane.id, %reason, "lane disconnected");
         peer.changed.notify_waiters();
-        let _ = inner
-            .control
-            .send(Control::LaneDown {
+        inner
+            .on_lane(LaneEvent::Down {
                 peer: peer.id.clone(),
                 slot,
             })
@@ -308,14 +306,14 @@ async fn read_loop(
 /// A read half that adds every byte it reads to its lane's `bytes_in`.
 /// The read half, counting bytes per lane; every byte that arrives also shows the peer alive
 /// (a large frame takes a while to arrive, and a peer that sends one is not silent).
-struct Counted {
+struct Counted<H> {
     inner: OwnedReadHalf,
     lane: Arc<super::lane::Lane>,
-    node: Arc<Inner>,
+    node: Arc<H>,
     peer: Arc<Peer>,
 }
 
-impl tokio::io::AsyncRead for Counted {
+impl<H: Host> tokio::io::AsyncRead for Counted<H> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use super::conn;
 use super::peer::Peer;
+use super::{Host, LaneEvent};
 use crate::error::ConnError;
-use crate::node::{Control, Inner};
 
-pub(crate) async fn run(inner: Arc<Inner>, peer: Arc<Peer>, slot: usize) {
+pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
     let lane = peer.lanes[slot].clone();
-    let min = Duration::from_millis(inner.config.reconnect_min_ms);
-    let max = Duration::from_millis(inner.config.reconnect_max_ms);
-    let winner = inner.id.wins_tie_against(&peer.id);
+    let min = Duration::from_millis(inner.config().reconnect_min_ms);
+    let max = Duration::from_millis(inner.config().reconnect_max_ms);
+    let winner = inner.id().wins_tie_against(&peer.id);
     let mut delay = if winner { Duration::ZERO } else { min };
     loop {
         // Wait while the lane is connected.
@@ -48,7 +48,7 @@ pub(crate) async fn run(inner: Arc<Inner>, peer: Arc<Peer>, slot: usize) {
         let result = tokio::select! {
             _ = peer.abort.cancelled() => return,
             _ = peer.close.cancelled() => return,
-            r = conn::dial(&inner, peer.id.addr, &lane.id, Some(&peer.id)) => r,
+            r = conn::dial(&*inner, peer.id.addr, &lane.id, Some(&peer.id)) => r,
         };
         set_dialing(&peer, slot, false);
         match result {
@@ -70,9 +70,8 @@ pub(crate) async fn run(inner: Arc<Inner>, peer: Arc<Peer>, slot: usize) {
                 } else {
                     tracing::debug!(peer = %peer.id, lane = %lane.id, error = %e, "dial failed");
                 }
-                let _ = inner
-                    .control
-                    .send(Control::DialFailed {
+                inner
+                    .on_lane(LaneEvent::DialFailed {
                         peer: peer.id.clone(),
                         slot,
                         error: e.to_string(),

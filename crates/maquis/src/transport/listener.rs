@@ -6,20 +6,19 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use super::conn;
-use crate::node::Inner;
+use super::{conn, Host};
 
-pub(crate) async fn run(inner: Arc<Inner>, listener: TcpListener) {
+pub(crate) async fn run<H: Host>(inner: Arc<H>, listener: TcpListener) {
     loop {
         let accepted = tokio::select! {
             biased;
-            _ = inner.shutdown.cancelled() => return,
+            _ = inner.shutdown().cancelled() => return,
             a = listener.accept() => a,
         };
         match accepted {
             Ok((stream, remote)) => {
-                let Ok(permit) = inner.handshakes.clone().try_acquire_owned() else {
-                    inner.counters.handshakes_refused.inc();
+                let Ok(permit) = inner.handshakes().clone().try_acquire_owned() else {
+                    inner.counters().handshakes_refused.inc();
                     tracing::warn!(%remote, "too many handshakes in progress; connection closed");
                     continue;
                 };

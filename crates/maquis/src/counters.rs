@@ -1,0 +1,51 @@
+//! Node-wide event counters, exported at `/metrics` as `maquis_<name>_total`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+    /// The value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        /// Node-wide event counters, exported at `/metrics` as `maquis_<name>_total`.
+        #[derive(Debug, Default)]
+        pub struct Counters { $(#[doc = $doc] pub $name: Counter,)* }
+        impl Counters {
+            /// Name → value.
+            pub fn snapshot(&self) -> BTreeMap<String, u64> {
+                BTreeMap::from([$((stringify!($name).to_string(), self.$name.get()),)*])
+            }
+        }
+    };
+}
+
+counters! {
+    decode_errors: "messages dropped because they did not decode as the actor's type",
+    unknown_actor: "messages for an actor that does not exist here",
+    stale_target: "messages addressed to an older incarnation of this node",
+    late_replies: "replies that arrived after their call gave up",
+    handshake_failures: "incoming connections that failed the handshake",
+    handshakes_refused: "connections closed because too many handshakes were in progress",
+    bad_frames: "connections closed for a malformed or oversized frame",
+    control_drops: "protocol frames dropped because the membership lane was full or gone",
+    peers_down: "peers declared down",
+    routed_forwarded: "routed messages this node passed on toward their destination",
+    routed_hop_limit: "routed messages dropped because they reached the hop limit",
+    routed_no_route: "routed messages dropped because this node knew no way on",
+    routed_queue_full: "routed messages dropped because the next hop's lane stayed full",
+    routed_invalid: "routed messages dropped because their lane or header made no sense here",
+    subscription_drops: "broadcast messages dropped from full topic subscriptions (oldest first)",
+}

@@ -1,0 +1,74 @@
+//! The node as the transport's host: what a connection needs from the node, and where the
+//! frames and lane changes it produces go.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::control::Control;
+use super::inner::Inner;
+use crate::config::Config;
+use crate::counters::Counters;
+use crate::dispatch::Dispatcher;
+use crate::id::NodeId;
+use crate::transport::{Host, LaneEvent, Peer};
+use crate::wire::frame::Frame;
+
+impl Host for Inner {
+    fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    fn cookie(&self) -> &[u8] {
+        &self.cookie
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn dispatch(&self) -> &Dispatcher {
+        &self.dispatch
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    fn handshakes(&self) -> &Arc<Semaphore> {
+        &self.handshakes
+    }
+
+    fn next_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn now_us(&self) -> u64 {
+        Inner::now_us(self)
+    }
+
+    fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, String> {
+        self.peer_get_or_create(id)
+    }
+
+    async fn on_frame(&self, peer: &Arc<Peer>, frame: Frame) {
+        self.handle_frame(peer, frame).await
+    }
+
+    async fn on_lane(&self, event: LaneEvent) {
+        let msg = match event {
+            LaneEvent::Up { peer, slot } => Control::LaneUp { peer, slot },
+            LaneEvent::Down { peer, slot } => Control::LaneDown { peer, slot },
+            LaneEvent::DialFailed { peer, slot, error } => {
+                Control::DialFailed { peer, slot, error }
+            }
+        };
+        let _ = self.control.send(msg).await;
+    }
+}
