@@ -37,7 +37,6 @@ mod allocator;
 pub mod config;
 mod counters;
 mod dispatch;
-pub mod echo;
 mod error;
 mod node;
 pub mod payload;
@@ -47,6 +46,12 @@ mod transport;
 /// `examples/custom_overlay.rs`), and the built-in ones with their configurations.
 pub mod overlay {
     pub use maquis_proto::overlay::*;
+}
+
+/// The built-in echo service every node runs, registered as [`echo::ECHO`]: it sends the
+/// payload of each request back to the caller (`maquis ping` uses it).
+pub mod echo {
+    pub use crate::node::echo::{echo_once, Echo, ECHO};
 }
 
 // The protocol crate's modules the runtime uses internally.

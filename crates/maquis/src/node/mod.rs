@@ -1,6 +1,7 @@
 //! `Node`: start a node from a [`Config`], join and leave a cluster, spawn and name actors.
 
 mod control;
+pub(crate) mod echo;
 mod host;
 mod inner;
 mod status;
@@ -178,7 +179,7 @@ impl Node {
                 }
             });
         }
-        crate::echo::spawn_echo(&node);
+        echo::spawn_echo(&node);
         if matches!(
             node.inner.config.overlay,
             OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer

@@ -84,7 +84,7 @@ impl Node {
         let mut errors: Vec<String> = Vec::new();
         let mut failed = 0;
         for _ in 0..count {
-            let r = crate::echo::echo_once(
+            let r = super::echo::echo_once(
                 self,
                 to,
                 payload.clone(),

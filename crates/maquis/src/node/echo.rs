@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::Node;
 use crate::actor::{ActorRef, ReplyTo};
 use crate::dispatch::SendOpts;
 use crate::error::{CallError, SendError};
-use crate::node::Node;
 
 /// The name the echo service is registered under.
 pub const ECHO: &str = "echo";
