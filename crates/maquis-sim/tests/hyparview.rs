@@ -1,144 +1,86 @@
-//! HyParView nodes driven together through the `Overlay` trait, every message delivered at
-//! once: joins, failures, leave, shuffles.
+//! HyParView inside the membership machine, on the deterministic network of
+//! `maquis_proto::harness`: joins, failures, leave, shuffles.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
 
-use maquis_proto::id::NodeId;
-use maquis_proto::overlay::{
-    Effect, Effects, HyParView, HyParViewConfig, HyParViewMsg as Msg, Overlay,
-};
+use maquis_proto::harness::{NetConfig, Network, Observer, SimId};
+use maquis_proto::membership::{MembershipConfig, Protocol};
+use maquis_proto::overlay::{Erased, HyParView, HyParViewConfig, HyParViewMsg};
 
-fn id(i: usize) -> NodeId {
-    NodeId::new(
-        format!("n{i}"),
-        format!("127.0.0.1:{}", 1000 + i).parse().unwrap(),
-        1,
-    )
+/// Every overlay message, in the order they arrived.
+#[derive(Default)]
+struct Log(Vec<(u32, u32, HyParViewMsg<SimId>)>);
+
+impl Observer for Log {
+    fn on_message(&mut self, from: u32, to: u32, protocol: Protocol, payload: &[u8]) {
+        if protocol == Protocol::Overlay {
+            let msg = postcard::from_bytes(payload).expect("a HyParView message");
+            self.0.push((from, to, msg));
+        }
+    }
 }
 
-fn idx(n: &NodeId) -> usize {
-    n.name[1..].parse().unwrap()
+fn hv(net: &Network<Log>, i: u32) -> &HyParView<SimId> {
+    net.node(i).machine.overlay().expect("HyParView")
 }
 
-/// Nodes whose effects are carried out at once; `dead` nodes lose what they are sent, and the
-/// sender sees them down.
-struct Net {
-    nodes: Vec<HyParView>,
-    dead: Vec<bool>,
-    log: Vec<(NodeId, NodeId, Msg)>,
-    shuffle_timer: maquis_proto::overlay::TimerId,
-}
-
-impl Net {
-    fn new(n: usize) -> Net {
-        let cfg = |i: usize| HyParViewConfig {
+/// `n` nodes, node i joining through node (7i + 3) mod i, one join every 20 ms, then
+/// `settle` of simulated time.
+fn network(n: u32, settle: Duration) -> Network<Log> {
+    let mut net = Network::new(NetConfig::default(), Log::default());
+    for i in 0..n {
+        let id = net.next_id();
+        let cfg = HyParViewConfig {
             active_size: 3,
             passive_size: 6,
             shuffle_active: 2,
             shuffle_passive: 2,
-            seed: Some(i as u64),
+            seed: Some(u64::from(i)),
             ..HyParViewConfig::default()
         };
-        let mut nodes: Vec<HyParView> = (0..n).map(|i| HyParView::new(id(i), cfg(i))).collect();
-        let mut fx = Effects::default();
-        nodes[0].on_start(&mut fx);
-        let shuffle_timer = fx
-            .drain()
-            .find_map(|e| match e {
-                Effect::SetTimer(t, _) => Some(t),
-                _ => None,
-            })
-            .expect("a shuffle timer");
-        let mut net = Net {
-            nodes,
-            dead: vec![false; n],
-            log: Vec::new(),
-            shuffle_timer,
-        };
-        for i in 1..n {
-            net.call(i, |h, fx| h.on_join(&id((i * 7 + 3) % i), fx));
+        let node = net.spawn(
+            Box::new(Erased(HyParView::new(id, cfg))),
+            MembershipConfig::default(),
+        );
+        if i > 0 {
+            net.join(node, (i * 7 + 3) % i);
         }
-        net
+        net.run_for(Duration::from_millis(20));
     }
+    net.run_for(settle);
+    net
+}
 
-    fn call(&mut self, i: usize, f: impl FnOnce(&mut HyParView, &mut Effects<Msg>)) {
-        let mut fx = Effects::default();
-        f(&mut self.nodes[i], &mut fx);
-        let mut queue: VecDeque<(usize, Effect<Msg>)> = fx.drain().map(|e| (i, e)).collect();
-        let mut steps = 0;
-        while let Some((from, e)) = queue.pop_front() {
-            steps += 1;
-            assert!(steps < 100_000, "does not settle");
-            let Effect::Send(to, msg) = e else { continue };
-            let j = idx(&to);
-            self.log.push((id(from), to.clone(), msg.clone()));
-            let mut fx = Effects::default();
-            if self.dead[j] {
-                self.nodes[from].on_connection(&to, false, &mut fx);
-                queue.extend(fx.drain().map(|e| (from, e)));
-            } else {
-                self.nodes[j].on_message(&id(from), msg, &mut fx);
-                queue.extend(fx.drain().map(|e| (j, e)));
-            }
-        }
-    }
-
-    fn shuffle_round(&mut self) {
-        let t = self.shuffle_timer;
-        for i in 0..self.nodes.len() {
-            if !self.dead[i] {
-                self.call(i, |h, fx| h.on_timer(t, fx));
-            }
-        }
-    }
-
-    fn assert_symmetric(&self) {
-        for (i, n) in self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !self.dead[*i])
-        {
-            for a in n.neighbors() {
-                let j = idx(a);
-                let back = self.nodes[j].neighbors().contains(&id(i));
-                assert!(self.dead[j] || back, "{i} -> {j} only");
-            }
-        }
-    }
+fn assert_symmetric(net: &Network<Log>) {
+    let g = net.graph();
+    assert_eq!(g.symmetry, 1.0, "{g:?}");
 }
 
 #[test]
 fn joins_build_symmetric_bounded_connected_views() {
-    let mut net = Net::new(20);
-    net.shuffle_round();
-    net.assert_symmetric();
-    for n in &net.nodes {
-        assert!(!n.neighbors().is_empty() && n.neighbors().len() <= 3);
-        assert!(n.passive().len() <= 6 && !n.passive().contains(n.me()));
-        assert!(n.neighbors().iter().all(|a| !n.passive().contains(a)));
+    let net = network(20, Duration::from_secs(3));
+    assert_symmetric(&net);
+    for i in 0..20 {
+        let h = hv(&net, i);
+        assert!(
+            !h.neighbors().is_empty() && h.neighbors().len() <= 3,
+            "node {i}"
+        );
+        assert!(h.passive().len() <= 6 && !h.passive().contains(h.me()));
+        assert!(h.neighbors().iter().all(|a| !h.passive().contains(a)));
     }
-    let mut seen = BTreeSet::from([0usize]);
-    let mut stack = vec![0usize];
-    while let Some(i) = stack.pop() {
-        for a in net.nodes[i].neighbors() {
-            if seen.insert(idx(a)) {
-                stack.push(idx(a));
-            }
-        }
-    }
-    assert_eq!(seen.len(), 20, "connected");
+    assert_eq!(net.graph().components, 1, "connected");
 }
 
 #[test]
 fn failed_neighbour_is_replaced_from_passive() {
-    let mut net = Net::new(12);
-    net.shuffle_round();
-    let victim = net.nodes[0].neighbors()[0].clone();
-    net.dead[idx(&victim)] = true;
-    let before = net.nodes[0].neighbors().len();
-    net.call(0, |h, fx| h.on_connection(&victim, false, fx));
-    let a = &net.nodes[0];
+    let mut net = network(12, Duration::from_secs(3));
+    let victim = hv(&net, 0).neighbors()[0];
+    let before = hv(&net, 0).neighbors().len();
+    net.observer.0.clear();
+    net.crash(victim.index);
+    net.run_for(Duration::from_secs(2));
+    let a = hv(&net, 0);
     assert!(!a.neighbors().contains(&victim) && !a.passive().contains(&victim));
     assert_eq!(
         a.neighbors().len(),
@@ -146,53 +88,62 @@ fn failed_neighbour_is_replaced_from_passive() {
         "replaced from the passive view"
     );
     let asked = net
-        .log
+        .observer
+        .0
         .iter()
-        .any(|(f, _, m)| *f == id(0) && matches!(m, Msg::Neighbor { .. }));
+        .any(|(f, _, m)| *f == 0 && matches!(m, HyParViewMsg::Neighbor { .. }));
     assert!(asked);
-    net.assert_symmetric();
+    assert_symmetric(&net);
 }
 
 #[test]
 fn leave_tells_neighbours_which_replace_it() {
-    let mut net = Net::new(12);
-    net.shuffle_round();
+    let mut net = network(12, Duration::from_secs(3));
     let leaver = 3;
-    let old: Vec<usize> = net.nodes[leaver].neighbors().iter().map(idx).collect();
-    net.call(leaver, |h, fx| h.on_leave(fx));
-    net.dead[leaver] = true;
-    assert_eq!(net.nodes[leaver].members(), vec![id(leaver)]);
+    let old: Vec<u32> = hv(&net, leaver)
+        .neighbors()
+        .iter()
+        .map(|n| n.index)
+        .collect();
+    let me = *hv(&net, leaver).me();
+    net.leave(leaver);
+    // Its goodbyes arrive within one message delay (5–15 ms).
+    net.run_for(Duration::from_millis(100));
+    use maquis_proto::overlay::Overlay;
+    assert_eq!(hv(&net, leaver).members(), vec![me]);
     for j in old {
-        let n = &net.nodes[j];
-        assert!(!n.neighbors().contains(&id(leaver)) && !n.passive().contains(&id(leaver)));
+        let n = hv(&net, j);
+        assert!(!n.neighbors().contains(&me) && !n.passive().contains(&me));
         assert!(!n.neighbors().is_empty(), "node {j} replaced the leaver");
     }
-    net.assert_symmetric();
+    net.crash(leaver);
+    net.run_for(Duration::from_secs(1));
+    assert_symmetric(&net);
 }
 
 #[test]
 fn shuffle_reply_goes_to_the_originator() {
-    let mut net = Net::new(16);
-    net.log.clear();
-    let t = net.shuffle_timer;
-    net.call(0, |h, fx| h.on_timer(t, fx));
-    let last_hop = net
-        .log
+    let net = network(16, Duration::from_secs(3));
+    let log = &net.observer.0;
+    // The first reply node 0 got, and the shuffle walk of node 0 that it answers.
+    let (at, (from, _, nodes)) = log
         .iter()
-        .rfind(|(_, _, m)| matches!(m, Msg::Shuffle { .. }))
-        .map(|(_, to, _)| to.clone())
-        .expect("a shuffle");
-    let (from, to, nodes) = net
-        .log
+        .enumerate()
+        .find(|(_, (_, to, m))| *to == 0 && matches!(m, HyParViewMsg::ShuffleReply { .. }))
+        .map(|(k, (f, t, m))| (k, (*f, *t, m.clone())))
+        .expect("a reply to node 0");
+    let last_hop = log[..at]
         .iter()
-        .find_map(|(f, t, m)| match m {
-            Msg::ShuffleReply { nodes } => Some((f.clone(), t.clone(), nodes.clone())),
-            _ => None,
-        })
-        .expect("a reply");
-    assert_eq!(to, id(0), "straight to the originator");
-    assert_eq!(from, last_hop, "from where the walk ended");
-    let a = &net.nodes[0];
-    let kept = |n: &NodeId| a.passive().contains(n) || a.neighbors().contains(n) || n == a.me();
-    assert!(nodes.iter().all(kept), "merged into the passive view");
+        .rev()
+        .find(|(_, _, m)| matches!(m, HyParViewMsg::Shuffle { origin, .. } if origin.index == 0))
+        .map(|(_, to, _)| *to)
+        .expect("node 0's shuffle");
+    assert_eq!(
+        from, last_hop,
+        "from where the walk ended, straight to the originator"
+    );
+    let HyParViewMsg::ShuffleReply { nodes } = nodes else {
+        unreachable!()
+    };
+    assert!(!nodes.is_empty());
 }

@@ -296,6 +296,11 @@ impl<P: PeerId> Membership<P> {
         self.routes.get(name)
     }
 
+    /// The overlay, if it is an `O` (for inspection: tests, the simulator, status pages).
+    pub fn overlay<O: 'static>(&self) -> Option<&O> {
+        self.overlay.as_any().downcast_ref::<O>()
+    }
+
     /// The broadcast layer, for inspection.
     pub fn plumtree(&self) -> &Plumtree<P> {
         self.bcast.plumtree()

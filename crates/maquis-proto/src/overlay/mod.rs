@@ -203,6 +203,8 @@ pub trait DynOverlay<P: PeerId = NodeId>: Send {
     fn set_routes(&mut self, routes: Vec<(P, P)>);
     fn member_heartbeats(&self) -> bool;
     fn epoch(&self) -> Option<u64>;
+    /// The overlay itself, to inspect it (see `Membership::overlay`).
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 /// An [`Overlay`] seen as a [`DynOverlay`].
@@ -289,5 +291,8 @@ impl<P: PeerId, O: Overlay<P>> DynOverlay<P> for Erased<O> {
     }
     fn epoch(&self) -> Option<u64> {
         self.0.epoch()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        &self.0
     }
 }
