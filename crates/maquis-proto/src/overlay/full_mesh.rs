@@ -333,7 +333,6 @@ impl<P: PeerId> Overlay<P> for FullMesh<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::overlay::Effect;
 
     fn id(n: &str) -> NodeId {
         NodeId::new(n, "127.0.0.1:1".parse().unwrap(), 7)
@@ -343,77 +342,53 @@ mod tests {
         FullMesh::new(id(n), Duration::from_secs(1), Duration::from_secs(1))
     }
 
-    /// Delivers every Send effect between the meshes until quiet.
-    fn run(nodes: &mut [FullMesh], mut queue: Vec<(NodeId, NodeId, Msg)>) {
-        let mut steps = 0;
-        while let Some((from, to, msg)) = queue.pop() {
-            steps += 1;
-            assert!(steps < 10_000, "gossip does not settle");
-            let Some(n) = nodes.iter_mut().find(|n| n.me == to) else {
-                continue;
-            };
-            let mut fx = Effects::default();
-            n.on_message(&from, msg, &mut fx);
-            let me = n.me.clone();
-            for e in fx.drain() {
-                if let Effect::Send(t, m) = e {
-                    queue.push((me.clone(), t, m));
-                }
-            }
-        }
-    }
-
     fn names(m: &FullMesh) -> Vec<String> {
         m.members().into_iter().map(|n| n.name).collect()
     }
 
     #[test]
     fn join_spreads_and_leave_spreads() {
-        let mut nodes: Vec<FullMesh> = ["a", "b", "c", "d"].iter().map(|n| mesh(n)).collect();
-        // b, c, d each join through a.
+        use crate::harness::{NetConfig, Network, NoObserver};
+        use crate::membership::MembershipConfig;
+        use crate::overlay::Erased;
+
+        let mut net = Network::new(NetConfig::default(), NoObserver);
+        let every = Duration::from_secs(1);
+        for _ in 0..4 {
+            let id = net.next_id();
+            net.spawn(
+                Box::new(Erased(FullMesh::new(id, every, every))),
+                MembershipConfig::default(),
+            );
+        }
+        let members = |net: &Network<NoObserver>, i: u32| -> Vec<u32> {
+            net.node(i)
+                .machine
+                .members()
+                .iter()
+                .map(|m| m.index)
+                .collect()
+        };
+        // 1, 2 and 3 each join through 0.
         for i in 1..4 {
-            let mut fx = Effects::default();
-            nodes[i].on_join(&id("a"), &mut fx);
-            let me = nodes[i].me.clone();
-            let q = fx
-                .drain()
-                .filter_map(|e| match e {
-                    Effect::Send(t, m) => Some((me.clone(), t, m)),
-                    _ => None,
-                })
-                .collect();
-            run(&mut nodes, q);
+            net.join(i, 0);
+            net.run_for(Duration::from_millis(200));
         }
-        for n in &nodes {
-            assert_eq!(names(n), vec!["a", "b", "c", "d"], "node {}", n.me.name);
+        net.run_for(Duration::from_millis(500));
+        for i in 0..4 {
+            assert_eq!(members(&net, i), vec![0, 1, 2, 3], "node {i}");
         }
-        let mut fx = Effects::default();
-        nodes[3].on_leave(&mut fx);
-        assert_eq!(names(&nodes[3]), vec!["d"]);
-        let q = fx
-            .drain()
-            .filter_map(|e| match e {
-                Effect::Send(t, m) => Some((id("d"), t, m)),
-                _ => None,
-            })
-            .collect();
-        run(&mut nodes, q);
-        for n in &nodes[..3] {
-            assert_eq!(names(n), vec!["a", "b", "c"]);
+        net.leave(3);
+        assert_eq!(members(&net, 3), vec![3]);
+        net.run_for(Duration::from_millis(500));
+        for i in 0..3 {
+            assert_eq!(members(&net, i), vec![0, 1, 2], "node {i}");
         }
-        // d rejoins through b: its new version supersedes the leave.
-        let mut fx = Effects::default();
-        nodes[3].on_join(&id("b"), &mut fx);
-        let q = fx
-            .drain()
-            .filter_map(|e| match e {
-                Effect::Send(t, m) => Some((id("d"), t, m)),
-                _ => None,
-            })
-            .collect();
-        run(&mut nodes, q);
-        for n in &nodes {
-            assert_eq!(names(n), vec!["a", "b", "c", "d"]);
+        // 3 rejoins through 1: its new version supersedes the leave.
+        net.join(3, 1);
+        net.run_for(Duration::from_secs(1));
+        for i in 0..4 {
+            assert_eq!(members(&net, i), vec![0, 1, 2, 3], "node {i}");
         }
     }
 
