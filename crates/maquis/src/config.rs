@@ -226,7 +226,7 @@ impl Default for Config {
 
 /// One resolved channel: its name, lane count and where its lanes start in a peer's lane table.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChannelSpec {
+pub(crate) struct ChannelSpec {
     /// The channel's name.
     pub name: String,
     /// Lanes per peer.
@@ -630,7 +630,7 @@ impl Config {
 
     /// The Plumtree parameters broadcast runs with (member heartbeats and route lifetime from
     /// this configuration, the rest Plumtree's defaults).
-    pub fn plumtree(&self) -> crate::broadcast::PlumtreeConfig {
+    pub(crate) fn plumtree(&self) -> crate::broadcast::PlumtreeConfig {
         crate::broadcast::PlumtreeConfig {
             heartbeat_every: Duration::from_millis(self.member_heartbeat_ms),
             route_ttl: Duration::from_millis(self.member_timeout_ms),
@@ -639,7 +639,7 @@ impl Config {
     }
 
     /// The resolved channel table: `membership` (1 lane) first, then `default`, then the named ones.
-    pub fn channel_specs(&self) -> Vec<ChannelSpec> {
+    pub(crate) fn channel_specs(&self) -> Vec<ChannelSpec> {
         let mut specs = vec![ChannelSpec {
             name: MEMBERSHIP_CHANNEL.into(),
             parallelism: 1,

@@ -144,7 +144,7 @@ pub enum RegisterError {
 
 /// Why a connection was closed during or after its handshake.
 #[derive(Debug, Error)]
-pub enum ConnError {
+pub(crate) enum ConnError {
     /// I/O on the socket failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),

@@ -45,7 +45,13 @@ mod transport;
 /// Overlays: the [`Overlay`](overlay::Overlay) trait to write your own (see
 /// `examples/custom_overlay.rs`), and the built-in ones with their configurations.
 pub mod overlay {
-    pub use maquis_proto::overlay::*;
+    pub use maquis_proto::id::PeerId;
+    pub use maquis_proto::overlay::{
+        ClientServer, ClientServerConfig, ClientServerMsg, ClientServerStats, Effect, Effects,
+        FullMesh, FullMeshEntry, FullMeshMsg, HyParView, HyParViewConfig, HyParViewMsg, Liveness,
+        Member, MemberState, Overlay, ParseRoleError, Role, Route, StaticMsg, StaticOverlay,
+        TimerId, MAX_SERVERS_PER_CLIENT,
+    };
 }
 
 /// The built-in echo service every node runs, registered as [`echo::ECHO`]: it sends the
@@ -65,9 +71,7 @@ pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, ConfigError, OverlayKind};
 pub use counters::{Counter, Counters};
 pub use dispatch::SendOpts;
-pub use error::{
-    BroadcastError, CallError, ConnError, JoinError, RegisterError, SendError, StartError,
-};
+pub use error::{BroadcastError, CallError, JoinError, RegisterError, SendError, StartError};
 pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
 pub use node::{MembershipEvent, Node, Subscription};
 pub use payload::Payload;

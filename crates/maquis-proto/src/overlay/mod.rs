@@ -20,9 +20,9 @@ pub use client_server::{
     ClientServer, ClientServerConfig, ClientServerMsg, ClientServerStats, Member, MemberState,
     ParseRoleError, Role, MAX_SERVERS_PER_CLIENT,
 };
-pub use full_mesh::FullMesh;
+pub use full_mesh::{Entry as FullMeshEntry, FullMesh, Msg as FullMeshMsg};
 pub use hyparview::{HyParView, HyParViewConfig, HyParViewMsg};
-pub use static_overlay::StaticOverlay;
+pub use static_overlay::{Msg as StaticMsg, StaticOverlay};
 
 use crate::id::{NodeId, PeerId};
 

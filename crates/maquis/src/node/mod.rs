@@ -30,10 +30,9 @@ use crate::dispatch::Dispatcher;
 use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
 use crate::id::NodeId;
 use crate::membership::{Membership, MembershipConfig, RESERVED_PREFIX};
-use crate::overlay::{
-    ClientServer, DynOverlay, Erased, FullMesh, HyParView, Liveness, Overlay, StaticOverlay,
-};
+use crate::overlay::{ClientServer, FullMesh, HyParView, Liveness, Overlay, StaticOverlay};
 use crate::wire::frame::{Dest, DownReason};
+use maquis_proto::overlay::{DynOverlay, Erased};
 
 pub use crate::membership::MembershipEvent;
 
