@@ -128,6 +128,14 @@ fn bad_options_are_refused() {
         &["--scenario", "partition", "--periods", "0"],
         &["--overlay", "ring"],
         &["--overlay", "client-server", "--servers", "0"],
+        &[
+            "--overlay",
+            "client-server",
+            "--servers",
+            "3",
+            "--servers-per-client",
+            "5",
+        ],
         &["--overlay", "full-mesh", "--nodes", "501"],
     ] {
         let out = sim(args);

@@ -87,6 +87,14 @@ pub enum SuiteError {
         /// Nodes in the bootstrap.
         nodes: usize,
     },
+    /// Clients attached to no server, or to more servers than there are.
+    #[error("a client attaches to between 1 and {servers} servers, not {servers_per_client}")]
+    ServersPerClient {
+        /// Servers per client asked for.
+        servers_per_client: usize,
+        /// Servers in the cluster.
+        servers: usize,
+    },
     /// A full mesh larger than [`MAX_FULL_MESH_NODES`].
     #[error(
         "a full mesh of {0} nodes is too large to simulate here (at most {MAX_FULL_MESH_NODES})"
@@ -167,6 +175,15 @@ impl Suite {
                 return Err(SuiteError::Servers {
                     servers,
                     nodes: self.nodes,
+                })
+            }
+            SimOverlay::ClientServer {
+                servers,
+                servers_per_client,
+            } if servers_per_client == 0 || servers_per_client > servers => {
+                return Err(SuiteError::ServersPerClient {
+                    servers_per_client,
+                    servers,
                 })
             }
             SimOverlay::FullMesh if self.nodes > MAX_FULL_MESH_NODES => {
@@ -343,6 +360,14 @@ mod tests {
             servers_per_client: 1,
         };
         assert!(matches!(s.scenarios(), Err(SuiteError::Servers { .. })));
+        s.overlay = SimOverlay::ClientServer {
+            servers: 3,
+            servers_per_client: 5,
+        };
+        assert!(matches!(
+            s.scenarios(),
+            Err(SuiteError::ServersPerClient { .. })
+        ));
         let mut s = Suite::new(ScenarioKind::Bootstrap, MAX_FULL_MESH_NODES + 1);
         s.overlay = SimOverlay::FullMesh;
         assert!(matches!(
