@@ -6,12 +6,9 @@ use std::net::SocketAddr;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// What the protocols need of a node's identity.
-///
-/// The runtime identifies nodes by [`NodeId`] (name, address, incarnation); the simulator by
-/// small integers. Overlays, broadcast and the membership machine are generic over this trait,
-/// so both run the same code, and ten thousand simulated nodes keep their tables small.
-pub trait PeerId:
+/// What a node's identity, and the part of it that names the node, must be: comparable,
+/// hashable, printable, sendable between threads and on the wire.
+pub trait Ident:
     Clone
     + Eq
     + Ord
@@ -24,9 +21,10 @@ pub trait PeerId:
     + DeserializeOwned
     + 'static
 {
-    /// What two incarnations of one node share: a restarted node has the same name and a
-    /// larger incarnation.
-    type Name: Clone
+}
+
+impl<T> Ident for T where
+    T: Clone
         + Eq
         + Ord
         + std::hash::Hash
@@ -36,7 +34,19 @@ pub trait PeerId:
         + Sync
         + Serialize
         + DeserializeOwned
-        + 'static;
+        + 'static
+{
+}
+
+/// What the protocols need of a node's identity.
+///
+/// The runtime identifies nodes by [`NodeId`] (name, address, incarnation); the simulator by
+/// small integers. Overlays, broadcast and the membership machine are generic over this trait,
+/// so both run the same code, and ten thousand simulated nodes keep their tables small.
+pub trait PeerId: Ident {
+    /// What two incarnations of one node share: a restarted node has the same name and a
+    /// larger incarnation.
+    type Name: Ident;
 
     /// The node's name.
     fn name(&self) -> &Self::Name;

@@ -39,15 +39,7 @@ impl World {
     }
 
     fn random_live(&mut self) -> Option<u32> {
-        if !(0..self.len()).any(|i| self.alive(i)) {
-            return None;
-        }
-        loop {
-            let i = self.rng.gen_range(0..self.len());
-            if self.alive(i) {
-                return Some(i as u32);
-            }
-        }
+        self.random_live_except(None)
     }
 
     fn crash_fraction(&mut self, fraction: f64) {

@@ -208,19 +208,18 @@ impl World {
                 return Some(live[self.rng.gen_range(0..live.len())]);
             }
         }
-        self.random_live_except(new)
+        self.random_live_except(Some(new))
     }
 
-    fn random_live_except(&mut self, skip: u32) -> Option<u32> {
-        let live: usize = (0..self.len())
-            .filter(|&i| self.alive(i) && i as u32 != skip)
-            .count();
-        if live == 0 {
+    /// A random live node other than `skip`.
+    pub fn random_live_except(&mut self, skip: Option<u32>) -> Option<u32> {
+        let ok = |w: &World, i: usize| w.alive(i) && Some(i as u32) != skip;
+        if !(0..self.len()).any(|i| ok(self, i)) {
             return None;
         }
         loop {
             let i = self.rng.gen_range(0..self.len());
-            if self.alive(i) && i as u32 != skip {
+            if ok(self, i) {
                 return Some(i as u32);
             }
         }

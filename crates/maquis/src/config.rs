@@ -11,6 +11,12 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::id::{DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
+use crate::membership::MembershipConfig;
+
+/// A duration in whole milliseconds.
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
 use crate::overlay::{ClientServerConfig, ParseRoleError, Role, MAX_SERVERS_PER_CLIENT};
 
 /// Which overlay decides the node's connections and membership.
@@ -212,8 +218,8 @@ impl Default for Config {
             hyparview_shuffle_active: 3,
             hyparview_shuffle_passive: 4,
             hyparview_shuffle_period_ms: 1000,
-            member_heartbeat_ms: 1000,
-            member_timeout_ms: 5000,
+            member_heartbeat_ms: ms(MembershipConfig::default().plumtree.heartbeat_every),
+            member_timeout_ms: ms(MembershipConfig::default().member_timeout),
             hop_limit: crate::membership::DEFAULT_HOP_LIMIT,
             subscription_capacity: 1024,
             client_server_role: Role::Server,

@@ -445,7 +445,7 @@ impl<O: Observer> Network<O> {
                 id,
                 up: node.machine.is_up(id),
             });
-        let route = node.machine.route(&to.index);
+        let route = || node.machine.route(&to.index).cloned();
         let connected = |via: &SimId| {
             node.conns.iter().any(|c| {
                 c.peer == via.index && !c.failing && self.nodes[c.peer as usize].id == *via

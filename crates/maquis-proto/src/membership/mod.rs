@@ -381,9 +381,7 @@ impl<P: PeerId> Membership<P> {
             self.left_hint.insert(peer.clone());
         }
         self.up.remove(peer);
-        if self.unneeded.remove(peer) {
-            self.timers.cancel(&Timer::Linger(peer.clone()));
-        }
+        self.wanted(peer);
         if self.liveness == Liveness::Connection {
             self.out.push_back(Output::Gone(peer.clone()));
         }
@@ -465,9 +463,7 @@ impl<P: PeerId> Membership<P> {
         for e in effects {
             match e {
                 Effect::Connect(id) => {
-                    if self.unneeded.remove(&id) {
-                        self.timers.cancel(&Timer::Linger(id.clone()));
-                    }
+                    self.wanted(&id);
                     if id.name() != self.me.name() {
                         self.out.push_back(Output::Connect(id));
                     }
@@ -508,14 +504,20 @@ impl<P: PeerId> Membership<P> {
     /// again meanwhile.
     fn disconnect_soon(&mut self, now: Duration, id: P) {
         if self.up.contains(&id) {
-            if self.unneeded.remove(&id) {
-                self.timers.cancel(&Timer::Linger(id.clone()));
-            }
+            self.wanted(&id);
             self.close(id);
             return;
         }
         if self.unneeded.insert(id.clone()) {
             self.timers.set(Timer::Linger(id), now + self.cfg.linger);
+        }
+    }
+
+    /// The overlay wants this connection (again), or it is gone: it is no longer closed when
+    /// it comes up.
+    fn wanted(&mut self, id: &P) {
+        if self.unneeded.remove(id) {
+            self.timers.cancel(&Timer::Linger(id.clone()));
         }
     }
 

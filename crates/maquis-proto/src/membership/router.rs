@@ -48,7 +48,8 @@ pub enum NoHop {
 /// Decides the first hop toward `dst`.
 ///
 /// - `direct`: the connection to `dst`'s name, if there is one (any incarnation).
-/// - `route`: the route table's entry for `dst`'s name, `(destination, neighbour)`.
+/// - `route`: reads the route table's entry for `dst`'s name, `(destination, neighbour)`;
+///   called only when no connection to `dst` is up (the common case on the send path skips it).
 /// - `connected`: whether there is a connection to that neighbour (the exact incarnation).
 ///
 /// With [`Liveness::Connection`] only direct connections count. Otherwise a connection that is
@@ -57,7 +58,7 @@ pub fn next_hop<P: PeerId>(
     liveness: Liveness,
     dst: &P,
     direct: Option<Direct<'_, P>>,
-    route: Option<&(P, P)>,
+    route: impl FnOnce() -> Option<(P, P)>,
     connected: impl FnOnce(&P) -> bool,
 ) -> Result<NextHop<P>, NoHop> {
     if let Some(d) = direct {
@@ -76,8 +77,8 @@ pub fn next_hop<P: PeerId>(
     if direct.is_some_and(|d| d.up) {
         return Ok(NextHop::Direct);
     }
-    match route {
-        Some((d, via)) if d == dst && connected(via) => return Ok(NextHop::Via(via.clone())),
+    match route() {
+        Some((d, via)) if d == *dst && connected(&via) => return Ok(NextHop::Via(via)),
         Some((d, _)) if d.incarnation() > dst.incarnation() => {
             return Err(NoHop::Stale {
                 current: d.incarnation(),
@@ -126,38 +127,41 @@ mod tests {
         let yes = |_: &NodeId| true;
         let no = |_: &NodeId| false;
         let m = Liveness::Membership;
-        assert_eq!(next_hop(m, &b1, Some(up), None, yes), Ok(NextHop::Direct));
         assert_eq!(
-            next_hop(m, &b1, Some(Direct { id: &b2, up: true }), None, yes),
+            next_hop(m, &b1, Some(up), || None, yes),
+            Ok(NextHop::Direct)
+        );
+        assert_eq!(
+            next_hop(m, &b1, Some(Direct { id: &b2, up: true }), || None, yes),
             Err(NoHop::Stale { current: 2 })
         );
         let route = (b1.clone(), c.clone());
         assert_eq!(
-            next_hop(m, &b1, Some(connecting), Some(&route), yes),
+            next_hop(m, &b1, Some(connecting), || Some(route.clone()), yes),
             Ok(NextHop::Via(c.clone())),
             "a route beats a connection still coming up"
         );
         assert_eq!(
-            next_hop(m, &b1, Some(connecting), Some(&route), no),
+            next_hop(m, &b1, Some(connecting), || Some(route.clone()), no),
             Ok(NextHop::Direct),
             "a route through a neighbour that is gone does not count"
         );
         assert_eq!(
-            next_hop(m, &b1, None, Some(&route), no),
+            next_hop(m, &b1, None, || Some(route.clone()), no),
             Err(NoHop::Unreachable)
         );
         let newer = (b2.clone(), c.clone());
         assert_eq!(
-            next_hop(m, &b1, None, Some(&newer), yes),
+            next_hop(m, &b1, None, || Some(newer.clone()), yes),
             Err(NoHop::Stale { current: 2 })
         );
         let conn = Liveness::Connection;
         assert_eq!(
-            next_hop(conn, &b1, None, Some(&route), yes),
+            next_hop(conn, &b1, None, || Some(route.clone()), yes),
             Err(NoHop::Unreachable)
         );
         assert_eq!(
-            next_hop(conn, &b1, Some(connecting), None, no),
+            next_hop(conn, &b1, Some(connecting), || None, no),
             Ok(NextHop::Direct)
         );
     }

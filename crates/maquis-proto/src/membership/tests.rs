@@ -181,3 +181,19 @@ fn a_node_the_overlay_says_left_is_reported_left() {
     assert!(out.contains(&Output::Gone(id("b"))), "{out:?}");
     assert!(out.contains(&Output::Event(MembershipEvent::Left(id("b")))));
 }
+
+#[test]
+fn a_closed_connection_is_no_longer_a_neighbour() {
+    let (mut m, _) = machine(Liveness::Connection);
+    m.handle_connected(ms(1), &id("b"));
+    m.handle_connected(ms(1), &id("c"));
+    outputs(&mut m);
+    assert_eq!(m.neighbors(), &[id("b"), id("c")]);
+    // The overlay drops b (it still lists it as a member): its connection closes here and
+    // the driver reports nothing back, so the machine must stop counting it as up.
+    cmd(&mut m, ms(2), Cmd::Disconnect(id("b")));
+    let out = outputs(&mut m);
+    assert!(out.contains(&Output::Close(id("b"))), "{out:?}");
+    assert!(!m.is_up(&id("b")));
+    assert_eq!(m.neighbors(), &[id("c")]);
+}

@@ -119,14 +119,12 @@ impl Inner {
     /// ([`next_hop`](crate::membership::next_hop) decides).
     fn next_hop(&self, dst: &NodeId) -> Result<Hop, SendError> {
         let direct = self.peer(&dst.name);
-        let route = if self.liveness == Liveness::Membership {
+        let route = || {
             self.routes
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&dst.name)
                 .cloned()
-        } else {
-            None
         };
         let mut via_peer = None;
         let hop = next_hop(
@@ -136,7 +134,7 @@ impl Inner {
                 id: &p.id,
                 up: p.is_up(),
             }),
-            route.as_ref(),
+            route,
             |via| {
                 via_peer = self.peer(&via.name).filter(|p| p.id == *via);
                 via_peer.is_some()
