@@ -23,3 +23,5 @@ run p2p-1000-partition --nodes 1000 --scenario partition
 run cs-1000-massive-failure --nodes 1000 --overlay client-server --servers 4 \
   --servers-per-client 2 --scenario massive-failure --fail 0.2,0.5
 run fm-100-massive-failure --nodes 100 --overlay full-mesh --scenario massive-failure --fail 0.2,0.5
+
+python3 bench/plot_sim.py "$out"
