@@ -40,6 +40,7 @@ mod dispatch;
 mod error;
 mod node;
 pub mod payload;
+mod router;
 mod transport;
 
 /// Overlays: the [`Overlay`](overlay::Overlay) trait to write your own (see
@@ -65,7 +66,7 @@ use maquis_proto::{broadcast, id, membership, wire};
 
 pub use maquis_proto::encode;
 
-pub use actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, ReplyTo};
+pub use actor::{ActorRef, Message, Monitor, ReplyTo};
 pub use allocator::tune_allocator;
 pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, ConfigError, OverlayKind};
@@ -73,6 +74,6 @@ pub use counters::{Counter, Counters};
 pub use dispatch::SendOpts;
 pub use error::{BroadcastError, CallError, JoinError, RegisterError, SendError, StartError};
 pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
-pub use node::{MembershipEvent, Node, Subscription};
+pub use node::{Actor, Context, Inbox, MembershipEvent, Node, Subscription};
 pub use payload::Payload;
 pub use wire::frame::DownReason;

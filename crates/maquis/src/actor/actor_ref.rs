@@ -8,14 +8,14 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tokio::sync::mpsc;
 
+use super::actors::Actors;
 use super::call::{CallOutcome, ReplyTo};
-use super::context::{current_actor, decode_node};
 use super::registry::Delivery;
+use super::scope::{current_actor, decode_node};
 use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
 use crate::error::{CallError, SendError};
 use crate::id::NodeId;
-use crate::node::Inner;
 use crate::wire::frame::{Dest, Header};
 
 /// A typed address of an actor, by id or by registered name, on any node.
@@ -26,7 +26,7 @@ use crate::wire::frame::{Dest, Header};
 pub struct ActorRef<M> {
     pub(crate) node: NodeId,
     pub(crate) to: Dest,
-    pub(crate) rt: Weak<Inner>,
+    pub(crate) rt: Weak<Actors>,
     _m: PhantomData<fn(M) -> M>,
 }
 
@@ -87,7 +87,7 @@ impl<'de, M> Deserialize<'de> for ActorRef<M> {
 }
 
 impl<M: Message> ActorRef<M> {
-    pub(crate) fn new(node: NodeId, to: Dest, rt: Weak<Inner>) -> Self {
+    pub(crate) fn new(node: NodeId, to: Dest, rt: Weak<Actors>) -> Self {
         ActorRef {
             node,
             to,
@@ -117,7 +117,7 @@ impl<M: Message> ActorRef<M> {
         }
     }
 
-    fn runtime(&self) -> Result<Arc<Inner>, SendError> {
+    fn runtime(&self) -> Result<Arc<Actors>, SendError> {
         self.rt.upgrade().ok_or(SendError::NodeStopped)
     }
 
@@ -140,7 +140,7 @@ impl<M: Message> ActorRef<M> {
     /// [`ActorRef::try_send`] with options.
     pub fn try_send_with(&self, msg: M, opts: &SendOpts) -> Result<(), SendError> {
         let rt = self.runtime()?;
-        if rt.is_local(&self.node)? {
+        if rt.router.is_local(&self.node)? {
             return self
                 .local_sender(&rt)?
                 .try_send(Delivery::Local(msg))
@@ -151,7 +151,7 @@ impl<M: Message> ActorRef<M> {
         }
         let (header, payload) = self.encode(&rt, &msg, None)?;
         let receiver = hash_of(&self.to);
-        rt.try_send_frame(
+        rt.router.try_send_frame(
             &self.node,
             opts,
             current_actor(),
@@ -181,9 +181,9 @@ impl<M: Message> ActorRef<M> {
         opts: &SendOpts,
     ) -> Result<R, CallError> {
         let rt = self.runtime()?;
-        let target = (!rt.is_local(&self.node)?).then(|| self.node.clone());
+        let target = (!rt.router.is_local(&self.node)?).then(|| self.node.clone());
         let (call, rx) = rt.calls.open(target);
-        let reply = ReplyTo::new(rt.id.clone(), call, current_actor(), opts, &rt);
+        let reply = ReplyTo::new(rt.id().clone(), call, current_actor(), opts, &rt);
         let msg = make(reply);
         // One deadline covers both the wait for room (a full mailbox or lane queue) and the wait
         // for the reply.
@@ -231,7 +231,7 @@ impl<M: Message> ActorRef<M> {
         wait: bool,
     ) -> Result<(), SendError> {
         let rt = self.runtime()?;
-        if rt.is_local(&self.node)? {
+        if rt.router.is_local(&self.node)? {
             let tx = self.local_sender(&rt)?;
             return if wait {
                 tx.send(Delivery::Local(msg))
@@ -244,20 +244,21 @@ impl<M: Message> ActorRef<M> {
         }
         let (header, payload) = self.encode(&rt, &msg, call)?;
         let receiver = hash_of(&self.to);
-        rt.send_frame(
-            &self.node,
-            opts,
-            current_actor(),
-            receiver,
-            &header,
-            payload,
-        )
-        .await
+        rt.router
+            .send_frame(
+                &self.node,
+                opts,
+                current_actor(),
+                receiver,
+                &header,
+                payload,
+            )
+            .await
     }
 
     fn encode(
         &self,
-        rt: &Inner,
+        rt: &Actors,
         msg: &M,
         call: Option<u64>,
     ) -> Result<(Header, bytes::Bytes), SendError> {
@@ -271,7 +272,7 @@ impl<M: Message> ActorRef<M> {
         Ok((header, bytes::Bytes::from(payload)))
     }
 
-    fn local_sender(&self, rt: &Inner) -> Result<mpsc::Sender<Delivery<M>>, SendError> {
+    fn local_sender(&self, rt: &Actors) -> Result<mpsc::Sender<Delivery<M>>, SendError> {
         let id = match &self.to {
             Dest::Id(id) => *id,
             Dest::Name(n) => rt.registry.resolve(n).ok_or(SendError::NoProc)?,

@@ -10,12 +10,12 @@ use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tokio::sync::oneshot;
 
-use super::context::{current_actor, decode_node};
+use super::actors::Actors;
+use super::scope::{current_actor, decode_node};
 use super::Message;
 use crate::dispatch::SendOpts;
 use crate::error::SendError;
 use crate::id::NodeId;
-use crate::node::Inner;
 use crate::wire::frame::{Header, ReplyStatus};
 
 /// How a call ended, before decoding.
@@ -99,7 +99,7 @@ pub struct ReplyTo<R> {
     caller: u64,
     channel: Option<String>,
     partition_key: Option<u64>,
-    rt: Weak<Inner>,
+    rt: Weak<Actors>,
     _m: PhantomData<fn(R) -> R>,
 }
 
@@ -152,7 +152,7 @@ impl<R: Message> ReplyTo<R> {
         call: u64,
         caller: u64,
         opts: &SendOpts,
-        rt: &std::sync::Arc<Inner>,
+        rt: &std::sync::Arc<Actors>,
     ) -> Self {
         ReplyTo {
             node,
@@ -175,7 +175,7 @@ impl<R: Message> ReplyTo<R> {
     /// given up (timed out) is dropped on arrival.
     pub async fn send(self, value: R) -> Result<(), SendError> {
         let rt = self.rt.upgrade().ok_or(SendError::NodeStopped)?;
-        if rt.is_local(&self.node)? {
+        if rt.router.is_local(&self.node)? {
             rt.calls
                 .complete(self.call, CallOutcome::Local(Box::new(value)));
             return Ok(());
@@ -189,14 +189,15 @@ impl<R: Message> ReplyTo<R> {
             channel: self.channel.clone(),
             partition_key: self.partition_key,
         };
-        rt.send_frame(
-            &self.node,
-            &opts,
-            current_actor(),
-            self.caller,
-            &header,
-            payload.into(),
-        )
-        .await
+        rt.router
+            .send_frame(
+                &self.node,
+                &opts,
+                current_actor(),
+                self.caller,
+                &header,
+                payload.into(),
+            )
+            .await
     }
 }

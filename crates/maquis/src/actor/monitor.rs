@@ -9,10 +9,9 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use super::registry::Watcher;
+use super::actors::Actors;
 use super::ActorId;
 use crate::id::NodeId;
-use crate::node::Inner;
 use crate::wire::frame::DownReason;
 
 /// What a remote (or node) monitor watches.
@@ -94,27 +93,13 @@ impl Monitors {
     }
 }
 
-/// Tells local and remote watchers that an actor stopped.
-pub(crate) fn notify_stopped(inner: &Inner, actor: ActorId, watchers: Vec<Watcher>) {
-    for w in watchers {
-        match w {
-            Watcher::Local { tx, .. } => {
-                let _ = tx.send(DownReason::Stopped);
-            }
-            Watcher::Remote { node, watch } => {
-                inner.send_down(&node, watch, actor, DownReason::Stopped);
-            }
-        }
-    }
-}
-
 /// Resolves with the reason once the watched actor stops or its node goes down. Dropping it
 /// cancels the watch.
 pub struct Monitor {
     pub(crate) rx: oneshot::Receiver<DownReason>,
     pub(crate) watch: u64,
     pub(crate) target: WatchTarget,
-    pub(crate) rt: Weak<Inner>,
+    pub(crate) rt: Weak<Actors>,
     pub(crate) done: bool,
 }
 
@@ -137,8 +122,8 @@ impl Drop for Monitor {
         if self.done {
             return;
         }
-        if let Some(inner) = self.rt.upgrade() {
-            inner.demonitor(self.watch, &self.target);
+        if let Some(actors) = self.rt.upgrade() {
+            actors.demonitor(self.watch, &self.target);
         }
     }
 }

@@ -21,7 +21,7 @@ use super::inner::Inner;
 use crate::broadcast::Topic;
 use crate::error::{ConnError, JoinError};
 use crate::id::{LaneId, NodeId, MEMBERSHIP_CHANNEL};
-use crate::membership::{Disconnect, Membership, MembershipEvent, Output, Protocol, RouteChange};
+use crate::membership::{Disconnect, Membership, MembershipEvent, Output, Protocol};
 use crate::overlay::Liveness;
 use crate::transport::conn;
 use crate::wire::frame::Header;
@@ -127,7 +127,7 @@ struct Driver {
 impl Driver {
     /// The machine's clock: time since the node started.
     fn now(&self) -> Duration {
-        self.inner.started.elapsed()
+        self.inner.router.started().elapsed()
     }
 }
 
@@ -146,7 +146,7 @@ pub(crate) async fn run(
     loop {
         let deadline = machine
             .poll_timeout()
-            .map(|at| tokio::time::Instant::from_std(d.inner.started + at));
+            .map(|at| tokio::time::Instant::from_std(d.inner.router.started() + at));
         let sleep = async {
             match deadline {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -154,7 +154,7 @@ pub(crate) async fn run(
             }
         };
         tokio::select! {
-            _ = d.inner.shutdown.cancelled() => return,
+            _ = d.inner.router.shutdown.cancelled() => return,
             m = rx.recv() => match m {
                 Some(m) => handle(&mut d, &mut machine, m),
                 None => return,
@@ -171,10 +171,9 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
     match msg {
         Control::Join { addr, done, retry } => {
             let known = inner
-                .peers
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
+                .router
+                .peers()
+                .into_iter()
                 .find(|p| p.id.addr == addr && p.is_up())
                 .map(|p| p.id.clone());
             match known {
@@ -216,13 +215,7 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
             }
         }
         Control::Leave { done } => {
-            let before: Vec<_> = inner
-                .peers
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .cloned()
-                .collect();
+            let before = inner.router.peers();
             m.handle_leave(now);
             execute(d, m);
             // `leave` returns once the goodbyes are written (or a second has passed), so a
@@ -239,11 +232,13 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
         }
         Control::Remove { name } => m.handle_remove(now, &name),
         Control::LaneUp { peer, slot } => {
-            let Some(p) = inner.peer(&peer.name).filter(|p| p.id == peer) else {
+            let Some(p) = inner.router.peer_of(&peer) else {
                 return;
             };
-            if slot == inner.dispatch.membership_slot() && !p.up.swap(true, Ordering::AcqRel) {
-                p.last_seen_us.store(inner.now_us(), Ordering::Relaxed);
+            if slot == inner.router.dispatch.membership_slot() && !p.up.swap(true, Ordering::AcqRel)
+            {
+                p.last_seen_us
+                    .store(inner.router.now_us(), Ordering::Relaxed);
                 tracing::info!(peer = %peer, "peer connected");
                 m.handle_connected(now, &peer);
             }
@@ -252,7 +247,7 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
             tracing::debug!(%peer, slot, "lane down; redialing");
         }
         Control::DialFailed { peer, slot, error } => {
-            if slot == inner.dispatch.membership_slot() {
+            if slot == inner.router.dispatch.membership_slot() {
                 peer_down(d, m, &peer, &format!("unreachable: {error}"));
             }
         }
@@ -261,13 +256,13 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
         Control::Broadcast { topic, payload } => m.broadcast(now, topic, payload),
         Control::BroadcastMsg { from, payload } => {
             if let Err(e) = m.handle_broadcast_msg(now, &from, &payload) {
-                inner.counters.decode_errors.inc();
+                inner.router.counters.decode_errors.inc();
                 tracing::warn!(error = %e, "bad broadcast message");
             }
         }
         Control::OverlayMsg { from, payload } => {
             if let Err(e) = m.handle_overlay_msg(now, &from, &payload) {
-                inner.counters.decode_errors.inc();
+                inner.router.counters.decode_errors.inc();
                 tracing::warn!(error = %e, "bad overlay message");
             }
         }
@@ -286,12 +281,7 @@ fn execute(d: &mut Driver, m: &mut Membership) {
                 }
             }
             Output::Dial(addr) => {
-                let known = inner
-                    .peers
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .values()
-                    .any(|p| p.id.addr == addr);
+                let known = inner.router.knows_addr(addr);
                 if !known && d.dialing.insert(addr) {
                     spawn_dial(&inner, addr, None, Retry::Never, false);
                 }
@@ -301,20 +291,20 @@ fn execute(d: &mut Driver, m: &mut Membership) {
                 to,
                 protocol,
                 payload,
-            } => match inner.peer(&to.name).filter(|p| p.id == to) {
+            } => match inner.router.peer_of(&to) {
                 Some(p) => {
                     let header = match protocol {
                         Protocol::Overlay => Header::Overlay,
                         Protocol::Broadcast => Header::Broadcast,
                     };
-                    inner.send_control(&p, &header, payload);
+                    inner.router.send_control(&p, &header, payload);
                 }
-                None => inner.counters.control_drops.inc(),
+                None => inner.router.counters.control_drops.inc(),
             },
             Output::Deliver { topic, payload, .. } => {
                 let dropped = inner.topics.deliver(&topic, &payload);
                 for _ in 0..dropped {
-                    inner.counters.subscription_drops.inc();
+                    inner.router.counters.subscription_drops.inc();
                 }
             }
             Output::Members(members) => {
@@ -324,28 +314,20 @@ fn execute(d: &mut Driver, m: &mut Membership) {
                 *inner.neighbors.write().unwrap_or_else(|e| e.into_inner()) = nbrs;
             }
             Output::Route(change) => {
-                let mut table = inner.routes.write().unwrap_or_else(|e| e.into_inner());
-                match change {
-                    RouteChange::Set { dst, via } => {
-                        table.insert(dst.name.clone(), (dst, via));
-                    }
-                    RouteChange::Remove(name) => {
-                        table.remove(&name);
-                    }
-                }
+                inner.router.set_route(change);
             }
             Output::Event(ev) => {
                 if let MembershipEvent::Down(n) = &ev {
-                    if inner.liveness == Liveness::Membership {
-                        inner.counters.peers_down.inc();
+                    if inner.router.liveness == Liveness::Membership {
+                        inner.router.counters.peers_down.inc();
                         tracing::info!(node = %inner.id.name, member = %n, "member down");
                     }
                 }
                 let _ = inner.events.send(ev);
             }
-            Output::Gone(id) => node_gone(&inner, &id),
+            Output::Gone(id) => inner.actors.node_gone(&id),
             Output::Malformed { what, error } => {
-                inner.counters.decode_errors.inc();
+                inner.router.counters.decode_errors.inc();
                 tracing::warn!(what, %error, "malformed runtime broadcast");
             }
         }
@@ -356,16 +338,9 @@ fn execute(d: &mut Driver, m: &mut Membership) {
 fn heartbeat(d: &mut Driver, m: &mut Membership) {
     let inner = d.inner.clone();
     d.seq += 1;
-    let now = inner.now_us();
+    let now = inner.router.now_us();
     let timeout = inner.config.heartbeat_timeout_ms * 1000;
-    let peers: Vec<_> = inner
-        .peers
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .values()
-        .cloned()
-        .collect();
-    for p in peers {
+    for p in inner.router.peers() {
         if !p.is_up() {
             continue;
         }
@@ -374,7 +349,7 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
             peer_down(d, m, &id, "heartbeat timeout");
             continue;
         }
-        inner.send_control(
+        inner.router.send_control(
             &p,
             &Header::Heartbeat {
                 seq: d.seq,
@@ -390,17 +365,11 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
 fn peer_down(d: &mut Driver, m: &mut Membership, peer: &NodeId, reason: &str) {
     let inner = &d.inner;
     let bye = reason == BYE;
-    let removed = {
-        let mut peers = inner.peers.write().unwrap_or_else(|e| e.into_inner());
-        match peers.get(&peer.name) {
-            Some(p) if p.id == *peer => peers.remove(&peer.name),
-            _ => None,
-        }
-    };
-    if inner.liveness == Liveness::Connection {
+    let removed = inner.router.remove_peer(peer);
+    if inner.router.liveness == Liveness::Connection {
         if let Some(p) = &removed {
             p.abort.cancel();
-            inner.counters.peers_down.inc();
+            inner.router.counters.peers_down.inc();
             tracing::info!(%peer, %reason, "peer down");
         }
     } else if let Some(p) = &removed {
@@ -426,25 +395,12 @@ fn peer_down(d: &mut Driver, m: &mut Membership, peer: &NodeId, reason: &str) {
     m.handle_disconnected(d.now(), peer, why);
 }
 
-/// A node is down or gone: its monitors fire, its watchers are forgotten, calls to it fail.
-fn node_gone(inner: &Inner, node: &NodeId) {
-    inner.monitors.node_down(node);
-    inner.registry.forget_node(node);
-    inner.calls.fail_node(node);
-}
-
 /// Closes a peer's connections gracefully: a goodbye, the queued frames written, then closed
 /// (cut after 5 s).
 fn close_peer(inner: &Inner, id: &NodeId) {
-    let removed = {
-        let mut peers = inner.peers.write().unwrap_or_else(|e| e.into_inner());
-        match peers.get(&id.name) {
-            Some(p) if p.id == *id => peers.remove(&id.name),
-            _ => None,
-        }
-    };
+    let removed = inner.router.remove_peer(id);
     if let Some(p) = removed {
-        inner.send_control(&p, &Header::Bye, Bytes::new());
+        inner.router.send_control(&p, &Header::Bye, Bytes::new());
         p.close.cancel();
         // Give the writers time to drain, then cut whatever is left.
         let abort = p.abort.clone();
@@ -470,14 +426,14 @@ fn spawn_dial(
         let mut delay = min;
         let result = loop {
             let attempt = tokio::select! {
-                _ = inner.shutdown.cancelled() => return,
+                _ = inner.router.shutdown.cancelled() => return,
                 r = conn::dial(&*inner, addr, &lane, None) => r,
             };
             match attempt {
                 Ok((id, stream)) if id.name != inner.id.name => {
                     match inner.peer_get_or_create(&id) {
                         Ok(peer) => {
-                            let slot = inner.dispatch.membership_slot();
+                            let slot = inner.router.dispatch.membership_slot();
                             conn::install(&inner, &peer, slot, stream, true).await;
                             break Ok(id);
                         }
@@ -493,7 +449,7 @@ fn spawn_dial(
                     };
                     let limit = Duration::from_millis(inner.config.handshake_timeout_ms);
                     if peer
-                        .wait_connected(inner.dispatch.membership_slot(), limit)
+                        .wait_connected(inner.router.dispatch.membership_slot(), limit)
                         .await
                     {
                         break Ok(id);
@@ -503,7 +459,7 @@ fn spawn_dial(
                 Err(e) if retry.again(&e, delay) => {
                     tracing::debug!(%addr, error = %e, "join attempt failed; retrying");
                     tokio::select! {
-                        _ = inner.shutdown.cancelled() => return,
+                        _ = inner.router.shutdown.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}
                     }
                     delay = (delay * 2).min(max);

@@ -24,7 +24,7 @@ pub struct Echo {
 }
 
 pub(crate) fn spawn_echo(node: &Node) -> ActorRef<Echo> {
-    let echo = node.spawn_fn(|mut inbox: crate::actor::Inbox<Echo>| async move {
+    let echo = node.spawn_fn(|mut inbox: super::Inbox<Echo>| async move {
         while let Some(Echo { payload, reply }) = inbox.recv().await {
             if let Err(e) = reply.send(payload).await {
                 tracing::debug!(error = %e, "echo reply not sent");

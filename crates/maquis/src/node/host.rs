@@ -30,15 +30,15 @@ impl Host for Inner {
     }
 
     fn dispatch(&self) -> &Dispatcher {
-        &self.dispatch
+        &self.router.dispatch
     }
 
     fn counters(&self) -> &Counters {
-        &self.counters
+        &self.router.counters
     }
 
     fn shutdown(&self) -> &CancellationToken {
-        &self.shutdown
+        &self.router.shutdown
     }
 
     fn handshakes(&self) -> &Arc<Semaphore> {
@@ -50,7 +50,7 @@ impl Host for Inner {
     }
 
     fn now_us(&self) -> u64 {
-        Inner::now_us(self)
+        self.router.now_us()
     }
 
     fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, String> {

@@ -1,28 +1,29 @@
 //! `Node`: start a node from a [`Config`], join and leave a cluster, spawn and name actors.
 
+mod context;
 mod control;
 pub(crate) mod echo;
 mod host;
 mod inner;
 mod status;
 mod topics;
+pub use context::{Actor, Context, Inbox};
 pub use topics::Subscription;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
-use tokio_util::sync::CancellationToken;
 
 pub(crate) use control::{Control, Retry};
 pub(crate) use inner::Inner;
 
 use crate::actor::registry::Watcher;
-use crate::actor::{Actor, ActorRef, Context, Inbox, Message, Monitor, WatchTarget};
+use crate::actor::{ActorRef, Actors, Message, Monitor, WatchTarget};
 use crate::broadcast::Topic;
 use crate::config::{Config, OverlayKind};
 use crate::counters::Counters;
@@ -31,6 +32,7 @@ use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
 use crate::id::NodeId;
 use crate::membership::{Membership, MembershipConfig, RESERVED_PREFIX};
 use crate::overlay::{ClientServer, FullMesh, HyParView, Liveness, Overlay, StaticOverlay};
+use crate::router::{Router, RouterLimits};
 use crate::wire::frame::{Dest, DownReason};
 use maquis_proto::overlay::{DynOverlay, Erased};
 
@@ -131,29 +133,31 @@ impl Node {
         );
         let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
         let (events, _) = broadcast::channel(config.event_buffer);
+        let router = Arc::new(Router::new(
+            id.clone(),
+            Dispatcher::new(config.channel_specs(), config.affinity),
+            liveness,
+            RouterLimits {
+                max_frame_bytes: config.max_frame_bytes,
+                lane_queue_bytes: config.lane_queue_bytes,
+                node_queue_bytes: config.node_queue_bytes,
+                hop_limit: config.hop_limit,
+            },
+        ));
+        let actors = Arc::new(Actors::new(router.clone(), config.mailbox_capacity));
         let inner = Arc::new(Inner {
             id: id.clone(),
             cookie: config.cookie.as_bytes().to_vec(),
-            dispatch: Dispatcher::new(config.channel_specs(), config.affinity),
-            registry: Default::default(),
-            calls: Default::default(),
-            monitors: Default::default(),
-            peers: RwLock::new(Default::default()),
+            router,
+            actors,
             overlay_name,
-            liveness,
             members: RwLock::new(Arc::new(vec![id.clone()])),
             neighbors: RwLock::new(Vec::new()),
-            routes: RwLock::new(Default::default()),
             topics: Default::default(),
             events,
             control: control_tx,
-            counters: Default::default(),
-            next_actor: AtomicU64::new(0),
             next_conn: AtomicU64::new(0),
-            shutdown: CancellationToken::new(),
             handshakes: Arc::new(Semaphore::new(config.max_pending_handshakes)),
-            queue_budget: crate::transport::QueueBudget::new(config.node_queue_bytes),
-            started: Instant::now(),
             admin_addr,
             listener_task: Mutex::new(None),
             config,
@@ -168,7 +172,7 @@ impl Node {
         let node = Node { inner };
         if let Some(listener) = admin {
             let source: Arc<dyn crate::admin::AdminSource> = Arc::new(node.clone());
-            let stop = node.inner.shutdown.clone();
+            let stop = node.inner.router.shutdown.clone();
             tokio::spawn(async move {
                 if let Err(e) =
                     crate::admin::serve(listener, source, async move { stop.cancelled().await })
@@ -356,6 +360,7 @@ impl Node {
             topic,
             queue,
             node: Arc::downgrade(&self.inner),
+            actors: Arc::downgrade(&self.inner.actors),
             _m: std::marker::PhantomData,
         }
     }
@@ -364,8 +369,8 @@ impl Node {
     /// connections, says who is alive) a member.
     fn watchable(&self, node: &NodeId) -> bool {
         let inner = &self.inner;
-        match inner.liveness {
-            Liveness::Connection => inner.peer(&node.name).is_some_and(|p| p.id == *node),
+        match inner.router.liveness {
+            Liveness::Connection => inner.router.peer_of(node).is_some(),
             Liveness::Membership => self.inner.members_now().binary_search(node).is_ok(),
         }
     }
@@ -395,21 +400,18 @@ impl Node {
         F: FnOnce(Inbox<M>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let inner = &self.inner;
-        let id = inner
-            .next_actor
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
-        let (tx, rx) = mpsc::channel(inner.config.mailbox_capacity);
-        inner.registry.insert(id, Arc::new(tx));
-        let weak = Arc::downgrade(inner);
-        let me = ActorRef::new(inner.id.clone(), Dest::Id(id), weak.clone());
+        let actors = &self.inner.actors;
+        let (id, rx) = actors.add::<M>();
+        let me = ActorRef::new(self.inner.id.clone(), Dest::Id(id), Arc::downgrade(actors));
         let fut = f(Inbox {
             rx,
             me: me.clone(),
-            node: weak.clone(),
+            node: Arc::downgrade(&self.inner),
         });
-        let guard = StopGuard { inner: weak, id };
+        let guard = StopGuard {
+            actors: Arc::downgrade(actors),
+            id,
+        };
         tokio::spawn(crate::actor::scope_actor(id, async move {
             let _guard = guard;
             fut.await;
@@ -441,24 +443,24 @@ impl Node {
         name: &str,
         actor: &ActorRef<M>,
     ) -> Result<(), RegisterError> {
-        match (actor.id(), self.inner.is_local(actor.node())) {
-            (Some(id), Ok(true)) => self.inner.registry.register(name, id),
+        match (actor.id(), self.inner.router.is_local(actor.node())) {
+            (Some(id), Ok(true)) => self.inner.actors.registry.register(name, id),
             _ => Err(RegisterError::NotLocal),
         }
     }
 
     /// Removes a name; returns whether it was registered.
     pub fn unregister(&self, name: &str) -> bool {
-        self.inner.registry.unregister(name)
+        self.inner.actors.registry.unregister(name)
     }
 
     /// The local actor registered under `name`.
     pub fn whereis<M: Message>(&self, name: &str) -> Option<ActorRef<M>> {
-        let id = self.inner.registry.resolve(name)?;
+        let id = self.inner.actors.registry.resolve(name)?;
         Some(ActorRef::new(
             self.inner.id.clone(),
             Dest::Id(id),
-            Arc::downgrade(&self.inner),
+            Arc::downgrade(&self.inner.actors),
         ))
     }
 
@@ -468,7 +470,7 @@ impl Node {
         Some(ActorRef::new(
             id,
             Dest::Name(name.to_string()),
-            Arc::downgrade(&self.inner),
+            Arc::downgrade(&self.inner.actors),
         ))
     }
 
@@ -476,11 +478,11 @@ impl Node {
     /// (`NoProc`), or its node goes down (`NodeDown`). Refs by name are resolved on the spot
     /// for local actors; a remote ref by name resolves with `NoProc` (monitor an id ref).
     pub fn monitor<M: Message>(&self, actor: &ActorRef<M>) -> Monitor {
-        let inner = &self.inner;
-        let watch = inner.monitors.next_id();
+        let actors = &self.inner.actors;
+        let watch = actors.monitors.next_id();
         let (tx, rx) = oneshot::channel();
-        let rt = Arc::downgrade(inner);
-        let local = match inner.is_local(actor.node()) {
+        let rt = Arc::downgrade(actors);
+        let local = match actors.router.is_local(actor.node()) {
             Ok(l) => l,
             Err(_) => {
                 let _ = tx.send(DownReason::NodeDown);
@@ -496,12 +498,12 @@ impl Node {
         if local {
             let id = actor
                 .id()
-                .or_else(|| actor.name().and_then(|n| inner.registry.resolve(n)));
+                .or_else(|| actor.name().and_then(|n| actors.registry.resolve(n)));
             let target = WatchTarget::Local(id.unwrap_or(0));
             match id {
                 Some(id) => {
                     if let Err(Watcher::Local { tx, .. }) =
-                        inner.registry.watch(id, Watcher::Local { watch, tx })
+                        actors.registry.watch(id, Watcher::Local { watch, tx })
                     {
                         let _ = tx.send(DownReason::NoProc);
                     }
@@ -532,8 +534,8 @@ impl Node {
         let target = WatchTarget::Actor(node.clone(), id);
         let reachable = self.watchable(&node);
         if reachable {
-            inner.monitors.add(watch, target.clone(), tx);
-            inner.send_monitor(&node, watch, id);
+            actors.monitors.add(watch, target.clone(), tx);
+            actors.send_monitor(&node, watch, id);
         } else {
             let _ = tx.send(DownReason::NodeDown);
         }
@@ -548,12 +550,12 @@ impl Node {
 
     /// Watches a node: the monitor resolves with `NodeDown` when it goes down or leaves.
     pub fn monitor_node(&self, node: &NodeId) -> Monitor {
-        let inner = &self.inner;
-        let watch = inner.monitors.next_id();
+        let actors = &self.inner.actors;
+        let watch = actors.monitors.next_id();
         let (tx, rx) = oneshot::channel();
         let target = WatchTarget::Node(node.clone());
         if self.watchable(node) {
-            inner.monitors.add(watch, target.clone(), tx);
+            actors.monitors.add(watch, target.clone(), tx);
         } else {
             let _ = tx.send(DownReason::NodeDown);
         }
@@ -561,17 +563,18 @@ impl Node {
             rx,
             watch,
             target,
-            rt: Arc::downgrade(inner),
+            rt: Arc::downgrade(actors),
             done: false,
         }
     }
 
     /// Number of connected lanes to a peer, per channel: `(channel, connected, parallelism)`.
     pub fn lanes_connected(&self, peer: &str) -> Vec<(String, usize, usize)> {
-        let Some(p) = self.inner.peer(peer) else {
+        let Some(p) = self.inner.router.peer(peer) else {
             return Vec::new();
         };
         self.inner
+            .router
             .dispatch
             .specs()
             .iter()
@@ -588,33 +591,23 @@ impl Node {
         &self,
         bytes: &[u8],
     ) -> Result<T, postcard::Error> {
-        crate::actor::decode_in(&Arc::downgrade(&self.inner), bytes)
+        crate::actor::decode_in(&Arc::downgrade(&self.inner.actors), bytes)
     }
 
     /// The node's counters.
     pub fn counters(&self) -> &Counters {
-        &self.inner.counters
+        &self.inner.router.counters
     }
 
     /// Stops the node at once: connections close (peers see it go down, as after a crash),
     /// actors stop, waiting calls fail. Call [`Node::leave`] first for a clean exit.
     pub async fn shutdown(&self) {
         let inner = &self.inner;
-        inner.shutdown.cancel();
-        let peers: Vec<_> = inner
-            .peers
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .map(|(_, p)| p)
-            .collect();
-        for p in peers {
+        inner.router.shutdown.cancel();
+        for p in inner.router.drain_peers() {
             p.abort.cancel();
         }
-        for (id, watchers) in inner.registry.clear() {
-            crate::actor::notify_stopped(inner, id, watchers);
-        }
-        inner.calls.fail_all("the node stopped");
+        inner.actors.stop_all();
         inner.topics.close_all();
         // The listening socket is closed when this returns (a restart may reuse the address).
         let accept = inner
@@ -629,21 +622,20 @@ impl Node {
 
     /// Whether the node has been shut down.
     pub fn is_stopped(&self) -> bool {
-        self.inner.shutdown.is_cancelled()
+        self.inner.router.shutdown.is_cancelled()
     }
 }
 
 /// Removes an actor from the registry and tells its watchers when its task ends (also on panic).
 struct StopGuard {
-    inner: std::sync::Weak<Inner>,
+    actors: std::sync::Weak<Actors>,
     id: u64,
 }
 
 impl Drop for StopGuard {
     fn drop(&mut self) {
-        if let Some(inner) = self.inner.upgrade() {
-            let watchers = inner.registry.remove(self.id);
-            crate::actor::notify_stopped(&inner, self.id, watchers);
+        if let Some(actors) = self.actors.upgrade() {
+            actors.remove(self.id);
         }
     }
 }
@@ -653,7 +645,7 @@ async fn heartbeats(inner: Arc<Inner>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = inner.shutdown.cancelled() => return,
+            _ = inner.router.shutdown.cancelled() => return,
             _ = tick.tick() => {
                 if inner.control.send(Control::Tick).await.is_err() {
                     return;

@@ -16,10 +16,9 @@ impl Node {
     pub fn status(&self) -> Status {
         let inner = &self.inner;
         let mut peers: Vec<PeerStatus> = inner
-            .peers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
+            .router
+            .peers()
+            .iter()
             .map(|p| PeerStatus {
                 name: p.id.name.clone(),
                 addr: p.id.addr.to_string(),
@@ -47,22 +46,22 @@ impl Node {
             })
             .collect();
         peers.sort_by(|a, b| a.name.cmp(&b.name));
-        let counters = inner.counters.snapshot();
+        let counters = inner.router.counters.snapshot();
         let gauges = std::collections::BTreeMap::from([
-            ("actors".to_string(), inner.registry.len() as u64),
-            ("pending_calls".to_string(), inner.calls.len() as u64),
-            ("monitors".to_string(), inner.monitors.len() as u64),
+            ("actors".to_string(), inner.actors.registry.len() as u64),
+            ("pending_calls".to_string(), inner.actors.calls.len() as u64),
+            ("monitors".to_string(), inner.actors.monitors.len() as u64),
             (
                 "remote_watchers".to_string(),
-                inner.registry.remote_watchers() as u64,
+                inner.actors.registry.remote_watchers() as u64,
             ),
             (
                 "registered_names".to_string(),
-                inner.registry.names() as u64,
+                inner.actors.registry.names() as u64,
             ),
             (
                 "queued_bytes".to_string(),
-                inner.queue_budget.queued_bytes(),
+                inner.router.queue_budget.queued_bytes(),
             ),
         ]);
         Status {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::inner::Inner;
-use crate::actor::Message;
+use crate::actor::{Actors, Message};
 use crate::broadcast::Topic;
 
 /// One subscriber's queue.
@@ -128,6 +128,8 @@ pub struct Subscription<M> {
     pub(crate) topic: Topic,
     pub(crate) queue: Arc<SubQueue>,
     pub(crate) node: Weak<Inner>,
+    /// The node's actors, which refs in a message bind to.
+    pub(crate) actors: Weak<Actors>,
     pub(crate) _m: PhantomData<fn() -> M>,
 }
 
@@ -162,11 +164,11 @@ impl<M: Message> Subscription<M> {
     /// The next message if one is buffered, without waiting.
     pub fn try_recv(&mut self) -> Option<M> {
         while let Some(bytes) = self.queue.pop() {
-            match crate::actor::decode_frame_in::<M>(&self.node, &bytes) {
+            match crate::actor::decode_frame_in::<M>(&self.actors, &bytes) {
                 Ok(m) => return Some(m),
                 Err(e) => {
-                    if let Some(inner) = self.node.upgrade() {
-                        inner.counters.decode_errors.inc();
+                    if let Some(actors) = self.actors.upgrade() {
+                        actors.router.counters.decode_errors.inc();
                     }
                     tracing::warn!(topic = %self.topic, error = %e, "broadcast does not decode; skipped");
                 }

@@ -123,8 +123,6 @@ pub(crate) enum Offer {
 pub(crate) struct Lane {
     /// (channel, index).
     pub id: LaneId,
-    /// Position in the peer's lane table.
-    pub slot: usize,
     /// Counters.
     pub metrics: LaneMetrics,
     /// Connection state.
@@ -149,15 +147,14 @@ impl Lane {
     /// A new, disconnected lane with a queue of `capacity` bytes and no node-wide budget
     /// beyond it.
     #[cfg(test)]
-    pub(crate) fn new(id: LaneId, slot: usize, capacity: usize) -> (Arc<Lane>, LaneTask) {
-        Lane::with_budget(id, slot, capacity, QueueBudget::new(capacity))
+    pub(crate) fn new(id: LaneId, capacity: usize) -> (Arc<Lane>, LaneTask) {
+        Lane::with_budget(id, capacity, QueueBudget::new(capacity))
     }
 
     /// A new, disconnected lane with a queue of `capacity` bytes that also draws on the
     /// node-wide `node` budget.
     pub(crate) fn with_budget(
         id: LaneId,
-        slot: usize,
         capacity: usize,
         node: QueueBudget,
     ) -> (Arc<Lane>, LaneTask) {
@@ -167,7 +164,6 @@ impl Lane {
         let (conn_tx, conn_rx) = mpsc::channel(4);
         let lane = Arc::new(Lane {
             id,
-            slot,
             metrics: LaneMetrics::default(),
             state: Mutex::new(LaneState::default()),
             connected: AtomicBool::new(false),
@@ -438,14 +434,14 @@ mod tests {
 
     #[tokio::test]
     async fn queue_is_bounded_in_bytes() {
-        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1, 1024);
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1024);
         lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![0u8; 1000]))
             .unwrap();
         assert_eq!(lane.queued_bytes(), 1002);
         let err = lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![0u8; 100]));
         assert_eq!(err, Err(SendError::Backpressure("lane queue")));
         // A frame larger than the whole queue still goes once the queue is empty.
-        let (big, _t) = Lane::new(LaneId::new("default", 0), 1, 1024);
+        let (big, _t) = Lane::new(LaneId::new("default", 0), 1024);
         big.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 4096]))
             .unwrap();
         assert_eq!(big.queued_bytes(), 1024);
@@ -454,8 +450,8 @@ mod tests {
     #[tokio::test]
     async fn lanes_share_the_node_budget() {
         let node = QueueBudget::new(1500);
-        let (a, _ta) = Lane::with_budget(LaneId::new("default", 0), 1, 1024, node.clone());
-        let (b, _tb) = Lane::with_budget(LaneId::new("default", 1), 2, 1024, node.clone());
+        let (a, _ta) = Lane::with_budget(LaneId::new("default", 0), 1024, node.clone());
+        let (b, _tb) = Lane::with_budget(LaneId::new("default", 1), 1024, node.clone());
         a.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 1000]))
             .unwrap();
         assert_eq!(node.queued_bytes(), 1000);
@@ -486,7 +482,7 @@ mod tests {
 
     #[test]
     fn tie_break_rules() {
-        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1, 1024);
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1024);
         assert_eq!(lane.offer_incoming(false), Offer::Accept);
         lane.state.lock().unwrap().dialing = true;
         assert!(matches!(lane.offer_incoming(false), Offer::Reject(_)));
@@ -523,7 +519,7 @@ mod tests {
             .unwrap();
         let (mut server, _) = listener.accept().await.unwrap();
         let (read_half, write_half) = client.into_split();
-        let (lane, task) = Lane::new(LaneId::new("default", 0), 1, 1 << 20);
+        let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
         let cancel = CancellationToken::new();
         let info = ConnInfo {
             id: 1,

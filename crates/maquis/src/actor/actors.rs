@@ -1,0 +1,218 @@
+//! The node's actors as one owner: the registry of mailboxes and names, the calls waiting for
+//! a reply, the monitors of remote actors and nodes, and what happens to the application
+//! frames (sends, replies, watch requests, down notices) that arrive for them.
+//!
+//! Every [`ActorRef`](super::ActorRef), [`ReplyTo`](super::ReplyTo) and
+//! [`Monitor`](super::Monitor) holds a weak handle to this, never to the node: a send needs
+//! the registry (local targets) and the [`Router`] (remote ones), nothing else.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::call::{CallOutcome, PendingCalls};
+use super::monitor::{Monitors, WatchTarget};
+use super::registry::{Delivery, ErasedMailbox, Registry, RemoteMsg, Watcher};
+use super::scope::current_actor;
+use super::{ActorId, Message};
+use crate::dispatch::hash_of;
+use crate::id::NodeId;
+use crate::router::Router;
+use crate::wire::frame::{Dest, DownReason, Header, ReplyStatus, Routed};
+
+/// The actors of one node and the state shared by their refs.
+pub(crate) struct Actors {
+    /// Where frames for other nodes go.
+    pub(crate) router: Arc<Router>,
+    /// Mailboxes and names.
+    pub(crate) registry: Registry,
+    /// Calls waiting for a reply.
+    pub(crate) calls: PendingCalls,
+    /// Watches of remote actors and nodes.
+    pub(crate) monitors: Monitors,
+    next_actor: AtomicU64,
+    mailbox_capacity: usize,
+}
+
+impl Actors {
+    /// No actors yet; mailboxes will hold `mailbox_capacity` messages.
+    pub(crate) fn new(router: Arc<Router>, mailbox_capacity: usize) -> Self {
+        Actors {
+            router,
+            registry: Registry::default(),
+            calls: PendingCalls::default(),
+            monitors: Monitors::default(),
+            next_actor: AtomicU64::new(0),
+            mailbox_capacity,
+        }
+    }
+
+    /// This node.
+    pub(crate) fn id(&self) -> &NodeId {
+        &self.router.id
+    }
+
+    /// A new actor's id and its mailbox (registered).
+    pub(crate) fn add<M: Message>(&self) -> (ActorId, mpsc::Receiver<Delivery<M>>) {
+        let id = self.next_actor.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = mpsc::channel(self.mailbox_capacity);
+        self.registry
+            .insert(id, Arc::new(tx) as Arc<dyn ErasedMailbox>);
+        (id, rx)
+    }
+
+    /// An actor ended: it leaves the registry and its watchers hear of it.
+    pub(crate) fn remove(&self, id: ActorId) {
+        let watchers = self.registry.remove(id);
+        self.notify_stopped(id, watchers);
+    }
+
+    /// Every actor is gone and every call fails (the node stops).
+    pub(crate) fn stop_all(&self) {
+        for (id, watchers) in self.registry.clear() {
+            self.notify_stopped(id, watchers);
+        }
+        self.calls.fail_all("the node stopped");
+    }
+
+    /// Tells local and remote watchers that an actor stopped.
+    fn notify_stopped(&self, actor: ActorId, watchers: Vec<Watcher>) {
+        for w in watchers {
+            match w {
+                Watcher::Local { tx, .. } => {
+                    let _ = tx.send(DownReason::Stopped);
+                }
+                Watcher::Remote { node, watch } => {
+                    self.router
+                        .send_down(&node, watch, actor, DownReason::Stopped);
+                }
+            }
+        }
+    }
+
+    /// A node is down or gone: its monitors fire, its watchers are forgotten, calls to it fail.
+    pub(crate) fn node_gone(&self, node: &NodeId) {
+        self.monitors.node_down(node);
+        self.registry.forget_node(node);
+        self.calls.fail_node(node);
+    }
+
+    /// Sends a watch request on the lane the current actor's messages to `target` take, so a
+    /// monitor set up before a send is in place when that message arrives.
+    pub(crate) fn send_monitor(&self, to: &NodeId, watch: u64, target: ActorId) {
+        self.send_watch(to, target, &Header::Monitor { watch, target });
+    }
+
+    fn send_watch(&self, to: &NodeId, target: ActorId, header: &Header) {
+        let receiver = hash_of(&Dest::Id(target));
+        self.router
+            .send_ordered(to, current_actor(), receiver, header);
+    }
+
+    /// Cancels a watch.
+    pub(crate) fn demonitor(&self, watch: u64, target: &WatchTarget) {
+        match target {
+            WatchTarget::Local(id) => self.registry.unwatch(*id, watch),
+            WatchTarget::Actor(node, id) => {
+                if self.monitors.remove(watch).is_some() {
+                    self.send_watch(node, *id, &Header::Demonitor { watch, target: *id });
+                }
+            }
+            WatchTarget::Node(_) => {
+                self.monitors.remove(watch);
+            }
+        }
+    }
+
+    /// A routed frame whose destination is this node's name: delivered if it is for this
+    /// incarnation, else dropped (a call gets `NoProc`).
+    pub(crate) async fn handle_routed(
+        &self,
+        to: &NodeId,
+        from: &NodeId,
+        kind: Routed,
+        payload: Bytes,
+    ) {
+        if to.incarnation != self.id().incarnation {
+            self.router.counters.stale_target.inc();
+            if let Routed::Send { call: Some(c), .. } = kind {
+                self.router.reply_status(from, c, ReplyStatus::NoProc);
+            }
+            return;
+        }
+        self.handle_app(from, kind.into_header(), payload).await
+    }
+
+    /// Application frames (sends, replies, monitors) from node `from`, direct or routed.
+    pub(crate) async fn handle_app(&self, from: &NodeId, header: Header, payload: Bytes) {
+        let counters = &self.router.counters;
+        match header {
+            Header::Send {
+                to,
+                incarnation,
+                call,
+            } => {
+                if incarnation != 0 && incarnation != self.id().incarnation {
+                    counters.stale_target.inc();
+                    if let Some(call) = call {
+                        self.router.reply_status(from, call, ReplyStatus::NoProc);
+                    }
+                    return;
+                }
+                let mailbox = match &to {
+                    Dest::Id(id) => self.registry.by_id(*id),
+                    Dest::Name(n) => self
+                        .registry
+                        .resolve(n)
+                        .and_then(|id| self.registry.by_id(id)),
+                };
+                let delivered = match mailbox {
+                    Some(mb) => mb
+                        .push_remote(RemoteMsg {
+                            payload,
+                            from_node: from.clone(),
+                            call,
+                        })
+                        .await
+                        .is_ok(),
+                    None => false,
+                };
+                if !delivered {
+                    counters.unknown_actor.inc();
+                    if let Some(call) = call {
+                        self.router.reply_status(from, call, ReplyStatus::NoProc);
+                    }
+                }
+            }
+            Header::Reply { call, status } => {
+                let outcome = match status {
+                    ReplyStatus::Ok => CallOutcome::Remote(payload),
+                    ReplyStatus::NoProc => CallOutcome::NoProc,
+                    ReplyStatus::Failed(why) => CallOutcome::Failed(why),
+                };
+                if !self.calls.complete(call, outcome) {
+                    counters.late_replies.inc();
+                }
+            }
+            Header::Monitor { watch, target } => {
+                let w = Watcher::Remote {
+                    node: from.clone(),
+                    watch,
+                };
+                if self.registry.watch(target, w).is_err() {
+                    self.router
+                        .send_down(from, watch, target, DownReason::NoProc);
+                }
+            }
+            Header::Demonitor { watch, target } => self.registry.unwatch(target, watch),
+            Header::Down { watch, reason, .. } => self.monitors.fire(watch, reason),
+            // Protocol headers are the node's.
+            other => {
+                counters.routed_invalid.inc();
+                tracing::debug!(%from, header = ?other, "unexpected header dropped");
+            }
+        }
+    }
+}

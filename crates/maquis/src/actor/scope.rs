@@ -1,0 +1,58 @@
+//! The context the runtime sets up around an actor's task and around a decode: which actor
+//! is running (for lane affinity), and which node's actors the refs decoded right now bind to.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::sync::Weak;
+
+use super::actors::Actors;
+use super::ActorId;
+
+tokio::task_local! {
+    static CURRENT_ACTOR: ActorId;
+}
+
+thread_local! {
+    static DECODE_NODE: RefCell<Option<Weak<Actors>>> = const { RefCell::new(None) };
+}
+
+/// The id of the actor running the current task; outside an actor, a per-task value so that
+/// affinity still separates independent tasks.
+pub(crate) fn current_actor() -> u64 {
+    CURRENT_ACTOR
+        .try_with(|id| *id)
+        .unwrap_or_else(|_| match tokio::task::try_id() {
+            Some(id) => crate::dispatch::hash_of(&id) | (1 << 63),
+            None => 0,
+        })
+}
+
+/// Runs `fut` as actor `id`.
+pub(crate) fn scope<F: Future>(id: ActorId, fut: F) -> impl Future<Output = F::Output> {
+    CURRENT_ACTOR.scope(id, fut)
+}
+
+/// Decodes `bytes` so that refs inside bind to `node`.
+pub(crate) fn decode_in<T: serde::de::DeserializeOwned>(
+    node: &Weak<Actors>,
+    bytes: &[u8],
+) -> Result<T, postcard::Error> {
+    let prev = DECODE_NODE.with(|c| c.replace(Some(node.clone())));
+    let out = postcard::from_bytes(bytes);
+    DECODE_NODE.with(|c| *c.borrow_mut() = prev);
+    out
+}
+
+/// Decodes a received frame's payload so that refs inside bind to `node` and
+/// [`crate::Payload`] fields borrow from the frame instead of copying.
+pub(crate) fn decode_frame_in<T: serde::de::DeserializeOwned>(
+    node: &Weak<Actors>,
+    frame: &bytes::Bytes,
+) -> Result<T, postcard::Error> {
+    crate::payload::with_source(frame, || decode_in(node, frame))
+}
+
+/// The node that refs decoded right now bind to.
+pub(crate) fn decode_node() -> Weak<Actors> {
+    DECODE_NODE.with(|c| c.borrow().clone()).unwrap_or_default()
+}

@@ -1,0 +1,517 @@
+//! The router: the node's peers and their lanes, the route table, and the data path of frames
+//! to other nodes — direct to a peer, or wrapped and forwarded hop by hop on overlays with
+//! multi-hop routes.
+//!
+//! The router knows nothing of actors (what a frame's header means at its destination is the
+//! actor layer's business) and nothing of membership (the control loop sets its route table
+//! and removes its peers). It decides one thing per frame: which lane of which peer carries
+//! it, by the protocol crate's pure rules ([`next_hop`], [`forward`]), and it never waits on
+//! anything but the room in that lane's queue.
+//!
+//! Frames that must not wait (replies with a status only, monitor notices, protocol frames)
+//! go through the `try_*`/`send_control*` functions, which drop and count instead.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio_util::sync::CancellationToken;
+
+use crate::broadcast::{DropReason, ForwardDecision};
+use crate::counters::Counters;
+use crate::dispatch::{Dispatcher, SendOpts};
+use crate::error::SendError;
+use crate::id::{LaneId, NodeId};
+use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
+use crate::overlay::Liveness;
+use crate::transport::lane::{run_writer, Lane};
+use crate::transport::{Peer, QueueBudget};
+use crate::wire::frame::{encode_head, DownReason, Header, ReplyStatus, Routed};
+
+/// How long a forwarding node waits for room in the next hop's lane before it drops a routed
+/// message (counted in `routed_queue_full`). The wait holds up the lane the message came on, as
+/// a full mailbox does; the limit keeps two nodes forwarding to each other from waiting forever.
+const FORWARD_WAIT: Duration = Duration::from_secs(2);
+
+/// Where a frame for a node goes first.
+enum Hop {
+    /// To the node itself.
+    Direct(Arc<Peer>),
+    /// To a neighbour that forwards it.
+    Via(Arc<Peer>),
+}
+
+/// The limits the router works with (from the node's configuration).
+pub(crate) struct RouterLimits {
+    /// Largest frame sent.
+    pub(crate) max_frame_bytes: usize,
+    /// Bytes one lane's queue holds.
+    pub(crate) lane_queue_bytes: usize,
+    /// Bytes all lanes together hold.
+    pub(crate) node_queue_bytes: usize,
+    /// Hops after which a routed frame is dropped.
+    pub(crate) hop_limit: u16,
+}
+
+/// What [`Router::peer_entry`] found.
+pub(crate) enum PeerEntry {
+    /// The peer was known (this incarnation).
+    Known(Arc<Peer>),
+    /// It is new: its lanes' writers run, its dialers are the caller's to start. `replaced` is
+    /// the older incarnation it took the place of.
+    New {
+        /// The new peer.
+        peer: Arc<Peer>,
+        /// The incarnation it replaced, if any.
+        replaced: Option<NodeId>,
+    },
+}
+
+/// The node's peers, routes and frame path.
+pub(crate) struct Router {
+    /// This node.
+    pub(crate) id: NodeId,
+    /// The channel table and the lane picker.
+    pub(crate) dispatch: Dispatcher,
+    /// The node's counters.
+    pub(crate) counters: Counters,
+    /// How nodes are declared down (from the overlay).
+    pub(crate) liveness: Liveness,
+    /// Cancelled when the node stops.
+    pub(crate) shutdown: CancellationToken,
+    /// The bytes all lanes together may hold queued.
+    pub(crate) queue_budget: QueueBudget,
+    limits: RouterLimits,
+    started: Instant,
+    peers: RwLock<HashMap<String, Arc<Peer>>>,
+    /// Routes to non-neighbours, by name: (destination, neighbour to go through). Set by the
+    /// control loop from the membership machine, read by sends only when no direct connection
+    /// is up (no overlay lock on the way).
+    routes: RwLock<HashMap<String, (NodeId, NodeId)>>,
+}
+
+impl Router {
+    /// A router for node `id` with no peers.
+    pub(crate) fn new(
+        id: NodeId,
+        dispatch: Dispatcher,
+        liveness: Liveness,
+        limits: RouterLimits,
+    ) -> Self {
+        Router {
+            id,
+            dispatch,
+            counters: Counters::default(),
+            liveness,
+            shutdown: CancellationToken::new(),
+            queue_budget: QueueBudget::new(limits.node_queue_bytes),
+            limits,
+            started: Instant::now(),
+            peers: RwLock::new(HashMap::new()),
+            routes: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// When the node started.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Microseconds since the node started.
+    pub(crate) fn now_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    /// Whether `node` is this node; a ref to an older life of this node is an error.
+    pub(crate) fn is_local(&self, node: &NodeId) -> Result<bool, SendError> {
+        if node.name != self.id.name {
+            return Ok(false);
+        }
+        if node.incarnation == self.id.incarnation {
+            Ok(true)
+        } else {
+            Err(SendError::StaleIncarnation {
+                node: node.name.clone(),
+                ref_incarnation: node.incarnation,
+                current: self.id.incarnation,
+            })
+        }
+    }
+
+    /// The peer of that name (any incarnation).
+    pub(crate) fn peer(&self, name: &str) -> Option<Arc<Peer>> {
+        self.peers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// The peer of exactly that incarnation.
+    pub(crate) fn peer_of(&self, id: &NodeId) -> Option<Arc<Peer>> {
+        self.peer(&id.name).filter(|p| p.id == *id)
+    }
+
+    /// Every peer now.
+    pub(crate) fn peers(&self) -> Vec<Arc<Peer>> {
+        self.peers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Whether a peer listens on `addr`.
+    pub(crate) fn knows_addr(&self, addr: std::net::SocketAddr) -> bool {
+        self.peers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|p| p.id.addr == addr)
+    }
+
+    /// Removes the peer if it is that incarnation; returns it.
+    pub(crate) fn remove_peer(&self, id: &NodeId) -> Option<Arc<Peer>> {
+        let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
+        match peers.get(&id.name) {
+            Some(p) if p.id == *id => peers.remove(&id.name),
+            _ => None,
+        }
+    }
+
+    /// Removes every peer (the node stops); returns them.
+    pub(crate) fn drain_peers(&self) -> Vec<Arc<Peer>> {
+        self.peers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .map(|(_, p)| p)
+            .collect()
+    }
+
+    /// Applies a change of the route table.
+    pub(crate) fn set_route(&self, change: RouteChange<NodeId>) {
+        let mut table = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        match change {
+            RouteChange::Set { dst, via } => {
+                table.insert(dst.name.clone(), (dst, via));
+            }
+            RouteChange::Remove(name) => {
+                table.remove(&name);
+            }
+        }
+    }
+
+    /// Finds or creates the peer for `id`. A newer incarnation replaces an older one (whose
+    /// lanes are aborted); an older one than we know is refused, as is any while stopping.
+    pub(crate) fn peer_entry(&self, id: &NodeId) -> Result<PeerEntry, String> {
+        if self.shutdown.is_cancelled() {
+            return Err("the node is shutting down".into());
+        }
+        let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
+        let mut replaced = None;
+        if let Some(p) = peers.get(&id.name) {
+            if p.id == *id {
+                return Ok(PeerEntry::Known(p.clone()));
+            }
+            if p.id.incarnation > id.incarnation {
+                return Err(format!("stale incarnation of {}", id.name));
+            }
+            replaced = Some(p.id.clone());
+            if let Some(old_peer) = peers.remove(&id.name) {
+                old_peer.abort.cancel();
+            }
+        }
+        let peer = self.new_peer(id);
+        peers.insert(id.name.clone(), peer.clone());
+        Ok(PeerEntry::New { peer, replaced })
+    }
+
+    /// A peer with its lanes, their writers running.
+    fn new_peer(&self, id: &NodeId) -> Arc<Peer> {
+        let abort = self.shutdown.child_token();
+        let close = CancellationToken::new();
+        let mut lanes = Vec::with_capacity(self.dispatch.total_lanes());
+        let mut tasks = Vec::new();
+        for spec in self.dispatch.specs() {
+            for index in 0..spec.parallelism {
+                let (lane, task) = Lane::with_budget(
+                    LaneId::new(spec.name.clone(), index),
+                    self.limits.lane_queue_bytes,
+                    self.queue_budget.clone(),
+                );
+                tasks.push((lane.clone(), task));
+                lanes.push(lane);
+            }
+        }
+        let peer = Arc::new(Peer {
+            id: id.clone(),
+            lanes,
+            up: Default::default(),
+            last_seen_us: AtomicU64::new(self.now_us()),
+            rtt_us: Default::default(),
+            abort: abort.clone(),
+            close: close.clone(),
+            changed: Default::default(),
+            writers: Default::default(),
+        });
+        let writers = tasks
+            .into_iter()
+            .map(|(lane, task)| tokio::spawn(run_writer(lane, task, abort.clone(), close.clone())))
+            .collect();
+        *peer.writers.lock().unwrap_or_else(|e| e.into_inner()) = writers;
+        peer
+    }
+
+    /// The peer whose lanes carry traffic for `dst`: the node itself when it is a peer, else
+    /// (on overlays with multi-hop routes) the neighbour a route names
+    /// ([`next_hop`] decides).
+    fn next_hop(&self, dst: &NodeId) -> Result<Hop, SendError> {
+        let direct = self.peer(&dst.name);
+        let route = || {
+            self.routes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&dst.name)
+                .cloned()
+        };
+        let mut via_peer = None;
+        let hop = next_hop(
+            self.liveness,
+            dst,
+            direct.as_ref().map(|p| Direct {
+                id: &p.id,
+                up: p.is_up(),
+            }),
+            route,
+            |via| {
+                via_peer = self.peer_of(via);
+                via_peer.is_some()
+            },
+        );
+        match hop {
+            Ok(NextHop::Direct) => direct.map(Hop::Direct),
+            Ok(NextHop::Via(_)) => via_peer.map(Hop::Via),
+            Err(NoHop::Stale { current }) => {
+                return Err(SendError::StaleIncarnation {
+                    node: dst.name.clone(),
+                    ref_incarnation: dst.incarnation,
+                    current,
+                })
+            }
+            Err(NoHop::Unreachable) => None,
+        }
+        .ok_or_else(|| SendError::Unreachable(dst.name.clone()))
+    }
+
+    /// The lane and the head of a frame for `dst`, wrapped for forwarding when `dst` is not a
+    /// neighbour.
+    fn route_frame(
+        &self,
+        dst: &NodeId,
+        opts: &SendOpts,
+        sender: u64,
+        receiver: u64,
+        header: &Header,
+        payload_len: usize,
+    ) -> Result<(Arc<Lane>, Bytes), SendError> {
+        let slot = self.dispatch.pick(opts, sender, receiver);
+        match self.next_hop(dst)? {
+            Hop::Direct(peer) => Ok((peer.lanes[slot].clone(), self.head(header, payload_len)?)),
+            Hop::Via(peer) => {
+                let kind = Routed::from_header(header)
+                    .ok_or_else(|| SendError::Unreachable(dst.name.clone()))?;
+                let routed = Header::Routed {
+                    to: dst.clone(),
+                    from: self.id.clone(),
+                    hops: 1,
+                    lane: slot as u16,
+                    kind,
+                };
+                Ok((peer.lanes[slot].clone(), self.head(&routed, payload_len)?))
+            }
+        }
+    }
+
+    fn head(&self, header: &Header, payload_len: usize) -> Result<Bytes, SendError> {
+        let max = self.limits.max_frame_bytes;
+        let mut buf = BytesMut::with_capacity(64);
+        encode_head(header, payload_len, max, &mut buf).map_err(|_| SendError::TooLarge {
+            len: payload_len,
+            max,
+        })?;
+        Ok(buf.freeze())
+    }
+
+    /// Queues a frame for `dst`, waiting for room in the lane's queue. `sender` and `receiver`
+    /// are the hashes the lane picker uses for affinity.
+    pub(crate) async fn send_frame(
+        &self,
+        dst: &NodeId,
+        opts: &SendOpts,
+        sender: u64,
+        receiver: u64,
+        header: &Header,
+        payload: Bytes,
+    ) -> Result<(), SendError> {
+        let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
+        lane.enqueue(head, payload).await
+    }
+
+    /// Queues a frame for `dst` or fails with `Backpressure` at once.
+    pub(crate) fn try_send_frame(
+        &self,
+        dst: &NodeId,
+        opts: &SendOpts,
+        sender: u64,
+        receiver: u64,
+        header: &Header,
+        payload: Bytes,
+    ) -> Result<(), SendError> {
+        let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
+        lane.try_enqueue(head, payload)
+    }
+
+    /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts).
+    pub(crate) fn send_control(&self, peer: &Peer, header: &Header, payload: Bytes) {
+        let ok = self.head(header, payload.len()).and_then(|head| {
+            peer.lanes[self.dispatch.membership_slot()].try_enqueue(head, payload)
+        });
+        if let Err(e) = ok {
+            self.counters.control_drops.inc();
+            tracing::debug!(peer = %peer.id, error = %e, "protocol frame dropped");
+        }
+    }
+
+    /// A protocol frame for a node: on its membership lane if it is a peer, else routed (on
+    /// overlays with multi-hop routes); dropped and counted otherwise.
+    pub(crate) fn send_control_to(&self, node: &NodeId, header: &Header) {
+        match self.peer_of(node) {
+            Some(p) => self.send_control(&p, header, Bytes::new()),
+            None if self.liveness == Liveness::Membership => {
+                let opts = SendOpts::default();
+                if self
+                    .try_send_frame(node, &opts, 0, 0, header, Bytes::new())
+                    .is_err()
+                {
+                    self.counters.control_drops.inc();
+                }
+            }
+            None => self.counters.control_drops.inc(),
+        }
+    }
+
+    /// Answers a call with a status (no payload) without waiting.
+    pub(crate) fn reply_status(&self, to: &NodeId, call: u64, status: ReplyStatus) {
+        let header = Header::Reply { call, status };
+        if let Err(e) =
+            self.try_send_frame(to, &SendOpts::default(), 0, call, &header, Bytes::new())
+        {
+            tracing::debug!(%to, error = %e, "status reply dropped");
+        }
+    }
+
+    /// Tells a remote watcher that an actor stopped.
+    pub(crate) fn send_down(&self, to: &NodeId, watch: u64, target: u64, reason: DownReason) {
+        self.send_control_to(
+            to,
+            &Header::Down {
+                watch,
+                target,
+                reason,
+            },
+        );
+    }
+
+    /// Sends a frame without a payload on the lane `sender`'s messages to `receiver` take, so
+    /// that it stays in order with them; when that lane is full, on the membership lane
+    /// (unordered) instead.
+    pub(crate) fn send_ordered(&self, to: &NodeId, sender: u64, receiver: u64, header: &Header) {
+        let opts = SendOpts::default();
+        if self
+            .try_send_frame(to, &opts, sender, receiver, header, Bytes::new())
+            .is_err()
+        {
+            self.send_control_to(to, header);
+        }
+    }
+
+    /// Passes a routed frame that arrived from `came_from` on to the next hop, on the lane slot
+    /// its sender picked. A next hop that is the neighbour it came from (routes that disagree
+    /// for a moment) counts as no route: the frame is dropped at once rather than bounced to
+    /// the hop limit.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn forward(
+        &self,
+        came_from: &NodeId,
+        to: NodeId,
+        from: NodeId,
+        hops: u16,
+        lane: u16,
+        kind: Routed,
+        payload: Bytes,
+    ) {
+        let slot = usize::from(lane);
+        if slot >= self.dispatch.total_lanes() {
+            self.counters.routed_invalid.inc();
+            return self.routed_failed(&from, &kind, "invalid lane");
+        }
+        let limit = self.limits.hop_limit;
+        let next = forward(&self.id, came_from, &to, hops, limit, |d| {
+            match self.next_hop(d) {
+                Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
+                Err(_) => None,
+            }
+        });
+        let peer = match next {
+            ForwardDecision::ForwardTo(id) => self.peer_of(&id),
+            ForwardDecision::Drop(DropReason::HopLimit) => {
+                self.counters.routed_hop_limit.inc();
+                tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
+                return self.routed_failed(&from, &kind, "hop limit reached");
+            }
+            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
+        };
+        let Some(peer) = peer else {
+            self.counters.routed_no_route.inc();
+            tracing::debug!(%to, %from, hops, "routed message dropped: no route");
+            return self.routed_failed(&from, &kind, "no route");
+        };
+        let header = Header::Routed {
+            to,
+            from: from.clone(),
+            hops: hops.saturating_add(1),
+            lane,
+            kind: kind.clone(),
+        };
+        let head = match self.head(&header, payload.len()) {
+            Ok(h) => h,
+            Err(_) => {
+                self.counters.routed_invalid.inc();
+                return self.routed_failed(&from, &kind, "frame too large");
+            }
+        };
+        let queued =
+            tokio::time::timeout(FORWARD_WAIT, peer.lanes[slot].enqueue(head, payload)).await;
+        match queued {
+            Ok(Ok(())) => self.counters.routed_forwarded.inc(),
+            _ => {
+                self.counters.routed_queue_full.inc();
+                self.routed_failed(&from, &kind, "next hop congested");
+            }
+        }
+    }
+
+    /// A routed call that cannot go on fails at once at its caller instead of timing out.
+    fn routed_failed(&self, from: &NodeId, kind: &Routed, why: &str) {
+        if let Routed::Send { call: Some(c), .. } = kind {
+            if *from != self.id {
+                let status = ReplyStatus::Failed(format!("unreachable: {why}"));
+                self.reply_status(from, *c, status);
+            }
+        }
+    }
+}
