@@ -28,7 +28,7 @@ use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
 use crate::transport::lane::{run_writer, Lane};
 use crate::transport::{Peer, QueueBudget};
-use crate::wire::frame::{encode_head, DownReason, Header, ReplyStatus, Routed};
+use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
 
 /// How long a forwarding node waits for room in the next hop's lane before it drops a routed
 /// message (counted in `routed_queue_full`). The wait holds up the lane the message came on, as
@@ -315,25 +315,24 @@ impl Router {
         opts: &SendOpts,
         sender: u64,
         receiver: u64,
-        header: &Header,
+        header: ActorHeader,
         payload_len: usize,
     ) -> Result<(Arc<Lane>, Bytes), SendError> {
         let slot = self.dispatch.pick(opts, sender, receiver);
-        match self.next_hop(dst)? {
-            Hop::Direct(peer) => Ok((peer.lanes[slot].clone(), self.head(header, payload_len)?)),
+        let (peer, header) = match self.next_hop(dst)? {
+            Hop::Direct(peer) => (peer, Header::Actor(header)),
             Hop::Via(peer) => {
-                let kind = Routed::from_header(header)
-                    .ok_or_else(|| SendError::Unreachable(dst.name.clone()))?;
                 let routed = Header::Routed {
                     to: dst.clone(),
                     from: self.id.clone(),
                     hops: 1,
                     lane: slot as u16,
-                    kind,
+                    actor: header,
                 };
-                Ok((peer.lanes[slot].clone(), self.head(&routed, payload_len)?))
+                (peer, routed)
             }
-        }
+        };
+        Ok((peer.lanes[slot].clone(), self.head(&header, payload_len)?))
     }
 
     fn head(&self, header: &Header, payload_len: usize) -> Result<Bytes, SendError> {
@@ -354,7 +353,7 @@ impl Router {
         opts: &SendOpts,
         sender: u64,
         receiver: u64,
-        header: &Header,
+        header: ActorHeader,
         payload: Bytes,
     ) -> Result<(), SendError> {
         let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
@@ -368,7 +367,7 @@ impl Router {
         opts: &SendOpts,
         sender: u64,
         receiver: u64,
-        header: &Header,
+        header: ActorHeader,
         payload: Bytes,
     ) -> Result<(), SendError> {
         let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
@@ -386,11 +385,12 @@ impl Router {
         }
     }
 
-    /// A protocol frame for a node: on its membership lane if it is a peer, else routed (on
-    /// overlays with multi-hop routes); dropped and counted otherwise.
-    pub(crate) fn send_control_to(&self, node: &NodeId, header: &Header) {
+    /// Actor traffic without a payload that must not wait (a down notice, a watch whose data
+    /// lane is full): on the node's membership lane if it is a peer, else routed (on overlays
+    /// with multi-hop routes); dropped and counted otherwise.
+    pub(crate) fn send_control_to(&self, node: &NodeId, header: ActorHeader) {
         match self.peer_of(node) {
-            Some(p) => self.send_control(&p, header, Bytes::new()),
+            Some(p) => self.send_control(&p, &Header::Actor(header), Bytes::new()),
             None if self.liveness == Liveness::Membership => {
                 let opts = SendOpts::default();
                 if self
@@ -406,9 +406,8 @@ impl Router {
 
     /// Answers a call with a status (no payload) without waiting.
     pub(crate) fn reply_status(&self, to: &NodeId, call: u64, status: ReplyStatus) {
-        let header = Header::Reply { call, status };
-        if let Err(e) =
-            self.try_send_frame(to, &SendOpts::default(), 0, call, &header, Bytes::new())
+        let header = ActorHeader::Reply { call, status };
+        if let Err(e) = self.try_send_frame(to, &SendOpts::default(), 0, call, header, Bytes::new())
         {
             tracing::debug!(%to, error = %e, "status reply dropped");
         }
@@ -418,7 +417,7 @@ impl Router {
     pub(crate) fn send_down(&self, to: &NodeId, watch: u64, target: u64, reason: DownReason) {
         self.send_control_to(
             to,
-            &Header::Down {
+            ActorHeader::Down {
                 watch,
                 target,
                 reason,
@@ -429,10 +428,17 @@ impl Router {
     /// Sends a frame without a payload on the lane `sender`'s messages to `receiver` take, so
     /// that it stays in order with them; when that lane is full, on the membership lane
     /// (unordered) instead.
-    pub(crate) fn send_ordered(&self, to: &NodeId, sender: u64, receiver: u64, header: &Header) {
+    pub(crate) fn send_ordered(
+        &self,
+        to: &NodeId,
+        sender: u64,
+        receiver: u64,
+        header: ActorHeader,
+    ) {
         let opts = SendOpts::default();
+        // Watch headers are a few integers: the copy for the fallback costs nothing.
         if self
-            .try_send_frame(to, &opts, sender, receiver, header, Bytes::new())
+            .try_send_frame(to, &opts, sender, receiver, header.clone(), Bytes::new())
             .is_err()
         {
             self.send_control_to(to, header);
@@ -451,13 +457,13 @@ impl Router {
         from: NodeId,
         hops: u16,
         lane: u16,
-        kind: Routed,
+        actor: ActorHeader,
         payload: Bytes,
     ) {
         let slot = usize::from(lane);
         if slot >= self.dispatch.total_lanes() {
             self.counters.routed_invalid.inc();
-            return self.routed_failed(&from, &kind, "invalid lane");
+            return self.routed_failed(&from, &actor, "invalid lane");
         }
         let limit = self.limits.hop_limit;
         let next = forward(&self.id, came_from, &to, hops, limit, |d| {
@@ -471,27 +477,27 @@ impl Router {
             ForwardDecision::Drop(DropReason::HopLimit) => {
                 self.counters.routed_hop_limit.inc();
                 tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
-                return self.routed_failed(&from, &kind, "hop limit reached");
+                return self.routed_failed(&from, &actor, "hop limit reached");
             }
             ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
         };
         let Some(peer) = peer else {
             self.counters.routed_no_route.inc();
             tracing::debug!(%to, %from, hops, "routed message dropped: no route");
-            return self.routed_failed(&from, &kind, "no route");
+            return self.routed_failed(&from, &actor, "no route");
         };
         let header = Header::Routed {
             to,
             from: from.clone(),
             hops: hops.saturating_add(1),
             lane,
-            kind: kind.clone(),
+            actor: actor.clone(),
         };
         let head = match self.head(&header, payload.len()) {
             Ok(h) => h,
             Err(_) => {
                 self.counters.routed_invalid.inc();
-                return self.routed_failed(&from, &kind, "frame too large");
+                return self.routed_failed(&from, &actor, "frame too large");
             }
         };
         let queued =
@@ -500,14 +506,14 @@ impl Router {
             Ok(Ok(())) => self.counters.routed_forwarded.inc(),
             _ => {
                 self.counters.routed_queue_full.inc();
-                self.routed_failed(&from, &kind, "next hop congested");
+                self.routed_failed(&from, &actor, "next hop congested");
             }
         }
     }
 
     /// A routed call that cannot go on fails at once at its caller instead of timing out.
-    fn routed_failed(&self, from: &NodeId, kind: &Routed, why: &str) {
-        if let Routed::Send { call: Some(c), .. } = kind {
+    fn routed_failed(&self, from: &NodeId, actor: &ActorHeader, why: &str) {
+        if let ActorHeader::Send { call: Some(c), .. } = actor {
             if *from != self.id {
                 let status = ReplyStatus::Failed(format!("unreachable: {why}"));
                 self.reply_status(from, *c, status);

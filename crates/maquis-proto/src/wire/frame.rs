@@ -55,24 +55,8 @@ pub enum ReplyStatus {
 /// What a frame is; tells the receiver how to read the payload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Header {
-    /// An application message for an actor on the receiving node; the payload is the
-    /// postcard-encoded message.
-    Send {
-        /// The target actor.
-        to: Dest,
-        /// The incarnation of the target node the sender meant; 0 means any.
-        incarnation: u64,
-        /// The call id when this message is a request expecting a [`Header::Reply`].
-        call: Option<u64>,
-    },
-    /// The reply to a call; the payload is the encoded reply when `status` is
-    /// [`ReplyStatus::Ok`], and empty otherwise.
-    Reply {
-        /// The call id from the request's [`Header::Send`].
-        call: u64,
-        /// How the call went.
-        status: ReplyStatus,
-    },
+    /// Actor traffic from the sending node (a message, a reply, a watch); see [`ActorHeader`].
+    Actor(ActorHeader),
     /// An overlay protocol message; the payload is the overlay's encoded message.
     Overlay,
     /// A liveness probe.
@@ -89,6 +73,51 @@ pub enum Header {
         /// The probe's send time, echoed so the prober can measure the round trip.
         sent_us: u64,
     },
+    /// A graceful goodbye before a node closes its lanes.
+    Bye,
+    /// A broadcast protocol message (Plumtree) between neighbours; the payload is the
+    /// postcard-encoded `PlumtreeMsg<NodeId>`.
+    Broadcast,
+    /// Actor traffic for a node that is not a neighbour of its sender, forwarded hop by hop;
+    /// the payload is that of the routed message. Only actor traffic is routed: protocol
+    /// frames are between neighbours by nature.
+    Routed {
+        /// The destination node.
+        to: crate::id::NodeId,
+        /// The node that sent it (replies and failures go back to it).
+        from: crate::id::NodeId,
+        /// Hops travelled so far; it is dropped when this reaches the hop limit.
+        hops: u16,
+        /// The lane slot the sender picked (channel and index); every hop sends it on the same
+        /// slot, so channels, parallelism and affinity hold along the way.
+        lane: u16,
+        /// What it is at the destination.
+        actor: ActorHeader,
+    },
+}
+
+/// Actor traffic: what a [`Header::Actor`] frame (from a neighbour) or a [`Header::Routed`]
+/// frame (from further away) is at its destination.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ActorHeader {
+    /// An application message for an actor on the receiving node; the payload is the
+    /// postcard-encoded message.
+    Send {
+        /// The target actor.
+        to: Dest,
+        /// The incarnation of the target node the sender meant; 0 means any.
+        incarnation: u64,
+        /// The call id when this message is a request expecting an [`ActorHeader::Reply`].
+        call: Option<u64>,
+    },
+    /// The reply to a call; the payload is the encoded reply when `status` is
+    /// [`ReplyStatus::Ok`], and empty otherwise.
+    Reply {
+        /// The call id from the request's [`ActorHeader::Send`].
+        call: u64,
+        /// How the call went.
+        status: ReplyStatus,
+    },
     /// Asks the receiving node to report when actor `target` goes down.
     Monitor {
         /// The watching actor on the sending node.
@@ -96,7 +125,7 @@ pub enum Header {
         /// The watched actor on the receiving node.
         target: u64,
     },
-    /// Cancels a [`Header::Monitor`].
+    /// Cancels an [`ActorHeader::Monitor`].
     Demonitor {
         /// The watching actor on the sending node.
         watch: u64,
@@ -112,128 +141,6 @@ pub enum Header {
         /// Why it went down.
         reason: DownReason,
     },
-    /// A graceful goodbye before a node closes its lanes.
-    Bye,
-    /// A broadcast protocol message (Plumtree) between neighbours; the payload is the
-    /// postcard-encoded `PlumtreeMsg<NodeId>`.
-    Broadcast,
-    /// A message for a node that is not a neighbour of its sender, forwarded hop by hop; the
-    /// payload is that of the routed message.
-    Routed {
-        /// The destination node.
-        to: crate::id::NodeId,
-        /// The node that sent it (replies and failures go back to it).
-        from: crate::id::NodeId,
-        /// Hops travelled so far; it is dropped when this reaches the hop limit.
-        hops: u16,
-        /// The lane slot the sender picked (channel and index); every hop sends it on the same
-        /// slot, so channels, parallelism and affinity hold along the way.
-        lane: u16,
-        /// What it is at the destination.
-        kind: Routed,
-    },
-}
-
-/// What a [`Header::Routed`] message is once it reaches its destination: the headers that
-/// make sense between nodes that are not neighbours.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Routed {
-    /// As [`Header::Send`].
-    Send {
-        /// The target actor.
-        to: Dest,
-        /// The incarnation of the target node the sender meant; 0 means any.
-        incarnation: u64,
-        /// The call id when this message is a request.
-        call: Option<u64>,
-    },
-    /// As [`Header::Reply`].
-    Reply {
-        /// The call id.
-        call: u64,
-        /// How the call went.
-        status: ReplyStatus,
-    },
-    /// As [`Header::Monitor`].
-    Monitor {
-        /// The watching actor on the sending node.
-        watch: u64,
-        /// The watched actor on the receiving node.
-        target: u64,
-    },
-    /// As [`Header::Demonitor`].
-    Demonitor {
-        /// The watching actor on the sending node.
-        watch: u64,
-        /// The watched actor on the receiving node.
-        target: u64,
-    },
-    /// As [`Header::Down`].
-    Down {
-        /// The watching actor on the receiving node.
-        watch: u64,
-        /// The watched actor on the sending node.
-        target: u64,
-        /// Why it went down.
-        reason: DownReason,
-    },
-}
-
-impl Routed {
-    /// The routed form of a header, if it can be routed.
-    pub fn from_header(h: &Header) -> Option<Routed> {
-        Some(match h.clone() {
-            Header::Send {
-                to,
-                incarnation,
-                call,
-            } => Routed::Send {
-                to,
-                incarnation,
-                call,
-            },
-            Header::Reply { call, status } => Routed::Reply { call, status },
-            Header::Monitor { watch, target } => Routed::Monitor { watch, target },
-            Header::Demonitor { watch, target } => Routed::Demonitor { watch, target },
-            Header::Down {
-                watch,
-                target,
-                reason,
-            } => Routed::Down {
-                watch,
-                target,
-                reason,
-            },
-            _ => return None,
-        })
-    }
-
-    /// The header it stands for at its destination.
-    pub fn into_header(self) -> Header {
-        match self {
-            Routed::Send {
-                to,
-                incarnation,
-                call,
-            } => Header::Send {
-                to,
-                incarnation,
-                call,
-            },
-            Routed::Reply { call, status } => Header::Reply { call, status },
-            Routed::Monitor { watch, target } => Header::Monitor { watch, target },
-            Routed::Demonitor { watch, target } => Header::Demonitor { watch, target },
-            Routed::Down {
-                watch,
-                target,
-                reason,
-            } => Header::Down {
-                watch,
-                target,
-                reason,
-            },
-        }
-    }
 }
 
 /// One decoded frame.
@@ -406,76 +313,63 @@ mod tests {
             let node = (".{0,20}", any::<u64>(), any::<u16>()).prop_map(|(name, inc, port)| {
                 crate::id::NodeId::new(name, ([127, 0, 0, 1], port).into(), inc)
             });
-            let routed = prop_oneof![
-                (any::<u64>(), any::<u64>(), any::<Option<u64>>()).prop_map(
-                    |(incarnation, id, call)| Routed::Send {
-                        to: Dest::Id(id ^ incarnation),
-                        incarnation,
-                        call
-                    }
-                ),
-                any::<u64>().prop_map(|call| Routed::Reply {
-                    call,
-                    status: ReplyStatus::NoProc
-                }),
-                (any::<u64>(), any::<u64>())
-                    .prop_map(|(watch, target)| Routed::Monitor { watch, target }),
-                (any::<u64>(), any::<u64>())
-                    .prop_map(|(watch, target)| Routed::Demonitor { watch, target }),
-                (any::<u64>(), any::<u64>()).prop_map(|(watch, target)| Routed::Down {
-                    watch,
-                    target,
-                    reason: DownReason::NodeDown
-                }),
-            ];
-            let routed_header = (node.clone(), node, any::<u16>(), any::<u16>(), routed).prop_map(
-                |(to, from, hops, lane, kind)| Header::Routed {
-                    to,
-                    from,
-                    hops,
-                    lane,
-                    kind,
-                },
-            );
-            prop_oneof![
+            let actor = prop_oneof![
                 (dest, any::<u64>(), any::<Option<u64>>()).prop_map(|(to, incarnation, call)| {
-                    Header::Send {
+                    ActorHeader::Send {
                         to,
                         incarnation,
                         call,
                     }
                 }),
-                (any::<u64>(), status).prop_map(|(call, status)| Header::Reply { call, status }),
-                Just(Header::Overlay),
+                (any::<u64>(), status)
+                    .prop_map(|(call, status)| ActorHeader::Reply { call, status }),
                 (any::<u64>(), any::<u64>())
-                    .prop_map(|(seq, sent_us)| Header::Heartbeat { seq, sent_us }),
+                    .prop_map(|(watch, target)| ActorHeader::Monitor { watch, target }),
                 (any::<u64>(), any::<u64>())
-                    .prop_map(|(seq, sent_us)| Header::HeartbeatAck { seq, sent_us }),
-                (any::<u64>(), any::<u64>())
-                    .prop_map(|(watch, target)| Header::Monitor { watch, target }),
-                (any::<u64>(), any::<u64>())
-                    .prop_map(|(watch, target)| Header::Demonitor { watch, target }),
+                    .prop_map(|(watch, target)| ActorHeader::Demonitor { watch, target }),
                 (any::<u64>(), any::<u64>(), reason).prop_map(|(watch, target, reason)| {
-                    Header::Down {
+                    ActorHeader::Down {
                         watch,
                         target,
                         reason,
                     }
                 }),
+            ];
+            let routed = (
+                node.clone(),
+                node,
+                any::<u16>(),
+                any::<u16>(),
+                actor.clone(),
+            )
+                .prop_map(|(to, from, hops, lane, actor)| Header::Routed {
+                    to,
+                    from,
+                    hops,
+                    lane,
+                    actor,
+                });
+            prop_oneof![
+                actor.prop_map(Header::Actor),
+                Just(Header::Overlay),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(seq, sent_us)| Header::Heartbeat { seq, sent_us }),
+                (any::<u64>(), any::<u64>())
+                    .prop_map(|(seq, sent_us)| Header::HeartbeatAck { seq, sent_us }),
                 Just(Header::Bye),
                 Just(Header::Broadcast),
-                routed_header,
+                routed,
             ]
             .boxed()
         }
     }
 
     fn send() -> Header {
-        Header::Send {
+        Header::Actor(ActorHeader::Send {
             to: Dest::Name("echo".into()),
             incarnation: 7,
             call: Some(9),
-        }
+        })
     }
 
     /// A frame built by hand from raw header bytes, with consistent length fields.
@@ -532,36 +426,6 @@ mod tests {
     }
 
     #[test]
-    fn routed_kinds_stand_for_their_headers() {
-        let headers = [
-            send(),
-            Header::Reply {
-                call: 1,
-                status: ReplyStatus::Failed("x".into()),
-            },
-            Header::Monitor {
-                watch: 1,
-                target: 2,
-            },
-            Header::Demonitor {
-                watch: 1,
-                target: 2,
-            },
-            Header::Down {
-                watch: 1,
-                target: 2,
-                reason: DownReason::Stopped,
-            },
-        ];
-        for h in headers {
-            let r = Routed::from_header(&h).expect("routable");
-            assert_eq!(r.into_header(), h);
-        }
-        assert_eq!(Routed::from_header(&Header::Bye), None);
-        assert_eq!(Routed::from_header(&Header::Broadcast), None);
-    }
-
-    #[test]
     fn encode_refuses_frame_too_large() {
         let mut out = BytesMut::from(&b"keep"[..]);
         let err = encode_head(&Header::Bye, SMALL_MAX, SMALL_MAX, &mut out).unwrap_err();
@@ -577,11 +441,11 @@ mod tests {
 
     #[test]
     fn encode_refuses_header_too_large() {
-        let header = Header::Send {
+        let header = Header::Actor(ActorHeader::Send {
             to: Dest::Name("n".repeat(70_000)),
             incarnation: 0,
             call: None,
-        };
+        });
         let mut out = BytesMut::new();
         let err = encode_head(&header, 0, DEFAULT_MAX_FRAME, &mut out).unwrap_err();
         assert!(matches!(err, WireError::HeaderTooLarge { .. }), "{err}");

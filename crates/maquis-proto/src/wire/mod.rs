@@ -12,8 +12,8 @@ use bytes::BytesMut;
 
 pub use auth::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError};
 pub use frame::{
-    encode_frame, encode_head, Dest, DownReason, Frame, FrameDecoder, Header, ReplyStatus,
-    DEFAULT_MAX_FRAME,
+    encode_frame, encode_head, ActorHeader, Dest, DownReason, Frame, FrameDecoder, Header,
+    ReplyStatus, DEFAULT_MAX_FRAME,
 };
 pub use handshake::{
     acceptor_proof, check_hello_version, dialer_proof, encode_handshake, new_nonce,

@@ -16,7 +16,7 @@ use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
 use crate::error::{CallError, SendError};
 use crate::id::NodeId;
-use crate::wire::frame::{Dest, Header};
+use crate::wire::frame::{ActorHeader, Dest};
 
 /// A typed address of an actor, by id or by registered name, on any node.
 ///
@@ -149,16 +149,10 @@ impl<M: Message> ActorRef<M> {
                     mpsc::error::TrySendError::Closed(_) => SendError::NoProc,
                 });
         }
-        let (header, payload) = self.encode(&rt, &msg, None)?;
+        let (header, payload) = self.encode(&msg, None)?;
         let receiver = hash_of(&self.to);
-        rt.router.try_send_frame(
-            &self.node,
-            opts,
-            current_actor(),
-            receiver,
-            &header,
-            payload,
-        )
+        rt.router
+            .try_send_frame(&self.node, opts, current_actor(), receiver, header, payload)
     }
 
     /// Request/response: builds the request with a fresh [`ReplyTo`], sends it, and waits up to
@@ -242,33 +236,20 @@ impl<M: Message> ActorRef<M> {
                     .map_err(|_| SendError::Backpressure("mailbox"))
             };
         }
-        let (header, payload) = self.encode(&rt, &msg, call)?;
+        let (header, payload) = self.encode(&msg, call)?;
         let receiver = hash_of(&self.to);
         rt.router
-            .send_frame(
-                &self.node,
-                opts,
-                current_actor(),
-                receiver,
-                &header,
-                payload,
-            )
+            .send_frame(&self.node, opts, current_actor(), receiver, header, payload)
             .await
     }
 
-    fn encode(
-        &self,
-        rt: &Actors,
-        msg: &M,
-        call: Option<u64>,
-    ) -> Result<(Header, bytes::Bytes), SendError> {
+    fn encode(&self, msg: &M, call: Option<u64>) -> Result<(ActorHeader, bytes::Bytes), SendError> {
         let payload = crate::encode(msg).map_err(|e| SendError::Encode(e.to_string()))?;
-        let header = Header::Send {
+        let header = ActorHeader::Send {
             to: self.to.clone(),
             incarnation: self.node.incarnation,
             call,
         };
-        let _ = rt;
         Ok((header, bytes::Bytes::from(payload)))
     }
 

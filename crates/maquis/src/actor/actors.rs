@@ -20,7 +20,7 @@ use super::{ActorId, Message};
 use crate::dispatch::hash_of;
 use crate::id::NodeId;
 use crate::router::Router;
-use crate::wire::frame::{Dest, DownReason, Header, ReplyStatus, Routed};
+use crate::wire::frame::{ActorHeader, Dest, DownReason, ReplyStatus};
 
 /// The actors of one node and the state shared by their refs.
 pub(crate) struct Actors {
@@ -102,10 +102,10 @@ impl Actors {
     /// Sends a watch request on the lane the current actor's messages to `target` take, so a
     /// monitor set up before a send is in place when that message arrives.
     pub(crate) fn send_monitor(&self, to: &NodeId, watch: u64, target: ActorId) {
-        self.send_watch(to, target, &Header::Monitor { watch, target });
+        self.send_watch(to, target, ActorHeader::Monitor { watch, target });
     }
 
-    fn send_watch(&self, to: &NodeId, target: ActorId, header: &Header) {
+    fn send_watch(&self, to: &NodeId, target: ActorId, header: ActorHeader) {
         let receiver = hash_of(&Dest::Id(target));
         self.router
             .send_ordered(to, current_actor(), receiver, header);
@@ -117,7 +117,7 @@ impl Actors {
             WatchTarget::Local(id) => self.registry.unwatch(*id, watch),
             WatchTarget::Actor(node, id) => {
                 if self.monitors.remove(watch).is_some() {
-                    self.send_watch(node, *id, &Header::Demonitor { watch, target: *id });
+                    self.send_watch(node, *id, ActorHeader::Demonitor { watch, target: *id });
                 }
             }
             WatchTarget::Node(_) => {
@@ -132,24 +132,24 @@ impl Actors {
         &self,
         to: &NodeId,
         from: &NodeId,
-        kind: Routed,
+        actor: ActorHeader,
         payload: Bytes,
     ) {
         if to.incarnation != self.id().incarnation {
             self.router.counters.stale_target.inc();
-            if let Routed::Send { call: Some(c), .. } = kind {
+            if let ActorHeader::Send { call: Some(c), .. } = actor {
                 self.router.reply_status(from, c, ReplyStatus::NoProc);
             }
             return;
         }
-        self.handle_app(from, kind.into_header(), payload).await
+        self.handle_app(from, actor, payload).await
     }
 
     /// Application frames (sends, replies, monitors) from node `from`, direct or routed.
-    pub(crate) async fn handle_app(&self, from: &NodeId, header: Header, payload: Bytes) {
+    pub(crate) async fn handle_app(&self, from: &NodeId, header: ActorHeader, payload: Bytes) {
         let counters = &self.router.counters;
         match header {
-            Header::Send {
+            ActorHeader::Send {
                 to,
                 incarnation,
                 call,
@@ -186,7 +186,7 @@ impl Actors {
                     }
                 }
             }
-            Header::Reply { call, status } => {
+            ActorHeader::Reply { call, status } => {
                 let outcome = match status {
                     ReplyStatus::Ok => CallOutcome::Remote(payload),
                     ReplyStatus::NoProc => CallOutcome::NoProc,
@@ -196,7 +196,7 @@ impl Actors {
                     counters.late_replies.inc();
                 }
             }
-            Header::Monitor { watch, target } => {
+            ActorHeader::Monitor { watch, target } => {
                 let w = Watcher::Remote {
                     node: from.clone(),
                     watch,
@@ -206,13 +206,8 @@ impl Actors {
                         .send_down(from, watch, target, DownReason::NoProc);
                 }
             }
-            Header::Demonitor { watch, target } => self.registry.unwatch(target, watch),
-            Header::Down { watch, reason, .. } => self.monitors.fire(watch, reason),
-            // Protocol headers are the node's.
-            other => {
-                counters.routed_invalid.inc();
-                tracing::debug!(%from, header = ?other, "unexpected header dropped");
-            }
+            ActorHeader::Demonitor { watch, target } => self.registry.unwatch(target, watch),
+            ActorHeader::Down { watch, reason, .. } => self.monitors.fire(watch, reason),
         }
     }
 }

@@ -16,7 +16,7 @@ use super::Message;
 use crate::dispatch::SendOpts;
 use crate::error::SendError;
 use crate::id::NodeId;
-use crate::wire::frame::{Header, ReplyStatus};
+use crate::wire::frame::{ActorHeader, ReplyStatus};
 
 /// How a call ended, before decoding.
 pub(crate) enum CallOutcome {
@@ -181,7 +181,7 @@ impl<R: Message> ReplyTo<R> {
             return Ok(());
         }
         let payload = crate::encode(&value).map_err(|e| SendError::Encode(e.to_string()))?;
-        let header = Header::Reply {
+        let header = ActorHeader::Reply {
             call: self.call,
             status: ReplyStatus::Ok,
         };
@@ -195,7 +195,7 @@ impl<R: Message> ReplyTo<R> {
                 &opts,
                 current_actor(),
                 self.caller,
-                &header,
+                header,
                 payload.into(),
             )
             .await

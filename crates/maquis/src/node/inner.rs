@@ -107,16 +107,16 @@ impl Inner {
                 from,
                 hops,
                 lane,
-                kind,
+                actor,
             } => {
                 if to.name == self.id.name {
-                    return self.actors.handle_routed(&to, &from, kind, payload).await;
+                    return self.actors.handle_routed(&to, &from, actor, payload).await;
                 }
                 self.router
-                    .forward(&peer.id, to, from, hops, lane, kind, payload)
+                    .forward(&peer.id, to, from, hops, lane, actor, payload)
                     .await;
             }
-            other => self.actors.handle_app(&peer.id, other, payload).await,
+            Header::Actor(actor) => self.actors.handle_app(&peer.id, actor, payload).await,
         }
     }
 }
