@@ -69,27 +69,8 @@ pub struct ServerArgs {
 pub struct ClientArgs {
     #[command(flatten)]
     node: NodeOpts,
-    /// The server's address.
-    #[arg(long)]
-    server: SocketAddr,
-    /// Client actors (each talks to partner p{i}).
-    #[arg(long)]
-    actors: usize,
-    /// Payload bytes.
-    #[arg(long)]
-    size: usize,
-    /// Messages per actor.
-    #[arg(long)]
-    messages: u64,
-    /// Echo the payload back.
-    #[arg(long)]
-    echo: bool,
-    /// Stop early after this many measured seconds (the result says how many messages were done).
-    #[arg(long, default_value_t = 60.0)]
-    limit_s: f64,
-    /// Unmeasured seconds first (connections warm up, TCP windows open).
-    #[arg(long, default_value_t = 1.0)]
-    warmup_s: f64,
+    #[command(flatten)]
+    load: crate::stats::LoadArgs,
 }
 
 /// Runs the server until stdin closes; prints `ready` once it serves, and `cpu <seconds>` (its
@@ -139,7 +120,7 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
     let node = Node::start(args.node.config("bench-client")?)
         .await
         .map_err(|e| e.to_string())?;
-    node.join_wait(args.server, Duration::from_secs(10))
+    node.join_wait(args.load.server, Duration::from_secs(10))
         .await
         .map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -153,19 +134,19 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let payload = Bytes::from(vec![0x42u8; args.size]);
+    let payload = Bytes::from(vec![0x42u8; args.load.size]);
     let affinity = maquis::config::parse_switch(&args.node.affinity).map_err(|e| e.to_string())?;
     let start = Instant::now();
-    let measure_from = start + Duration::from_secs_f64(args.warmup_s);
-    let stop_at = measure_from + Duration::from_secs_f64(args.limit_s);
+    let measure_from = start + Duration::from_secs_f64(args.load.warmup_s);
+    let stop_at = measure_from + Duration::from_secs_f64(args.load.limit_s);
     let mut waits = Vec::new();
-    for i in 0..args.actors {
+    for i in 0..args.load.actors {
         let partner: ActorRef<Ping> = node
             .remote("bench-server", &format!("p{i}"))
             .ok_or("the server is not a member")?;
         let payload = payload.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let (messages, echo) = (args.messages, args.echo);
+        let (messages, echo) = (args.load.messages, args.load.echo);
         // With affinity, actor i keys its messages with i (PARTISAN's partition keys): the
         // actors spread evenly over the lanes, and each pair keeps one lane both ways.
         let opts = if affinity {

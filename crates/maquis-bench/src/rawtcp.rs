@@ -28,30 +28,11 @@ pub struct RawServerArgs {
 /// Options of the raw TCP client.
 #[derive(Args, Debug)]
 pub struct RawClientArgs {
-    /// The server's address.
-    #[arg(long)]
-    server: SocketAddr,
-    /// Connections.
+    /// Connections (actor i uses connection i % conns).
     #[arg(long, default_value_t = 16)]
     conns: usize,
-    /// Client actors (actor i uses connection i % conns).
-    #[arg(long)]
-    actors: usize,
-    /// Payload bytes.
-    #[arg(long)]
-    size: usize,
-    /// Messages per actor.
-    #[arg(long)]
-    messages: u64,
-    /// Echo the payload back.
-    #[arg(long)]
-    echo: bool,
-    /// Stop early after this many measured seconds.
-    #[arg(long, default_value_t = 60.0)]
-    limit_s: f64,
-    /// Unmeasured seconds first.
-    #[arg(long, default_value_t = 1.0)]
-    warmup_s: f64,
+    #[command(flatten)]
+    load: crate::stats::LoadArgs,
 }
 
 async fn read_frame(r: &mut (impl AsyncReadExt + Unpin), buf: &mut Vec<u8>) -> std::io::Result<()> {
@@ -103,13 +84,13 @@ async fn serve_conn(s: TcpStream) {
 
 /// Runs one closed-loop measurement and prints its `RunResult` as one JSON line.
 pub async fn client(args: RawClientArgs) -> Result<(), String> {
-    if args.conns == 0 || args.actors == 0 {
+    if args.conns == 0 || args.load.actors == 0 {
         return Err("--conns and --actors must be positive".into());
     }
     // Per actor, the channel its replies arrive on.
     let mut reply_txs = Vec::new();
     let mut reply_rxs = Vec::new();
-    for _ in 0..args.actors {
+    for _ in 0..args.load.actors {
         let (tx, rx) = mpsc::channel::<()>(1);
         reply_txs.push(tx);
         reply_rxs.push(rx);
@@ -117,7 +98,7 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
     let reply_txs = Arc::new(reply_txs);
     let mut writers = Vec::new();
     for _ in 0..args.conns {
-        let s = TcpStream::connect(args.server)
+        let s = TcpStream::connect(args.load.server)
             .await
             .map_err(|e| e.to_string())?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -125,15 +106,15 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
         tokio::spawn(read_replies(r, reply_txs.clone()));
         writers.push(Arc::new(Mutex::new(w)));
     }
-    let payload = Arc::new(vec![0x42u8; args.size]);
+    let payload = Arc::new(vec![0x42u8; args.load.size]);
     let start = Instant::now();
-    let measure_from = start + Duration::from_secs_f64(args.warmup_s);
-    let stop_at = measure_from + Duration::from_secs_f64(args.limit_s);
+    let measure_from = start + Duration::from_secs_f64(args.load.warmup_s);
+    let stop_at = measure_from + Duration::from_secs_f64(args.load.limit_s);
     let mut tasks = Vec::new();
     for (i, mut rx) in reply_rxs.into_iter().enumerate() {
         let w = writers[i % args.conns].clone();
         let payload = payload.clone();
-        let (messages, echo) = (args.messages, args.echo);
+        let (messages, echo) = (args.load.messages, args.load.echo);
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(messages as usize);
             let mut failed = 0u64;

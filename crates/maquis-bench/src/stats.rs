@@ -75,3 +75,30 @@ fn clock_ticks() -> f64 {
 pub fn agent_log_filter() -> String {
     std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())
 }
+
+/// The closed-loop workload both clients of `micro` (Maquis and raw TCP) run: each client actor
+/// sends `messages` messages of `size` bytes, one at a time, and waits for the answer.
+#[derive(clap::Args, Debug)]
+pub struct LoadArgs {
+    /// The server's address.
+    #[arg(long)]
+    pub server: std::net::SocketAddr,
+    /// Client actors (each talks to partner p{i}).
+    #[arg(long)]
+    pub actors: usize,
+    /// Payload bytes.
+    #[arg(long)]
+    pub size: usize,
+    /// Messages per actor.
+    #[arg(long)]
+    pub messages: u64,
+    /// Echo the payload back.
+    #[arg(long)]
+    pub echo: bool,
+    /// Stop early after this many measured seconds (the result says how many messages were done).
+    #[arg(long, default_value_t = 60.0)]
+    pub limit_s: f64,
+    /// Unmeasured seconds first (connections warm up, TCP windows open).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup_s: f64,
+}

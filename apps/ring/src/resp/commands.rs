@@ -37,6 +37,33 @@ fn upper(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_ascii_uppercase()
 }
 
+/// Runs `test` on every key, `batch` at a time, and answers how many passed (the first
+/// failure, if any, instead): what `DEL` and `EXISTS` reply.
+async fn count_keys<F, Fut>(keys: &[Bytes], batch: usize, test: F) -> Reply
+where
+    F: FnMut(Bytes) -> Fut,
+    Fut: std::future::Future<Output = Result<bool, RingError>>,
+{
+    let results: Vec<Result<bool, RingError>> = stream::iter(keys.to_vec())
+        .map(test)
+        .buffered(batch)
+        .collect()
+        .await;
+    let mut count = 0;
+    let mut failure = None;
+    for r in results {
+        match r {
+            Ok(true) => count += 1,
+            Ok(false) => {}
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    match failure {
+        Some(e) => ring_err(e),
+        None => Reply::Int(count),
+    }
+}
+
 /// Runs one request; returns the reply and whether to close the connection after it.
 pub(crate) async fn execute(
     state: &ServerState,
@@ -67,50 +94,20 @@ pub(crate) async fn execute(
         },
         "SET" if n > 3 => Reply::err("syntax error (SET options are not supported)"),
         "DEL" if n >= 2 => {
-            let results: Vec<Result<bool, RingError>> = stream::iter(args[1..].to_vec())
-                .map(|k| {
-                    let ring = ring.clone();
-                    async move { ring.delete(&k).await }
-                })
-                .buffered(batch)
-                .collect()
-                .await;
-            let mut count = 0;
-            let mut failure = None;
-            for r in results {
-                match r {
-                    Ok(true) => count += 1,
-                    Ok(false) => {}
-                    Err(e) => failure = failure.or(Some(e)),
-                }
-            }
-            match failure {
-                Some(e) => ring_err(e),
-                None => Reply::Int(count),
-            }
+            let ring = ring.clone();
+            count_keys(&args[1..], batch, move |k| {
+                let ring = ring.clone();
+                async move { ring.delete(&k).await }
+            })
+            .await
         }
         "EXISTS" if n >= 2 => {
-            let results: Vec<Result<Option<Bytes>, RingError>> = stream::iter(args[1..].to_vec())
-                .map(|k| {
-                    let ring = ring.clone();
-                    async move { ring.get(&k).await }
-                })
-                .buffered(batch)
-                .collect()
-                .await;
-            let mut count = 0;
-            let mut failure = None;
-            for r in results {
-                match r {
-                    Ok(Some(_)) => count += 1,
-                    Ok(None) => {}
-                    Err(e) => failure = failure.or(Some(e)),
-                }
-            }
-            match failure {
-                Some(e) => ring_err(e),
-                None => Reply::Int(count),
-            }
+            let ring = ring.clone();
+            count_keys(&args[1..], batch, move |k| {
+                let ring = ring.clone();
+                async move { ring.get(&k).await.map(|v| v.is_some()) }
+            })
+            .await
         }
         "MGET" if n >= 2 => {
             let results: Vec<Result<Option<Bytes>, RingError>> = stream::iter(args[1..].to_vec())
