@@ -550,7 +550,7 @@ fn report(o: &Outcome) -> (String, bool) {
         o.drained_s - o.converged_s - o.load_on_s
     );
 
-    // The bound of ARCHITECTURE.md ("Memory of a server with 1,024 clients"), with the
+    // The bound of docs/client-server-memory.md, with the
     // per-client state measured above: idle + clients × per-client + node_queue_bytes +
     // a frame in assembly on each client's two connections + a full sink mailbox.
     let frame_kib = (a.state_bytes as f64 + 64.0) / 1024.0;
@@ -577,7 +577,7 @@ fn report(o: &Outcome) -> (String, bool) {
     let _ = writeln!(r, "## Bound\n");
     let _ = writeln!(
         r,
-        "Bound (ARCHITECTURE.md, \"Memory of a server with 1,024 clients\"): the server alone \
+        "Bound (docs/client-server-memory.md): the server alone \
          ({:.1} MiB) + {} clients × ({per_client_kib:.1} KiB measured per client + 2 frames \
          in assembly of {frame_kib:.1} KiB) + `node_queue_bytes` ({} MiB) + a full sink \
          mailbox ({:.1} MiB) = **{:.1} MiB**.\n",

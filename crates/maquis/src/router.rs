@@ -5,11 +5,41 @@
 //! The router knows nothing of actors (what a frame's header means at its destination is the
 //! actor layer's business) and nothing of membership (the control loop sets its route table
 //! and removes its peers). It decides one thing per frame: which lane of which peer carries
-//! it, by the protocol crate's pure rules ([`next_hop`], [`forward`]), and it never waits on
-//! anything but the room in that lane's queue.
+//! it, by the protocol crate's pure rules ([`next_hop`], [`forward`], which the simulator runs
+//! too), and it never waits on anything but the room in that lane's queue.
 //!
-//! Frames that must not wait (replies with a status only, monitor notices, protocol frames)
-//! go through the `try_*`/`send_control*` functions, which drop and count instead.
+//! # A frame's way out
+//!
+//! 1. [`Router::send_frame`] (or `try_send_frame`, which fails instead of waiting) gets an
+//!    [`ActorHeader`] and an encoded payload from the actor layer. `Dispatcher::pick` gives
+//!    the lane slot (channel, then partition key, affinity hash or round robin).
+//! 2. `next_hop` finds the [`Peer`] of the destination's name and checks its incarnation.
+//!    With [`Liveness::Connection`] (static, full mesh) the frame goes to that peer or the
+//!    send fails with `Unreachable`. With `Liveness::Membership` (peer-to-peer,
+//!    client-server) a peer whose membership lane is up is used directly; otherwise the route
+//!    table (name → destination, neighbour; set by the control loop, read under an `RwLock`
+//!    only when no direct connection is up) names a neighbour, and the header is wrapped in
+//!    `Header::Routed { to, from, hops: 1, lane: slot, actor }`; a peer still connecting is
+//!    used when there is no route (its lanes queue the frame).
+//! 3. `head` writes the frame prefix and header (`encode_head`), never the payload, which the
+//!    lane's writer hands to vectored I/O as it is. A frame over `max_frame_bytes` fails with
+//!    `TooLarge` here, before anything is queued.
+//! 4. `Lane::enqueue` takes permits for the frame's size from the lane's byte budget and from
+//!    the node's (`node_queue_bytes`, shared by every lane of every peer): `send` waits,
+//!    `try_send` fails with `Backpressure`. The permits come back once the frame is written.
+//!
+//! # Forwarding
+//!
+//! A routed frame for another node ([`Router::forward`]) goes on with `hops + 1` on the same
+//! lane slot its sender picked, so channels and affinity hold along the way, waiting up to
+//! 2 s for room. A next hop equal to the neighbour it came from counts as no route. Drops are
+//! counted (`routed_hop_limit`, `routed_no_route`, `routed_queue_full`, `routed_invalid`;
+//! forwarded ones in `routed_forwarded`), and a dropped call is answered
+//! `Reply { status: Failed("unreachable: …") }` back along the routes, so its caller does not
+//! wait for its timeout.
+//!
+//! Frames that must not wait (replies with a status only, down notices, protocol frames) go
+//! through `try_send_frame` and `send_control*`, which drop and count instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;

@@ -3,6 +3,26 @@
 //! An overlay is a state machine without I/O: the runtime calls its `on_*` handlers and carries
 //! out the [`Effect`]s they push (connect, disconnect, send a protocol message on the
 //! `membership` channel, set a timer). The same code can run in a simulator.
+//!
+//! # Writing your own
+//!
+//! Implement [`Overlay`] and start a node with `maquis::Node::start_with_overlay`; the
+//! runtime's `examples/custom_overlay.rs` is a complete one (a minimal full mesh by
+//! introductions) written against the public API only. The rules the runtime relies on:
+//!
+//! - [`Overlay::members`] includes this node; membership events come only from the changes of
+//!   `members()`, so an overlay never emits them itself, and it marks deliberate departures
+//!   with [`Effects::left`].
+//! - [`Overlay::on_connection`]`(peer, true)` comes when the peer's membership lane first
+//!   connects, `(peer, false)` when the peer is declared down.
+//! - `on_start` runs once; `on_remove` when the application calls `Node::remove`.
+//! - Optional: [`Overlay::neighbors`] (what broadcast runs over; by default the connected
+//!   members), [`Overlay::liveness`] (`Connection` by default; `Membership` makes connections
+//!   disposable, starts member heartbeats and feeds [`Overlay::set_routes`]),
+//!   [`Overlay::member_heartbeats`] (`false` turns those heartbeats off for an overlay that
+//!   spreads membership and computes routes itself), and [`Overlay::epoch`] (a number that
+//!   changes whenever `members`, `neighbors` or `route` may answer differently: while it
+//!   stays the same the membership machine skips recomputing them).
 
 mod client_server;
 mod full_mesh;

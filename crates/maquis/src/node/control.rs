@@ -7,6 +7,20 @@
 //!
 //! It also runs the link heartbeats (a probe on every connection each heartbeat interval; a
 //! peer silent for the heartbeat timeout is dropped), which are about connections, not members.
+//!
+//! The queue holds `CONTROL_QUEUE` (4,096) requests: `Join`, `Joined`, `Leave`, `Remove`,
+//! `LaneUp`, `LaneDown`, `DialFailed`, `PeerDown`, `Bye`, `OverlayMsg`, `Tick`, `Broadcast`,
+//! `BroadcastMsg`. The outputs, as `execute` carries them out: `Connect` creates the peer
+//! (its dialers connect every lane), `Dial` dials an address once, `Close` sends `Bye`, lets
+//! the writers drain and cuts after 5 s, `Send` queues a protocol frame on the membership
+//! lane without waiting (dropped and counted in `control_drops` when full), `Deliver` hands a
+//! broadcast to the local subscribers (bounded, the oldest dropped), `Members`, `Neighbors`
+//! and `Route` update the snapshots the API and the router read, `Event` goes to the
+//! subscribers, `Gone` fires monitors and fails calls. A peer silent for
+//! `heartbeat_timeout_ms` on every lane (the readers stamp its `last_seen_us` on every read)
+//! is dropped at the next `Tick`; the others get a `Heartbeat`.
+//!
+//! The data path never touches the machine: it reads the router's peers and route table.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -1,6 +1,17 @@
 //! The node's shared state: the router and the actors it owns, the membership the control
-//! loop publishes, and the node's part of the frame path (protocol frames to the control loop,
-//! routed frames on, application frames to the actors).
+//! loop publishes, and the node's part of the frame path.
+//!
+//! Every frame a connection reads comes to [`Inner::handle_frame`] (through the transport's
+//! `Host::on_frame`), which sorts it by header:
+//!
+//! - `Actor`: to the actors (`Actors::handle_app`), with the peer it came from;
+//! - `Routed`: for this node's name, to the actors as if its sender had sent it directly (for
+//!   another incarnation: dropped, counted in `stale_target`, a call answered `NoProc`); for
+//!   another node, on to the next hop (`Router::forward`);
+//! - `Overlay` and `Broadcast`: to the control loop's queue, for the membership machine;
+//! - `Heartbeat`: answered with `HeartbeatAck` on the membership lane; `HeartbeatAck` sets the
+//!   peer's round-trip time;
+//! - `Bye`: the peer leaves (the control loop reports it `Left`, not `Down`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};

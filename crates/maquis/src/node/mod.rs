@@ -1,4 +1,22 @@
 //! `Node`: start a node from a [`Config`], join and leave a cluster, spawn and name actors.
+//!
+//! # What `Node::start` starts
+//!
+//! It validates the configuration, binds the listen and admin sockets, makes the incarnation
+//! (microseconds since the Unix epoch), builds the overlay and the membership machine around
+//! it, and spawns:
+//!
+//! - the listener (`transport::listener::run`): one task per incoming handshake, at most
+//!   `max_pending_handshakes` at once;
+//! - the control loop (`control::run`), the driver of the membership machine;
+//! - the link heartbeat ticker (a `Control::Tick` every `heartbeat_interval_ms`);
+//! - the admin HTTP server, if `admin` is set;
+//! - the `echo` actor, registered as `echo`;
+//! - on the gossiping overlays (full mesh, peer-to-peer, client-server), one join per
+//!   configured contact, retried until it answers.
+//!
+//! The state they share is [`Inner`]: the router, the actors, and the membership snapshots the
+//! control loop publishes.
 
 mod context;
 mod control;

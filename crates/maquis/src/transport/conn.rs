@@ -1,5 +1,32 @@
 //! One connection's life: the handshake (both roles), installing it on its lane, and the reader
 //! that hands frames on until the connection dies.
+//!
+//! # Handshake
+//!
+//! The messages, proofs and reject codes are in `maquis_proto::wire::handshake`, the two
+//! sides as state machines without I/O in `maquis_proto::wire::auth` (`Dialer`, `Acceptor`:
+//! a message out of order ends the handshake, a refusal carries a code). This module drives
+//! them over the socket under `handshake_timeout_ms`, and decides what needs the node's state
+//! between the acceptor's `Authenticated` and its accept or reject. Every message is
+//! `[u32 BE length][postcard]`, at most 16 KiB.
+//!
+//! 1. Dialer → `Hello { magic "MAQS", version, node, lane, nonce }`.
+//! 2. The acceptor checks magic and version (else `Rejected { code: Version }`), then →
+//!    `Challenge { node, nonce, proof }`, where `proof = HMAC-SHA256(cookie,
+//!    "maquis-acceptor-v1" ‖ postcard(dialer, acceptor, lane, dialer nonce, acceptor nonce))`.
+//! 3. The dialer verifies the proof (constant time) and, when redialing a known peer, that the
+//!    acceptor is the same incarnation; → `Response { proof }` (label `maquis-dialer-v1`).
+//! 4. The acceptor verifies it (else `Rejected { code: Auth }`, counted in
+//!    `handshake_failures`), refuses another channel table (`Incompatible`) or a dialer with
+//!    its own name (`SameName`); then this module refuses an unknown lane (`UnknownLane`) or an
+//!    incarnation older than the one it knows (`Refused`; a newer one replaces the old peer,
+//!    which is reported down), and asks the lane (`offer_incoming`, see the tie-break in
+//!    [`crate::transport`]) → `Accepted` or `Rejected { code: Superseded }`.
+//!
+//! A join (`Node::join`, `join_wait`) dials the membership lane of an address whose identity
+//! it does not know yet ([`dial`] with no expected peer), installs it, and reports to the
+//! control loop, which tells the overlay. If the contact is dialing at the same moment and
+//! wins the tie, the join waits for the contact's connection instead.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
