@@ -260,7 +260,7 @@ pub fn encode_handshake(msg: &HandshakeMsg) -> Result<BytesMut, WireError> {
     Ok(out)
 }
 
-/// Decodes handshake messages from a byte stream; a [`StreamDecoder`](super::StreamDecoder), which the runtime wraps as a codec for `FramedRead`.
+/// Decodes handshake messages from a byte stream; a [`StreamDecoder`], which the runtime wraps as a codec for `FramedRead`.
 ///
 /// A message longer than [`MAX_HANDSHAKE_FRAME`] is refused as soon as its length field
 /// arrives, before any memory is reserved for it.
