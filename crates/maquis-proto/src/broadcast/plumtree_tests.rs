@@ -1,8 +1,10 @@
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeSet;
 
 use super::*;
 use crate::broadcast::{decide_forward, DropReason, ForwardDecision};
+use crate::harness::{Micros, NetConfig, Network, Observer, SimId};
+use crate::membership::{MembershipConfig, Output, Protocol};
+use crate::overlay::{Effects, Erased, Liveness, Overlay, Route, TimerId};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -16,175 +18,204 @@ fn cfg() -> PlumtreeConfig {
     }
 }
 
-enum Ev {
-    Msg(u32, u32, PlumtreeMsg<u32>),
-    Timer(u32, PlumtreeTimer),
+/// The graph a test draws: a node's neighbours are the nodes it has a connection with (opened
+/// by `Network::join`), and they are its only members. With `Membership` liveness the machine
+/// broadcasts member heartbeats over it.
+struct Links {
+    me: SimId,
+    liveness: Liveness,
+    up: BTreeSet<SimId>,
 }
 
-/// Nodes on a fixed graph; every hop takes 1 ms plus 0–3 ms decided by the pair.
-struct Net {
-    nodes: Vec<Plumtree<u32>>,
-    edges: Vec<Vec<u32>>,
-    now: Duration,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(Duration, u64, usize)>>,
-    events: Vec<Option<Ev>>,
-    delivered: Vec<Vec<MsgId>>,
+impl Overlay<SimId> for Links {
+    type Msg = ();
+    fn name(&self) -> &'static str {
+        "links"
+    }
+    fn on_join(&mut self, _contact: &SimId, _fx: &mut Effects<(), SimId>) {}
+    fn on_leave(&mut self, _fx: &mut Effects<(), SimId>) {}
+    fn on_message(&mut self, _from: &SimId, _msg: (), _fx: &mut Effects<(), SimId>) {}
+    fn on_connection(&mut self, peer: &SimId, up: bool, _fx: &mut Effects<(), SimId>) {
+        if up {
+            self.up.insert(*peer);
+        } else {
+            self.up.remove(peer);
+        }
+    }
+    fn on_timer(&mut self, _timer: TimerId, _fx: &mut Effects<(), SimId>) {}
+    fn members(&self) -> Vec<SimId> {
+        std::iter::once(self.me)
+            .chain(self.up.iter().copied())
+            .collect()
+    }
+    fn route(&self, dst: &SimId) -> Route<SimId> {
+        if *dst == self.me || self.up.contains(dst) {
+            Route::Direct
+        } else {
+            Route::Unreachable
+        }
+    }
+    fn liveness(&self) -> Liveness {
+        self.liveness
+    }
+}
+
+/// What the tests watch: deliveries and payloads on the wire; and the links they cut.
+#[derive(Default)]
+struct Watch {
+    /// Per node, the payloads it delivered, in order.
+    delivered: Vec<Vec<Bytes>>,
+    /// Payloads (GOSSIP messages) received.
     gossip_received: usize,
+    /// Messages from the first node to the second are lost.
     cut: Vec<(u32, u32)>,
 }
 
-impl Net {
-    fn new(edges: Vec<Vec<u32>>) -> Net {
-        let n = edges.len() as u32;
-        let mut net = Net {
-            nodes: (0..n).map(|i| Plumtree::new(i, cfg())).collect(),
-            edges: vec![Vec::new(); n as usize],
-            now: Duration::ZERO,
-            seq: 0,
-            queue: BinaryHeap::new(),
-            events: Vec::new(),
-            delivered: vec![Vec::new(); n as usize],
-            gossip_received: 0,
-            cut: Vec::new(),
-        };
-        for (a, list) in edges.iter().enumerate() {
-            for &b in list {
-                net.link(a as u32, b);
-            }
+impl Observer for Watch {
+    fn on_output(&mut self, _now: Micros, node: u32, output: &Output<SimId>) {
+        if let Output::Deliver { payload, .. } = output {
+            self.delivered[node as usize].push(payload.clone());
         }
-        net
     }
 
-    /// A ring plus chords: connected, with cycles.
-    fn ring(n: u32) -> Net {
-        Net::new(
-            (0..n)
-                .map(|i| vec![(i + 1) % n, (i + n / 2 + 1) % n])
-                .collect(),
-        )
-    }
-
-    fn link(&mut self, a: u32, b: u32) {
-        if self.edges[a as usize].contains(&b) {
-            return;
-        }
-        self.edges[a as usize].push(b);
-        self.edges[b as usize].push(a);
-        self.call(a, |p, now, out| p.on_neighbor_up(b, now, out));
-        self.call(b, |p, now, out| p.on_neighbor_up(a, now, out));
-    }
-
-    fn push(&mut self, after: Duration, ev: Ev) {
-        self.seq += 1;
-        self.events.push(Some(ev));
-        let slot = self.events.len() - 1;
-        self.queue.push(Reverse((self.now + after, self.seq, slot)));
-    }
-
-    fn call(
-        &mut self,
-        i: u32,
-        f: impl FnOnce(&mut Plumtree<u32>, Duration, &mut Vec<PlumtreeEffect<u32>>),
-    ) {
-        let mut out = Vec::new();
-        f(&mut self.nodes[i as usize], self.now, &mut out);
-        for e in out {
-            match e {
-                PlumtreeEffect::Send(to, m) => {
-                    let lat = MS * (1 + (i * 7 + to * 13) % 4);
-                    self.push(lat, Ev::Msg(i, to, m));
-                }
-                PlumtreeEffect::Deliver { id, .. } => self.delivered[i as usize].push(id),
-                PlumtreeEffect::SetTimer(t, d) => self.push(d, Ev::Timer(i, t)),
+    fn on_message(&mut self, _from: u32, _to: u32, protocol: Protocol, payload: &[u8]) {
+        if protocol == Protocol::Broadcast {
+            let msg: PlumtreeMsg<SimId> = postcard::from_bytes(payload).expect("Plumtree");
+            if matches!(msg, PlumtreeMsg::Gossip { .. }) {
+                self.gossip_received += 1;
             }
         }
     }
 
-    fn run_for(&mut self, d: Duration) {
-        let end = self.now + d;
-        while let Some(Reverse((t, _, slot))) = self.queue.peek().copied() {
-            if t > end {
-                break;
-            }
-            self.queue.pop();
-            self.now = t;
-            match self.events[slot].take() {
-                Some(Ev::Msg(from, to, m)) => {
-                    if self.cut.contains(&(from, to)) {
-                        continue;
-                    }
-                    if matches!(m, PlumtreeMsg::Gossip { .. }) {
-                        self.gossip_received += 1;
-                    }
-                    self.call(to, |p, now, out| p.on_message(&from, m, now, out));
-                }
-                Some(Ev::Timer(i, tm)) => self.call(i, |p, now, out| p.on_timer(tm, now, out)),
-                None => {}
+    fn lose(&mut self, from: u32, to: u32, _protocol: Protocol, _payload: &[u8]) -> bool {
+        self.cut.contains(&(from, to))
+    }
+}
+
+/// Every hop takes 1 ms plus up to 4 ms more.
+fn net_config() -> NetConfig {
+    NetConfig {
+        latency: MS,
+        jitter: 4 * MS,
+        ..NetConfig::default()
+    }
+}
+
+fn sid(i: u32) -> SimId {
+    SimId {
+        index: i,
+        incarnation: 1,
+    }
+}
+
+/// Starts a node of the graph.
+fn add(net: &mut Network<Watch>, liveness: Liveness, plumtree: PlumtreeConfig) -> u32 {
+    let me = net.next_id();
+    let links = Links {
+        me,
+        liveness,
+        up: BTreeSet::new(),
+    };
+    let cfg = MembershipConfig {
+        plumtree,
+        ..MembershipConfig::default()
+    };
+    net.observer.delivered.push(Vec::new());
+    net.spawn(Box::new(Erased(links)), cfg)
+}
+
+/// `n` nodes linked by `edges`, once the links are up.
+fn network(n: u32, edges: &[(u32, u32)], liveness: Liveness, pt: PlumtreeConfig) -> Network<Watch> {
+    let mut net = Network::new(net_config(), Watch::default());
+    for _ in 0..n {
+        add(&mut net, liveness, pt.clone());
+    }
+    for &(a, b) in edges {
+        net.join(a, b);
+    }
+    net.run_for(10 * MS);
+    net
+}
+
+/// A ring plus chords: connected, with cycles.
+fn ring(n: u32) -> Vec<(u32, u32)> {
+    let mut edges = Vec::new();
+    for a in 0..n {
+        for b in [(a + 1) % n, (a + n / 2 + 1) % n] {
+            if !edges.contains(&(a, b)) && !edges.contains(&(b, a)) {
+                edges.push((a, b));
             }
         }
-        self.now = end;
     }
+    edges
+}
 
-    fn broadcast(&mut self, from: u32) -> MsgId {
-        let mut id = None;
-        self.call(from, |p, now, out| {
-            id = Some(p.broadcast(Topic::from("t"), Bytes::from_static(b"x"), now, out))
-        });
-        id.unwrap()
-    }
+/// Node `from` broadcasts a payload that names the broadcast.
+fn broadcast(net: &mut Network<Watch>, from: u32, name: &str) -> Bytes {
+    let payload = Bytes::from(name.to_owned());
+    net.broadcast(from, Topic::from("t"), payload.clone());
+    payload
+}
 
-    fn reached(&self, id: MsgId) -> usize {
-        self.delivered.iter().filter(|d| d.contains(&id)).count()
-    }
+fn reached(net: &Network<Watch>, payload: &Bytes) -> usize {
+    let delivered = &net.observer.delivered;
+    delivered.iter().filter(|d| d.contains(payload)).count()
+}
+
+fn pt(net: &Network<Watch>, i: u32) -> &Plumtree<SimId> {
+    net.node(i).machine.plumtree()
 }
 
 #[test]
 fn tree_prunes_duplicates_and_settles_to_no_redundancy() {
-    let mut net = Net::ring(40);
     // Grafts wait for the slowest eager path through the tree.
-    for p in &mut net.nodes {
-        p.cfg.graft_timeout = 100 * MS;
-    }
-    let first = net.broadcast(0);
+    let c = PlumtreeConfig {
+        graft_timeout: 100 * MS,
+        ..cfg()
+    };
+    let mut net = network(40, &ring(40), Liveness::Connection, c);
+    let first = broadcast(&mut net, 0, "first");
     net.run_for(500 * MS);
-    assert_eq!(net.reached(first), 40);
-    assert!(net.gossip_received > 39, "the first broadcast floods");
+    assert_eq!(reached(&net, &first), 40);
+    assert!(
+        net.observer.gossip_received > 39,
+        "the first broadcast floods"
+    );
     // Eager links now form a spanning tree: n - 1 links, both ends agree.
-    let eager: usize = net.nodes.iter().map(|p| p.eager_peers().len()).sum();
+    let eager: usize = (0..40).map(|i| pt(&net, i).eager_peers().len()).sum();
     assert_eq!(eager, 2 * 39);
     for origin in [0, 7, 23] {
-        net.gossip_received = 0;
-        let id = net.broadcast(origin);
+        net.observer.gossip_received = 0;
+        let m = broadcast(&mut net, origin, &format!("from {origin}"));
         net.run_for(500 * MS);
-        assert_eq!(net.reached(id), 40);
-        assert_eq!(net.gossip_received, 39, "RMR 0 from origin {origin}");
+        assert_eq!(reached(&net, &m), 40);
+        assert_eq!(
+            net.observer.gossip_received, 39,
+            "RMR 0 from origin {origin}"
+        );
     }
-    for (i, d) in net.delivered.iter().enumerate() {
+    for (i, d) in net.observer.delivered.iter().enumerate() {
         assert_eq!(d.len(), 4, "node {i} delivered each message once");
     }
 }
 
 #[test]
 fn graft_fetches_a_missing_message() {
-    let mut net = Net::ring(12);
-    net.run_for(10 * MS);
-    let warm = net.broadcast(0);
+    let mut net = network(12, &ring(12), Liveness::Connection, cfg());
+    let warm = broadcast(&mut net, 0, "warm");
     net.run_for(300 * MS);
-    assert_eq!(net.reached(warm), 12);
+    assert_eq!(reached(&net, &warm), 12);
     // Break every eager link into node 5: it only hears IHAVEs, and must graft.
-    let parents: Vec<u32> = net.nodes[5].eager_peers().to_vec();
+    let parents: Vec<u32> = pt(&net, 5).eager_peers().iter().map(|p| p.index).collect();
     assert!(!parents.is_empty());
-    for p in &parents {
-        net.cut.push((*p, 5));
-    }
-    let id = net.broadcast(0);
+    net.observer.cut = parents.iter().map(|p| (*p, 5)).collect();
+    let m = broadcast(&mut net, 0, "m");
     net.run_for(20 * MS);
-    assert!(!net.delivered[5].contains(&id));
-    net.cut.clear();
+    assert!(!net.observer.delivered[5].contains(&m));
+    net.observer.cut.clear();
     net.run_for(300 * MS);
-    assert_eq!(net.reached(id), 12);
-    assert!(net.delivered[5].contains(&id));
+    assert_eq!(reached(&net, &m), 12);
+    assert!(net.observer.delivered[5].contains(&m));
 }
 
 #[test]
@@ -285,50 +316,43 @@ fn new_neighbour_is_offered_recent_ids() {
     );
     assert_ne!(old, a);
     // End to end: a node that joins after a broadcast still gets it.
-    let mut net = Net::ring(8);
-    let id = net.broadcast(3);
+    let mut net = network(8, &ring(8), Liveness::Connection, cfg());
+    let m = broadcast(&mut net, 3, "m");
     net.run_for(200 * MS);
-    net.nodes.push(Plumtree::new(8, cfg()));
-    net.edges.push(Vec::new());
-    net.delivered.push(Vec::new());
-    net.link(8, 2);
+    let late = add(&mut net, Liveness::Connection, cfg());
+    net.join(late, 2);
     net.run_for(200 * MS);
-    assert!(net.delivered[8].contains(&id));
+    assert!(net.observer.delivered[late as usize].contains(&m));
 }
 
 #[test]
 fn heartbeats_give_next_hops_and_routed_sends_respect_the_hop_limit() {
-    // A line 0 - 1 - 2 - 3 - 4.
-    let mut net = Net::new(
-        (0..5)
-            .map(|i| if i < 4 { vec![i + 1] } else { vec![] })
-            .collect(),
-    );
-    for i in 0..5 {
-        net.call(i, |p, _, out| p.start_heartbeats(out));
-    }
+    // A line 0 - 1 - 2 - 3 - 4, whose nodes send member heartbeats.
+    let line: Vec<(u32, u32)> = (0..4).map(|i| (i, i + 1)).collect();
+    let mut net = network(5, &line, Liveness::Membership, cfg());
     net.run_for(150 * MS);
-    assert_eq!(net.nodes[4].next_hop(&0), Some(3));
-    assert_eq!(net.nodes[0].next_hop(&4), Some(1));
+    assert_eq!(pt(&net, 4).next_hop(&sid(0)), Some(sid(3)));
+    assert_eq!(pt(&net, 0).next_hop(&sid(4)), Some(sid(1)));
     assert_eq!(
-        net.nodes[2].next_hop(&3),
-        Some(3),
+        pt(&net, 2).next_hop(&sid(3)),
+        Some(sid(3)),
         "a neighbour is its own next hop"
     );
-    let info = net.nodes[4].route_info(&0, net.now).unwrap();
-    assert_eq!((info.via, info.hops), (3, 4));
-    let mut alive = net.nodes[2].alive_origins(Duration::from_secs(1), net.now);
+    let now = Duration::from_micros(net.now());
+    let info = pt(&net, 4).route_info(&sid(0), now).unwrap();
+    assert_eq!((info.via, info.hops), (sid(3), 4));
+    let mut alive = pt(&net, 2).alive_origins(Duration::from_secs(1), now);
     alive.sort();
-    assert_eq!(alive, vec![0, 1, 3, 4]);
+    assert_eq!(alive, vec![sid(0), sid(1), sid(3), sid(4)]);
     // Walk a routed message from 0 to 4, each hop deciding with its own next hops.
     let (mut at, mut hops) = (0u32, 0u16);
     loop {
-        let node = &net.nodes[at as usize];
-        match decide_forward(&at, &4, hops, 128, |d| node.next_hop(d)) {
+        let node = pt(&net, at);
+        match decide_forward(&sid(at), &sid(4), hops, 128, |d| node.next_hop(d)) {
             ForwardDecision::Deliver => break,
             ForwardDecision::ForwardTo(n) => {
                 hops += 1;
-                at = n;
+                at = n.index;
             }
             ForwardDecision::Drop(r) => panic!("dropped: {r}"),
         }
@@ -344,8 +368,10 @@ fn heartbeats_give_next_hops_and_routed_sends_respect_the_hop_limit() {
         ForwardDecision::Drop(DropReason::NoRoute)
     );
     // A route through a neighbour that went down is not used.
-    net.call(4, |p, _, _| p.on_neighbor_down(&3));
-    assert_eq!(net.nodes[4].next_hop(&0), None);
+    net.crash(3);
+    net.run_for(net_config().detect + 10 * MS);
+    assert!(pt(&net, 4).route_seq(&sid(0)).is_some(), "still known");
+    assert_eq!(pt(&net, 4).next_hop(&sid(0)), None);
 }
 
 #[test]

@@ -15,8 +15,11 @@
 //! is lost. [`Output::Close`] closes both ends: the other one hears a goodbye after what was
 //! already sent. Timers: after every input a node's earliest deadline is scheduled as an event.
 //!
-//! What a test or the simulator wants to see (deliveries, events, the messages on the wire)
-//! it gets through an [`Observer`].
+//! What a test or the simulator wants to see (deliveries, events, the messages on the wire,
+//! every node after every input it handles) it gets through an [`Observer`], which may also
+//! lose chosen messages. A test can hand a machine an input of its own ([`Network::input`]),
+//! break one connection ([`Network::break_link`]) and change the delays while the network
+//! runs ([`Network::config_mut`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -128,7 +131,8 @@ pub enum RoutedOutcome {
     Lost,
 }
 
-/// What a test or the simulator sees of the network. Every method has an empty default.
+/// What a test or the simulator sees of the network, and the messages it loses. Every method
+/// has a default that looks at nothing and loses nothing.
 pub trait Observer {
     /// Node `node` produced an output the network does not consume itself (a delivery, an
     /// event, new members, neighbours or routes, a gone node, a malformed notice).
@@ -137,6 +141,18 @@ pub trait Observer {
     fn on_message(&mut self, _from: u32, _to: u32, _protocol: Protocol, _payload: &[u8]) {}
     /// A routed message (see [`Network::route`]) ended.
     fn on_routed(&mut self, _token: u64, _outcome: RoutedOutcome) {}
+    /// Node `node` handled an input (its start, a join, a leave, a broadcast, a connection
+    /// that came up or went down, a protocol message, its timers, an input of
+    /// [`Network::input`]). Called before the outputs the input produced are carried out, with
+    /// every node (`nodes[node]` is this one): the place to check a machine's invariants after
+    /// every step.
+    fn on_input(&mut self, _now: Micros, _node: u32, _nodes: &[SimNode]) {}
+    /// Whether a protocol message from `from` is lost as it arrives at `to`, the connection
+    /// staying up: how a test loses the messages it chooses. A lost message is counted in
+    /// [`NetCounters::lost`] and not shown to [`Observer::on_message`].
+    fn lose(&mut self, _from: u32, _to: u32, _protocol: Protocol, _payload: &[u8]) -> bool {
+        false
+    }
 }
 
 /// An observer that looks at nothing.
@@ -316,6 +332,21 @@ impl<O: Observer> Network<O> {
         self.counters
     }
 
+    /// The delays and settings, which may change while the network runs (a slow period, say):
+    /// what is already on its way keeps its arrival time. The seed counts only at the start.
+    pub fn config_mut(&mut self) -> &mut NetConfig {
+        &mut self.cfg
+    }
+
+    /// Whether nodes `a` and `b` have a connection (one that came up or is coming up, not an
+    /// attempt that fails).
+    pub fn connected(&self, a: u32, b: u32) -> bool {
+        self.nodes[a as usize]
+            .conns
+            .iter()
+            .any(|c| c.peer == b && !c.failing)
+    }
+
     /// Starts a node running `overlay` (made for [`Network::next_id`]); returns its index.
     pub fn spawn(&mut self, overlay: Box<dyn DynOverlay<SimId>>, cfg: MembershipConfig) -> u32 {
         let id = self.next_id();
@@ -358,6 +389,44 @@ impl<O: Observer> Network<O> {
         let now = self.now_d();
         self.nodes[i as usize].machine.handle_leave(now);
         self.after(i);
+    }
+
+    /// Hands node `i`'s machine an input the network would not (a removal, a lost connection
+    /// its driver reports while the other end notices nothing, ...) at the current time, then
+    /// carries out its outputs. The network's connections stay as they are, whatever the input
+    /// says of them.
+    pub fn input(&mut self, i: u32, f: impl FnOnce(&mut Membership<SimId>, Duration)) {
+        let now = self.now_d();
+        f(&mut self.nodes[i as usize].machine, now);
+        self.after(i);
+    }
+
+    /// The connection between `a` and `b` breaks while both run: each end hears it lost after
+    /// the detection delay, and what is sent on it meanwhile is lost (what was already on its
+    /// way arrives). Either end may connect again.
+    pub fn break_link(&mut self, a: u32, b: u32) {
+        let at = self.q.now + us(self.cfg.detect);
+        for (node, peer) in [(a, b), (b, a)] {
+            let gen = self.nodes[node as usize]
+                .conns
+                .iter()
+                .find(|c| c.peer == peer && !c.failing)
+                .map(|c| c.gen);
+            if let Some(gen) = gen {
+                self.remove_conn(node, peer, gen);
+                let gen = Some(gen);
+                let bye = false;
+                self.q.push(
+                    at,
+                    Ev::Down {
+                        node,
+                        peer,
+                        gen,
+                        bye,
+                    },
+                );
+            }
+        }
     }
 
     /// Node `i` crashes: its connections close, the other ends notice after the detection
@@ -665,9 +734,10 @@ impl<O: Observer> Network<O> {
         }
     }
 
-    /// Carries out node `i`'s outputs and schedules its next timer.
+    /// Shows node `i` to the observer, carries out its outputs and schedules its next timer.
     fn after(&mut self, i: u32) {
         let now = self.q.now;
+        self.observer.on_input(now, i, &self.nodes);
         while let Some(out) = self.nodes[i as usize].machine.poll_output() {
             match out {
                 Output::Connect(p) => self.connect_to(i, p.index, Some(p)),
@@ -705,6 +775,10 @@ impl<O: Observer> Network<O> {
                 }
                 match wire {
                     Wire::Proto(protocol, payload) => {
+                        if self.observer.lose(from, to, protocol, &payload) {
+                            self.counters.lost += 1;
+                            return;
+                        }
                         self.observer.on_message(from, to, protocol, &payload);
                         let sender = self.nodes[from as usize].id;
                         let m = &mut self.nodes[to as usize].machine;
