@@ -104,9 +104,7 @@ async fn serve(s: Serve) -> Result<(), maquis_ring::RingError> {
         .cookie(&s.cookie)
         .parallelism(s.parallelism)
         .affinity(s.affinity);
-    if let Some(a) = s.admin {
-        config = config.admin(a);
-    }
+    config.node.admin = s.admin;
     for j in &s.join {
         config = config.peer(*j);
     }

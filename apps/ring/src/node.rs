@@ -124,8 +124,8 @@ pub fn with_ring_channels(mut config: Config, ring: &RingConfig) -> Config {
         (HANDOFF_CHANNEL, Some(1)),
     ];
     for (name, parallelism) in wanted {
-        if !config.channels.iter().any(|c| c.name == name) {
-            config.channels.push(ChannelConfig {
+        if !config.transport.channels.iter().any(|c| c.name == name) {
+            config.transport.channels.push(ChannelConfig {
                 name: name.to_string(),
                 parallelism,
             });

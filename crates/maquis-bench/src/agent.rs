@@ -44,13 +44,14 @@ pub struct NodeOpts {
 impl NodeOpts {
     fn config(&self, name: &str) -> Result<Config, String> {
         let affinity = maquis::config::parse_switch(&self.affinity).map_err(|e| e.to_string())?;
-        Ok(Config::new(name)
+        let mut c = Config::new(name)
             .listen(self.listen)
             .cookie(self.cookie.clone())
             .parallelism(self.parallelism)
-            .affinity(affinity)
-            .lane_queue_bytes(64 * 1024 * 1024)
-            .mailbox_capacity(256))
+            .affinity(affinity);
+        c.transport.lane_queue_bytes = 64 * 1024 * 1024;
+        c.node.mailbox_capacity = 256;
+        Ok(c)
     }
 }
 

@@ -41,7 +41,7 @@ pub struct ClientsArgs {
     /// Every push also sends the state to a random other client, relayed by the server.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub relay: bool,
-    /// The server's bound on all its outbound queues together (`node_queue_bytes`), MiB.
+    /// The server's bound on all its outbound queues together (`transport.node_queue_bytes`), MiB.
     #[arg(long, default_value_t = 512)]
     pub node_queue_mib: usize,
     /// How often the server sends changed records to every neighbour, milliseconds (the
@@ -426,7 +426,7 @@ fn report(o: &Outcome) -> (String, bool) {
     let _ = writeln!(
         r,
         "One server process (the `client-server` overlay, role `server`, default configuration \
-         except `node_queue_bytes` and a sync interval of {} ms) and {} client nodes in {} processes on this machine's \
+         except `transport.node_queue_bytes` and a sync interval of {} ms) and {} client nodes in {} processes on this machine's \
          loopback, each client attached to the server only. The clients join one after another. \
          Then every client pushes a {} B state to the server's `sink` actor every {} ms ({:.0} \
          states/s in all){}; the sink spends {} µs (a timer) on each state, so it merges at most {:.0} \
@@ -434,7 +434,7 @@ fn report(o: &Outcome) -> (String, bool) {
          and the server was killed for lack of memory at 256 clients. Here the sink's mailbox \
          is bounded, a full mailbox stops reading from the connection, TCP stops the client, \
          and the client's `send` waits; relayed frames go into bounded lane queues (all of them \
-         together within `node_queue_bytes`) and are dropped and counted when full. The sync \
+         together within `transport.node_queue_bytes`) and are dropped and counted when full. The sync \
          interval (the runtime's default is 100 ms) is longer because every membership change \
          costs each client a pass over its member list, and here all clients share this \
          machine's two cores: at 100 ms the join storm of 1,024 clients can overload them until \
@@ -517,7 +517,7 @@ fn report(o: &Outcome) -> (String, bool) {
     let _ = writeln!(
         r,
         "\nThe backlog (states pushed but not yet merged) waits in the clients' lane queues \
-         (`lane_queue_bytes` each, where `send` waits when full) and in TCP socket buffers, \
+         (`transport.lane_queue_bytes` each, where `send` waits when full) and in TCP socket buffers, \
          which are kernel memory, bounded by the kernel's `tcp_rmem`/`tcp_wmem` per socket and \
          `tcp_mem` for the machine, and not part of any RSS; the last column is that kernel \
          memory for all sockets on the machine, the clients' included."
@@ -551,10 +551,10 @@ fn report(o: &Outcome) -> (String, bool) {
     );
 
     // The bound of docs/client-server-memory.md, with the
-    // per-client state measured above: idle + clients × per-client + node_queue_bytes +
+    // per-client state measured above: idle + clients × per-client + transport.node_queue_bytes +
     // a frame in assembly on each client's two connections + a full sink mailbox.
     let frame_kib = (a.state_bytes as f64 + 64.0) / 1024.0;
-    let mailbox_kib = maquis::Config::new("x").mailbox_capacity as f64 * frame_kib;
+    let mailbox_kib = maquis::Config::new("x").node.mailbox_capacity as f64 * frame_kib;
     let bound_kib = o.idle.rss_kib as f64
         + a.clients as f64 * (per_client_kib + 2.0 * frame_kib)
         + (a.node_queue_mib * 1024) as f64
@@ -579,7 +579,7 @@ fn report(o: &Outcome) -> (String, bool) {
         r,
         "Bound (docs/client-server-memory.md): the server alone \
          ({:.1} MiB) + {} clients × ({per_client_kib:.1} KiB measured per client + 2 frames \
-         in assembly of {frame_kib:.1} KiB) + `node_queue_bytes` ({} MiB) + a full sink \
+         in assembly of {frame_kib:.1} KiB) + `transport.node_queue_bytes` ({} MiB) + a full sink \
          mailbox ({:.1} MiB) = **{:.1} MiB**.\n",
         mib(o.idle.rss_kib),
         a.clients,

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Args;
+use maquis::config::ClientServerOptions;
 use maquis::overlay::Role;
-use maquis::{ActorRef, Config, Inbox, Node, OverlayKind};
+use maquis::{ActorRef, Config, Inbox, Node};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
@@ -133,15 +134,14 @@ fn open_fds() -> u64 {
 /// Runs the server until stdin closes: prints `ready <addr>`, then answers `stats` with a
 /// [`ServerStats`] line.
 pub async fn server(args: CsServerArgs) -> Result<(), String> {
-    let cfg = Config::new(SERVER)
+    let mut cfg = Config::new(SERVER)
         .listen(args.listen)
-        .overlay(OverlayKind::ClientServer)
-        .client_server_role(Role::Server)
-        .client_server_intervals(
-            Duration::from_millis(args.sync_ms),
-            maquis::overlay::ClientServerConfig::default().gossip_interval,
-        )
-        .node_queue_bytes(args.node_queue_mib << 20);
+        .overlay(ClientServerOptions {
+            role: Role::Server,
+            sync_interval_ms: args.sync_ms,
+            ..ClientServerOptions::default()
+        });
+    cfg.transport.node_queue_bytes = args.node_queue_mib << 20;
     let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     let merged = Arc::new(AtomicU64::new(0));
     let count = merged.clone();
@@ -230,8 +230,10 @@ pub async fn clients(args: CsClientsArgs) -> Result<(), String> {
     for i in args.first..args.first + args.count {
         let cfg = Config::new(format!("c{i:04}"))
             .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .overlay(OverlayKind::ClientServer)
-            .client_server_role(Role::Client);
+            .overlay(ClientServerOptions {
+                role: Role::Client,
+                ..ClientServerOptions::default()
+            });
         let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
         node.join_wait(args.server, Duration::from_secs(30))
             .await

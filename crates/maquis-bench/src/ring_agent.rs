@@ -324,10 +324,10 @@ fn ring_config(args: &RingNodeArgs) -> RingConfig {
 
 /// Starts the node in one of the two configurations.
 pub async fn start_node(args: &RingNodeArgs) -> Result<RingNode, String> {
-    let base = Config::new(&args.name)
+    let mut base = Config::new(&args.name)
         .listen(args.listen)
-        .cookie(args.cookie.clone())
-        .lane_queue_bytes(args.lane_queue_mib.clamp(1, 4095) << 20);
+        .cookie(args.cookie.clone());
+    base.transport.lane_queue_bytes = args.lane_queue_mib.clamp(1, 4095) << 20;
     let rc = ring_config(args);
     match args.config.as_str() {
         // No named channels: the ring's vnode, gossip and handoff traffic fall back to the

@@ -79,11 +79,11 @@ pub async fn run(args: DemoArgs) -> ExitCode {
 async fn cluster(parallelism: u16, affinity: bool) -> Result<Vec<Node>, String> {
     let mut nodes = Vec::new();
     for i in 1..=3 {
-        let cfg = Config::new(format!("demo{i}"))
+        let mut cfg = Config::new(format!("demo{i}"))
             .parallelism(parallelism)
             .affinity(affinity)
-            .cookie("maquis-demo")
-            .lane_queue_bytes(32 * 1024 * 1024);
+            .cookie("maquis-demo");
+        cfg.transport.lane_queue_bytes = 32 * 1024 * 1024;
         nodes.push(Node::start(cfg).await.map_err(|e| e.to_string())?);
     }
     for n in &nodes[1..] {

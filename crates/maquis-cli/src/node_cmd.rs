@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use maquis::config::{parse_channels, parse_switch};
+use maquis::config::{parse_channels, parse_switch, ClientServerOptions, OverlayConfig};
 use maquis::overlay::Role;
 use maquis::{Config, Node, OverlayKind};
 
@@ -57,40 +57,51 @@ fn build_config(a: &NodeArgs) -> Result<Config, String> {
     };
     let mut c = base.apply_env().map_err(|e| e.to_string())?;
     if let Some(v) = &a.name {
-        c.name = v.clone();
+        c.node.name = v.clone();
     }
     if let Some(v) = a.listen {
-        c.listen = v;
+        c.node.listen = v;
     }
     if let Some(v) = a.admin {
-        c.admin = Some(v);
+        c.node.admin = Some(v);
     }
     if !a.join.is_empty() {
-        c.peers = a.join.clone();
+        c.node.peers = a.join.clone();
     }
     if let Some(v) = &a.cookie {
-        c.cookie = v.clone();
+        c.node.cookie = v.clone();
     }
     if let Some(v) = a.overlay {
-        c.overlay = v;
+        c.overlay.switch_to(v);
     }
     if let Some(v) = a.role {
-        c.client_server_role = v;
+        client_server(&mut c, "--role")?.role = v;
     }
     if let Some(v) = a.servers_per_client {
-        c.client_server_servers_per_client = v;
+        client_server(&mut c, "--servers-per-client")?.servers_per_client = v;
     }
     if let Some(v) = &a.channels {
-        c.channels = parse_channels(v).map_err(|e| e.to_string())?;
+        c.transport.channels = parse_channels(v).map_err(|e| e.to_string())?;
     }
     if let Some(v) = a.parallelism {
-        c.parallelism = v;
+        c.transport.parallelism = v;
     }
     if let Some(v) = &a.affinity {
-        c.affinity = parse_switch(v).map_err(|e| e.to_string())?;
+        c.transport.affinity = parse_switch(v).map_err(|e| e.to_string())?;
     }
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
+}
+
+/// The client-server options that `flag` sets; an error if the overlay is another one.
+fn client_server<'a>(c: &'a mut Config, flag: &str) -> Result<&'a mut ClientServerOptions, String> {
+    let kind = c.overlay.kind();
+    c.overlay.client_server_mut().ok_or_else(|| {
+        format!(
+            "{flag} is an option of the client-server overlay, but the overlay is {kind} (add \
+             --overlay client-server)"
+        )
+    })
 }
 
 pub async fn run(args: NodeArgs) -> ExitCode {
@@ -108,12 +119,9 @@ pub async fn run(args: NodeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let overlay = match node.config().overlay {
-        OverlayKind::ClientServer => format!(
-            "client-server, {}",
-            node.config().client_server_role.as_str()
-        ),
-        other => other.as_str().to_string(),
+    let overlay = match &node.config().overlay {
+        OverlayConfig::ClientServer(o) => format!("client-server, {}", o.role),
+        other => other.kind().to_string(),
     };
     println!(
         "node {} listening on {} (incarnation {}, overlay {overlay})",

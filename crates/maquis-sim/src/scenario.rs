@@ -108,7 +108,7 @@ pub struct Scenario {
     pub routed_sends: usize,
     /// How many random live nodes the routed messages go to (0: any live node).
     pub route_destinations: usize,
-    /// Routed messages are dropped after this many hops (the runtime's `hop_limit`).
+    /// Routed messages are dropped after this many hops (the runtime's `broadcast.hop_limit`).
     pub hop_limit: u16,
     /// The overlay.
     pub overlay: SimOverlay,

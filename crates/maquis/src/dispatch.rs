@@ -71,7 +71,7 @@ pub(crate) struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Builds the dispatcher for a channel table (as made by `Config::channel_specs`).
+    /// Builds the dispatcher for a channel table (as made by `TransportConfig::channel_specs`).
     pub(crate) fn new(specs: Vec<ChannelSpec>, affinity: bool) -> Self {
         let by_name: HashMap<String, usize> = specs
             .iter()
@@ -162,7 +162,7 @@ mod tests {
 
     fn dispatcher(affinity: bool) -> Dispatcher {
         let c = Config::new("x").parallelism(16).channel("vnode", Some(4));
-        Dispatcher::new(c.channel_specs(), affinity)
+        Dispatcher::new(c.transport.channel_specs(), affinity)
     }
 
     #[test]

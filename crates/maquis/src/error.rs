@@ -34,7 +34,7 @@ pub enum SendError {
     TooLarge {
         /// Encoded size.
         len: usize,
-        /// The configured `max_frame_bytes`.
+        /// The configured `transport.max_frame_bytes`.
         max: usize,
     },
     /// The message could not be encoded.
@@ -56,7 +56,7 @@ pub enum BroadcastError {
     TooLarge {
         /// Encoded size.
         len: usize,
-        /// The limit (`max_frame_bytes` less room for the protocol envelope).
+        /// The limit (`transport.max_frame_bytes` less room for the protocol envelope).
         max: usize,
     },
     /// Topics starting with `$maquis/` belong to the runtime.

@@ -22,11 +22,12 @@
 //!    `Header::Routed { to, from, hops: 1, lane: slot, actor }`; a peer still connecting is
 //!    used when there is no route (its lanes queue the frame).
 //! 3. `head` writes the frame prefix and header (`encode_head`), never the payload, which the
-//!    lane's writer hands to vectored I/O as it is. A frame over `max_frame_bytes` fails with
-//!    `TooLarge` here, before anything is queued.
+//!    lane's writer hands to vectored I/O as it is. A frame over `transport.max_frame_bytes`
+//!    fails with `TooLarge` here, before anything is queued.
 //! 4. `Lane::enqueue` takes permits for the frame's size from the lane's byte budget and from
-//!    the node's (`node_queue_bytes`, shared by every lane of every peer): `send` waits,
-//!    `try_send` fails with `Backpressure`. The permits come back once the frame is written.
+//!    the node's (`transport.node_queue_bytes`, shared by every lane of every peer): `send`
+//!    waits, `try_send` fails with `Backpressure`. The permits come back once the frame is
+//!    written.
 //!
 //! # Forwarding
 //!

@@ -27,8 +27,10 @@ async fn fast_sender_slow_receiver_stays_bounded() {
     const LANE_BYTES: usize = 1 << 20;
     const MSG: usize = 64 * 1024;
     const COUNT: usize = 3000; // 192 MiB in all, far more than every bound below
-    let nodes = cluster("bp", 2, |c| {
-        c.lane_queue_bytes(LANE_BYTES).mailbox_capacity(8)
+    let nodes = cluster("bp", 2, |mut c| {
+        c.transport.lane_queue_bytes = LANE_BYTES;
+        c.node.mailbox_capacity = 8;
+        c
     })
     .await;
     let (a, b) = (nodes[0].clone(), nodes[1].clone());
@@ -121,7 +123,11 @@ enum Ask {
 /// for room counts against the call's timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_timeout_covers_the_wait_for_room() {
-    let nodes = cluster("room", 1, |c| c.mailbox_capacity(1)).await;
+    let nodes = cluster("room", 1, |mut c| {
+        c.node.mailbox_capacity = 1;
+        c
+    })
+    .await;
     let node = nodes[0].clone();
     // An actor that never reads its mailbox.
     let stuck = node.spawn_fn(|inbox: maquis::Inbox<Ask>| async move {

@@ -65,7 +65,9 @@ async fn broadcast_reaches_every_subscriber_on_the_full_mesh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_subscription_drops_the_oldest_and_counts() {
-    let a = start_with(config("sub-a").subscription_capacity(2)).await;
+    let mut cfg = config("sub-a");
+    cfg.broadcast.subscription_capacity = 2;
+    let a = start_with(cfg).await;
     let mut slow: Subscription<u32> = a.subscribe_topic("n");
     let mut dropped = a.subscribe_topic::<u32>("n");
     for i in 0..5u32 {

@@ -9,16 +9,18 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
+use maquis::config::ClientServerOptions;
 use maquis::echo::echo_once;
 use maquis::overlay::Role;
-use maquis::{Config, DownReason, MembershipEvent, Node, NodeId, OverlayKind, SendOpts};
+use maquis::{Config, DownReason, MembershipEvent, Node, NodeId, SendOpts};
 
 fn cs(name: &str, role: Role) -> Config {
-    config(name)
-        .overlay(OverlayKind::ClientServer)
-        .client_server_role(role)
-        .servers_per_client(1)
-        .client_server_intervals(Duration::from_millis(50), Duration::from_millis(250))
+    config(name).overlay(ClientServerOptions {
+        role,
+        servers_per_client: 1,
+        sync_interval_ms: 50,
+        gossip_interval_ms: 250,
+    })
 }
 
 fn names(ids: &[NodeId]) -> BTreeSet<String> {
@@ -352,9 +354,14 @@ async fn many_clients_memory() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
-    let slow = |c: Config| {
-        c.heartbeat(Duration::from_millis(1000), Duration::from_millis(10_000))
-            .client_server_intervals(Duration::from_millis(100), Duration::from_millis(1000))
+    let slow = |mut c: Config| {
+        c.transport.heartbeat_interval_ms = 1000;
+        c.transport.heartbeat_timeout_ms = 10_000;
+        if let Some(o) = c.overlay.client_server_mut() {
+            o.sync_interval_ms = 100;
+            o.gossip_interval_ms = 1000;
+        }
+        c
     };
     let server = start_with(slow(cs("s00", Role::Server))).await;
     let before = rss_kib();

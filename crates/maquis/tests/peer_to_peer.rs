@@ -7,19 +7,21 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use common::*;
-use maquis::{
-    ActorRef, CallError, Config, MembershipEvent, Node, NodeId, OverlayKind, ReplyTo, Subscription,
-};
+use maquis::config::PeerToPeerOptions;
+use maquis::{ActorRef, CallError, Config, MembershipEvent, Node, NodeId, ReplyTo, Subscription};
 use serde::{Deserialize, Serialize};
 
 const N: usize = 12;
 
 fn p2p(name: &str) -> Config {
-    let mut c = config(name)
-        .overlay(OverlayKind::PeerToPeer)
-        .hyparview_views(3, 6)
-        .member_heartbeat(Duration::from_millis(250), Duration::from_millis(2000));
-    c.hyparview_shuffle_period_ms = 400;
+    let mut c = config(name).overlay(PeerToPeerOptions {
+        active_size: 3,
+        passive_size: 6,
+        shuffle_period_ms: 400,
+        ..PeerToPeerOptions::default()
+    });
+    c.broadcast.member_heartbeat_ms = 250;
+    c.broadcast.member_timeout_ms = 2000;
     c
 }
 

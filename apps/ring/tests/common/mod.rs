@@ -18,9 +18,10 @@ pub fn init_tracing() {
 
 /// A node configuration with fast failure detection.
 pub fn node_config(name: &str) -> Config {
-    Config::new(name)
-        .cookie("ring-test")
-        .heartbeat(Duration::from_millis(100), Duration::from_millis(1000))
+    let mut c = Config::new(name).cookie("ring-test");
+    c.transport.heartbeat_interval_ms = 100;
+    c.transport.heartbeat_timeout_ms = 1000;
+    c
 }
 
 /// A ring configuration with fast gossip.

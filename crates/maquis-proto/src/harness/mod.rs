@@ -98,7 +98,7 @@ pub struct NetConfig {
     pub jitter: Duration,
     /// Time until a connection's failure (crash, partition, unreachable dial) is noticed.
     pub detect: Duration,
-    /// Routed messages are dropped after this many hops (the runtime's `hop_limit`).
+    /// Routed messages are dropped after this many hops (the runtime's `broadcast.hop_limit`).
     pub hop_limit: u16,
     /// Seed of the random delays.
     pub seed: u64,

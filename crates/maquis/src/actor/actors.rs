@@ -37,7 +37,7 @@ pub(crate) struct Actors {
 }
 
 impl Actors {
-    /// No actors yet; mailboxes will hold `mailbox_capacity` messages.
+    /// No actors yet; mailboxes will hold `node.mailbox_capacity` messages.
     pub(crate) fn new(router: Arc<Router>, mailbox_capacity: usize) -> Self {
         Actors {
             router,

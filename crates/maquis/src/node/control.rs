@@ -8,17 +8,16 @@
 //! It also runs the link heartbeats (a probe on every connection each heartbeat interval; a
 //! peer silent for the heartbeat timeout is dropped), which are about connections, not members.
 //!
-//! The queue holds `CONTROL_QUEUE` (4,096) requests: `Join`, `Joined`, `Leave`, `Remove`,
-//! `LaneUp`, `LaneDown`, `DialFailed`, `PeerDown`, `Bye`, `OverlayMsg`, `Tick`, `Broadcast`,
-//! `BroadcastMsg`. The outputs, as `execute` carries them out: `Connect` creates the peer
-//! (its dialers connect every lane), `Dial` dials an address once, `Close` sends `Bye`, lets
-//! the writers drain and cuts after 5 s, `Send` queues a protocol frame on the membership
-//! lane without waiting (dropped and counted in `control_drops` when full), `Deliver` hands a
-//! broadcast to the local subscribers (bounded, the oldest dropped), `Members`, `Neighbors`
-//! and `Route` update the snapshots the API and the router read, `Event` goes to the
-//! subscribers, `Gone` fires monitors and fails calls. A peer silent for
-//! `heartbeat_timeout_ms` on every lane (the readers stamp its `last_seen_us` on every read)
-//! is dropped at the next `Tick`; the others get a `Heartbeat`.
+//! The queue holds `CONTROL_QUEUE` (4,096) requests: `Join`, `Joined`, `Leave`, `Remove`, `LaneUp`,
+//! `LaneDown`, `DialFailed`, `PeerDown`, `Bye`, `OverlayMsg`, `Tick`, `Broadcast`, `BroadcastMsg`.
+//! The outputs, as `execute` carries them out: `Connect` creates the peer (its dialers connect
+//! every lane), `Dial` dials an address once, `Close` sends `Bye`, lets the writers drain and cuts
+//! after 5 s, `Send` queues a protocol frame on the membership lane without waiting (dropped and
+//! counted in `control_drops` when full), `Deliver` hands a broadcast to the local subscribers
+//! (bounded, the oldest dropped), `Members`, `Neighbors` and `Route` update the snapshots the API
+//! and the router read, `Event` goes to the subscribers, `Gone` fires monitors and fails calls. A
+//! peer silent for `transport.heartbeat_timeout_ms` on every lane (the readers stamp its
+//! `last_seen_us` on every read) is dropped at the next `Tick`; the others get a `Heartbeat`.
 //!
 //! The data path never touches the machine: it reads the router's peers and route table.
 
@@ -353,7 +352,7 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
     let inner = d.inner.clone();
     d.seq += 1;
     let now = inner.router.now_us();
-    let timeout = inner.config.heartbeat_timeout_ms * 1000;
+    let timeout = inner.config.transport.heartbeat_timeout_ms * 1000;
     for p in inner.router.peers() {
         if !p.is_up() {
             continue;
@@ -435,8 +434,8 @@ fn spawn_dial(
     let inner = inner.clone();
     tokio::spawn(async move {
         let lane = LaneId::new(MEMBERSHIP_CHANNEL, 0);
-        let min = Duration::from_millis(inner.config.reconnect_min_ms);
-        let max = Duration::from_millis(inner.config.reconnect_max_ms);
+        let min = Duration::from_millis(inner.config.transport.reconnect_min_ms);
+        let max = Duration::from_millis(inner.config.transport.reconnect_max_ms);
         let mut delay = min;
         let result = loop {
             let attempt = tokio::select! {
@@ -461,7 +460,7 @@ fn spawn_dial(
                         Ok(p) => p,
                         Err(e) => break Err(e),
                     };
-                    let limit = Duration::from_millis(inner.config.handshake_timeout_ms);
+                    let limit = Duration::from_millis(inner.config.transport.handshake_timeout_ms);
                     if peer
                         .wait_connected(inner.router.dispatch.membership_slot(), limit)
                         .await

@@ -7,10 +7,10 @@
 //! it, and spawns:
 //!
 //! - the listener (`transport::listener::run`): one task per incoming handshake, at most
-//!   `max_pending_handshakes` at once;
+//!   `transport.max_pending_handshakes` at once;
 //! - the control loop (`control::run`), the driver of the membership machine;
-//! - the link heartbeat ticker (a `Control::Tick` every `heartbeat_interval_ms`);
-//! - the admin HTTP server, if `admin` is set;
+//! - the link heartbeat ticker (a `Control::Tick` every `transport.heartbeat_interval_ms`);
+//! - the admin HTTP server, if `node.admin` is set;
 //! - the `echo` actor, registered as `echo`;
 //! - on the gossiping overlays (full mesh, peer-to-peer, client-server), one join per
 //!   configured contact, retried until it answers.
@@ -43,7 +43,7 @@ pub(crate) use inner::Inner;
 use crate::actor::registry::Watcher;
 use crate::actor::{ActorRef, Actors, Message, Monitor, WatchTarget};
 use crate::broadcast::Topic;
-use crate::config::{Config, OverlayKind};
+use crate::config::{Config, OverlayConfig, OverlayKind};
 use crate::counters::Counters;
 use crate::dispatch::Dispatcher;
 use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
@@ -72,16 +72,17 @@ impl Node {
     /// Starts a node with the overlay named in the configuration.
     pub async fn start(config: Config) -> Result<Node, StartError> {
         Node::start_with(config, |id, c| -> Box<dyn DynOverlay> {
-            let gossip = Duration::from_millis(c.gossip_interval_ms);
-            let retry = Duration::from_millis(c.reconnect_max_ms);
-            match c.overlay {
-                OverlayKind::FullMesh => Box::new(Erased(FullMesh::new(id, gossip, retry))),
-                OverlayKind::Static => {
-                    Box::new(Erased(StaticOverlay::new(id, c.peers.clone(), retry)))
+            let retry = Duration::from_millis(c.transport.reconnect_max_ms);
+            match &c.overlay {
+                OverlayConfig::FullMesh(o) => {
+                    Box::new(Erased(FullMesh::new(id, o.gossip_interval(), retry)))
                 }
-                OverlayKind::PeerToPeer => Box::new(Erased(HyParView::new(id, c.hyparview()))),
-                OverlayKind::ClientServer => {
-                    Box::new(Erased(ClientServer::new(id, c.client_server())))
+                OverlayConfig::Static => {
+                    Box::new(Erased(StaticOverlay::new(id, c.node.peers.clone(), retry)))
+                }
+                OverlayConfig::PeerToPeer(o) => Box::new(Erased(HyParView::new(id, o.hyparview()))),
+                OverlayConfig::ClientServer(o) => {
+                    Box::new(Erased(ClientServer::new(id, o.client_server())))
                 }
             }
         })
@@ -104,18 +105,17 @@ impl Node {
         make: impl FnOnce(NodeId, &Config) -> Box<dyn DynOverlay>,
     ) -> Result<Node, StartError> {
         config.validate()?;
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
+        let listener = TcpListener::bind(config.node.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: config.node.listen,
+                source,
+            })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: config.listen,
+            addr: config.node.listen,
             source,
         })?;
-        let admin = match config.admin {
+        let admin = match config.node.admin {
             Some(a) => Some(
                 TcpListener::bind(a)
                     .await
@@ -125,7 +125,7 @@ impl Node {
         };
         let admin_addr = match &admin {
             Some(l) => Some(l.local_addr().map_err(|source| StartError::Admin {
-                addr: config.admin.unwrap_or(config.listen),
+                addr: config.node.admin.unwrap_or(config.node.listen),
                 source,
             })?),
             None => None,
@@ -135,7 +135,7 @@ impl Node {
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1)
             .max(1);
-        let id = NodeId::new(config.name.clone(), addr, incarnation);
+        let id = NodeId::new(config.node.name.clone(), addr, incarnation);
         let overlay = make(id.clone(), &config);
         let overlay_name = overlay.name();
         let liveness = overlay.liveness();
@@ -143,29 +143,29 @@ impl Node {
             id.clone(),
             overlay,
             MembershipConfig {
-                plumtree: config.plumtree(),
-                member_timeout: Duration::from_millis(config.member_timeout_ms),
-                refresh_every: config.heartbeat_interval(),
-                linger: Duration::from_millis(config.handshake_timeout_ms),
+                plumtree: config.broadcast.plumtree(),
+                member_timeout: config.broadcast.member_timeout(),
+                refresh_every: config.transport.heartbeat_interval(),
+                linger: Duration::from_millis(config.transport.handshake_timeout_ms),
             },
         );
         let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
-        let (events, _) = broadcast::channel(config.event_buffer);
+        let (events, _) = broadcast::channel(config.node.event_buffer);
         let router = Arc::new(Router::new(
             id.clone(),
-            Dispatcher::new(config.channel_specs(), config.affinity),
+            Dispatcher::new(config.transport.channel_specs(), config.transport.affinity),
             liveness,
             RouterLimits {
-                max_frame_bytes: config.max_frame_bytes,
-                lane_queue_bytes: config.lane_queue_bytes,
-                node_queue_bytes: config.node_queue_bytes,
-                hop_limit: config.hop_limit,
+                max_frame_bytes: config.transport.max_frame_bytes,
+                lane_queue_bytes: config.transport.lane_queue_bytes,
+                node_queue_bytes: config.transport.node_queue_bytes,
+                hop_limit: config.broadcast.hop_limit,
             },
         ));
-        let actors = Arc::new(Actors::new(router.clone(), config.mailbox_capacity));
+        let actors = Arc::new(Actors::new(router.clone(), config.node.mailbox_capacity));
         let inner = Arc::new(Inner {
             id: id.clone(),
-            cookie: config.cookie.as_bytes().to_vec(),
+            cookie: config.node.cookie.as_bytes().to_vec(),
             router,
             actors,
             overlay_name,
@@ -175,7 +175,7 @@ impl Node {
             events,
             control: control_tx,
             next_conn: AtomicU64::new(0),
-            handshakes: Arc::new(Semaphore::new(config.max_pending_handshakes)),
+            handshakes: Arc::new(Semaphore::new(config.transport.max_pending_handshakes)),
             admin_addr,
             listener_task: Mutex::new(None),
             config,
@@ -202,10 +202,10 @@ impl Node {
         }
         echo::spawn_echo(&node);
         if matches!(
-            node.inner.config.overlay,
+            node.inner.config.overlay.kind(),
             OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer
         ) {
-            for addr in node.inner.config.peers.clone() {
+            for addr in node.inner.config.node.peers.clone() {
                 let _ = node
                     .inner
                     .control
@@ -262,8 +262,8 @@ impl Node {
     /// Joins through `contact` and waits until it is connected; returns its identity.
     /// Failures that may pass (connection refused or reset, a handshake that timed out, a
     /// contact too busy to take one more handshake) are tried again with backoff
-    /// (`reconnect_min_ms` doubling up to `reconnect_max_ms`) within `timeout`; a rejection
-    /// (wrong cookie, incompatible configuration) fails at once.
+    /// (`transport.reconnect_min_ms` doubling up to `transport.reconnect_max_ms`) within
+    /// `timeout`; a rejection (wrong cookie, incompatible configuration) fails at once.
     pub async fn join_wait(
         &self,
         contact: SocketAddr,
@@ -314,9 +314,9 @@ impl Node {
     }
 
     /// The members this node sees, itself included. On the peer-to-peer overlay: this node, its
-    /// neighbours, and every node whose broadcast heartbeat arrived within `member_timeout_ms`.
-    /// On the client-server overlay: every node whose record is alive (a client the servers
-    /// lost drops out).
+    /// neighbours, and every node whose broadcast heartbeat arrived within
+    /// `broadcast.member_timeout_ms`. On the client-server overlay: every node whose record is
+    /// alive (a client the servers lost drops out).
     pub fn members(&self) -> Vec<NodeId> {
         self.inner.members_now().to_vec()
     }
@@ -348,7 +348,12 @@ impl Node {
         }
         let payload = crate::encode(msg).map_err(|e| BroadcastError::Encode(e.to_string()))?;
         // The payload travels inside a protocol message: leave room for its envelope.
-        let max = self.inner.config.max_frame_bytes.saturating_sub(1024);
+        let max = self
+            .inner
+            .config
+            .transport
+            .max_frame_bytes
+            .saturating_sub(1024);
         if payload.len() > max {
             return Err(BroadcastError::TooLarge {
                 len: payload.len(),
@@ -365,15 +370,15 @@ impl Node {
             .map_err(|_| BroadcastError::Stopped)
     }
 
-    /// Subscribes to a broadcast topic: the subscription yields the messages broadcast on it
-    /// from now on, decoded as `M`. It buffers `subscription_capacity` messages; when full,
+    /// Subscribes to a broadcast topic: the subscription yields the messages broadcast on it from
+    /// now on, decoded as `M`. It buffers `broadcast.subscription_capacity` messages; when full,
     /// the oldest is dropped and counted (see [`Subscription`]).
     pub fn subscribe_topic<M: Message>(&self, topic: impl Into<Topic>) -> Subscription<M> {
         let topic = topic.into();
-        let queue = self
-            .inner
-            .topics
-            .add(topic.clone(), self.inner.config.subscription_capacity);
+        let queue = self.inner.topics.add(
+            topic.clone(),
+            self.inner.config.broadcast.subscription_capacity,
+        );
         Subscription {
             topic,
             queue,
@@ -405,8 +410,8 @@ impl Node {
             .cloned()
     }
 
-    /// Membership events from now on. The buffer holds `event_buffer` events; a subscriber that
-    /// falls further behind gets `RecvError::Lagged` and should re-read [`Node::members`].
+    /// Membership events from now on. The buffer holds `node.event_buffer` events; a subscriber
+    /// that falls further behind gets `RecvError::Lagged` and should re-read [`Node::members`].
     pub fn subscribe(&self) -> broadcast::Receiver<MembershipEvent> {
         self.inner.events.subscribe()
     }
@@ -659,7 +664,7 @@ impl Drop for StopGuard {
 }
 
 async fn heartbeats(inner: Arc<Inner>) {
-    let mut tick = tokio::time::interval(inner.config.heartbeat_interval());
+    let mut tick = tokio::time::interval(inner.config.transport.heartbeat_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

@@ -1,9 +1,9 @@
 //! Broadcast subscriptions: per topic, the local subscribers and their bounded queues.
 //!
-//! Delivery never waits: a subscriber's queue holds `subscription_capacity` messages, and when
-//! it is full the oldest message is dropped to make room (counted in
-//! [`Subscription::dropped`] and the node's `subscription_drops` counter). A slow subscriber
-//! loses old messages; it never slows broadcast down for the node or the cluster.
+//! Delivery never waits: a subscriber's queue holds `broadcast.subscription_capacity` messages, and
+//! when it is full the oldest message is dropped to make room (counted in [`Subscription::dropped`]
+//! and the node's `subscription_drops` counter). A slow subscriber loses old messages; it never
+//! slows broadcast down for the node or the cluster.
 
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
@@ -121,9 +121,9 @@ impl Topics {
 /// A subscription to one broadcast topic, made by [`crate::Node::subscribe_topic`]: yields the
 /// messages broadcast on the topic from then on, by any member (this node included), each once.
 ///
-/// It buffers up to `subscription_capacity` messages. When a message arrives and the buffer is
-/// full, the oldest buffered message is dropped and counted ([`Subscription::dropped`]), so a
-/// slow subscriber never holds broadcast up. Dropping the subscription unsubscribes.
+/// It buffers up to `broadcast.subscription_capacity` messages. When a message arrives and the
+/// buffer is full, the oldest buffered message is dropped and counted ([`Subscription::dropped`]),
+/// so a slow subscriber never holds broadcast up. Dropping the subscription unsubscribes.
 pub struct Subscription<M> {
     pub(crate) topic: Topic,
     pub(crate) queue: Arc<SubQueue>,

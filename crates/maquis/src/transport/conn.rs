@@ -3,12 +3,12 @@
 //!
 //! # Handshake
 //!
-//! The messages, proofs and reject codes are in `maquis_proto::wire::handshake`, the two
-//! sides as state machines without I/O in `maquis_proto::wire::auth` (`Dialer`, `Acceptor`:
-//! a message out of order ends the handshake, a refusal carries a code). This module drives
-//! them over the socket under `handshake_timeout_ms`, and decides what needs the node's state
-//! between the acceptor's `Authenticated` and its accept or reject. Every message is
-//! `[u32 BE length][postcard]`, at most 16 KiB.
+//! The messages, proofs and reject codes are in `maquis_proto::wire::handshake`, the two sides as
+//! state machines without I/O in `maquis_proto::wire::auth` (`Dialer`, `Acceptor`: a message out of
+//! order ends the handshake, a refusal carries a code). This module drives them over the socket
+//! under `transport.handshake_timeout_ms`, and decides what needs the node's state between the
+//! acceptor's `Authenticated` and its accept or reject. Every message is `[u32 BE
+//! length][postcard]`, at most 16 KiB.
 //!
 //! 1. Dialer → `Hello { magic "MAQS", version, node, lane, nonce }`.
 //! 2. The acceptor checks magic and version (else `Rejected { code: Version }`), then →
@@ -98,7 +98,7 @@ async fn read_msg(s: &mut TcpStream) -> Result<HandshakeMsg, ConnError> {
 /// Serves an incoming connection: handshake, lane decision, then reading.
 pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote: SocketAddr) {
     let _ = stream.set_nodelay(true);
-    let limit = std::time::Duration::from_millis(inner.config().handshake_timeout_ms);
+    let limit = std::time::Duration::from_millis(inner.config().transport.handshake_timeout_ms);
     let result = match tokio::time::timeout(limit, accept_handshake(&inner, &mut stream)).await {
         Ok(r) => r,
         Err(_) => Err(ConnError::Timeout),
@@ -218,7 +218,7 @@ pub(crate) async fn dial<H: Host>(
     lane: &LaneId,
     expect: Option<&NodeId>,
 ) -> Result<(NodeId, TcpStream), ConnError> {
-    let limit = std::time::Duration::from_millis(inner.config().handshake_timeout_ms);
+    let limit = std::time::Duration::from_millis(inner.config().transport.handshake_timeout_ms);
     match tokio::time::timeout(limit, dial_inner(inner, addr, lane, expect)).await {
         Ok(r) => r,
         Err(_) => Err(ConnError::Timeout),
@@ -291,7 +291,7 @@ async fn read_loop<H: Host>(
     info: ConnInfo,
 ) {
     let lane = peer.lanes[slot].clone();
-    let decoder = FrameDecoder::new(inner.config().max_frame_bytes);
+    let decoder = FrameDecoder::new(inner.config().transport.max_frame_bytes);
     let counted = Counted {
         inner: read,
         lane: lane.clone(),

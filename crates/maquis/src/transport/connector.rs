@@ -1,8 +1,8 @@
 //! The dialer of one lane: whenever the lane has no connection, dial with exponential backoff.
 //!
 //! Both nodes may dial the same lane; the tie winner (see `NodeId::wins_tie_against`) dials at
-//! once, the other waits `reconnect_min_ms` first, so that usually only one dial happens and the
-//! handshake's tie-break rule settles the rest.
+//! once, the other waits `transport.reconnect_min_ms` first, so that usually only one dial happens
+//! and the handshake's tie-break rule settles the rest.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +14,8 @@ use crate::error::ConnError;
 
 pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
     let lane = peer.lanes[slot].clone();
-    let min = Duration::from_millis(inner.config().reconnect_min_ms);
-    let max = Duration::from_millis(inner.config().reconnect_max_ms);
+    let min = Duration::from_millis(inner.config().transport.reconnect_min_ms);
+    let max = Duration::from_millis(inner.config().transport.reconnect_max_ms);
     let winner = inner.id().wins_tie_against(&peer.id);
     let mut delay = if winner { Duration::ZERO } else { min };
     loop {

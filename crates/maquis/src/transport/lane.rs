@@ -38,7 +38,7 @@ pub(crate) struct OutFrame {
     _node_permit: OwnedSemaphorePermit,
 }
 
-/// The bytes all the lanes of a node may hold queued together (`node_queue_bytes`): every
+/// The bytes all the lanes of a node may hold queued together (`transport.node_queue_bytes`): every
 /// frame takes permits from its lane's budget and from this one, and gives both back once it
 /// is written or dropped. It bounds the outbound memory of a node whatever its number of peers.
 #[derive(Clone, Debug)]

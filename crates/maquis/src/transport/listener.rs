@@ -1,5 +1,5 @@
 //! The accept loop: every connection runs its handshake in its own task, at most
-//! `max_pending_handshakes` at once (more are closed at once and counted).
+//! `transport.max_pending_handshakes` at once (more are closed at once and counted).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,23 +7,23 @@
 //!
 //! # Peers and lanes
 //!
-//! A [`Peer`] (one per remote node incarnation) has a fixed table of lanes: slot 0 is
-//! `membership` (one lane), then `default`, then the configured channels, each with its lane
-//! count (`Config::channel_specs`, `Dispatcher`). A lane (`lane::Lane`) is one TCP connection
-//! at a time, used in both directions; its outbound queue and writer task outlive connections,
-//! so frames queued while it is down wait for the next connection. The writer
-//! (`lane::run_writer`) takes up to 256 frames at once and writes them with vectored writes:
-//! headers and payloads up to 16 KiB are copied into one buffer, larger payloads are written
-//! from their own.
+//! A [`Peer`] (one per remote node incarnation) has a fixed table of lanes: slot 0 is `membership`
+//! (one lane), then `default`, then the configured channels, each with its lane count
+//! (`TransportConfig::channel_specs`, `Dispatcher`). A lane (`lane::Lane`) is one TCP connection at
+//! a time, used in both directions; its outbound queue and writer task outlive connections, so
+//! frames queued while it is down wait for the next connection. The writer (`lane::run_writer`)
+//! takes up to 256 frames at once and writes them with vectored writes: headers and payloads up to
+//! 16 KiB are copied into one buffer, larger payloads are written from their own.
 //!
 //! # Who dials
 //!
-//! Both nodes run a dialer (`connector::run`) for every lane. Whenever the lane has no
-//! connection the dialer dials: at once if this node wins the tie against the peer
+//! Both nodes run a dialer (`connector::run`) for every lane. Whenever the lane has no connection
+//! the dialer dials: at once if this node wins the tie against the peer
 //! (`NodeId::wins_tie_against`: the smaller `(name, incarnation, addr)` wins), after
-//! `reconnect_min_ms` otherwise, so that usually only the winner dials; after a failure the
-//! delay doubles up to `reconnect_max_ms`. A failed dial of the membership lane is reported
-//! (`LaneEvent::DialFailed`) and declares the peer down; failures of other lanes only back off.
+//! `transport.reconnect_min_ms` otherwise, so that usually only the winner dials; after a failure
+//! the delay doubles up to `transport.reconnect_max_ms`. A failed dial of the membership lane is
+//! reported (`LaneEvent::DialFailed`) and declares the peer down; failures of other lanes only back
+//! off.
 //!
 //! When both dial anyway, the acceptor settles it (`Lane::offer_incoming`, once the dialer is
 //! authenticated): with no connection and no dial of its own in flight it accepts; when the

@@ -8,9 +8,10 @@ use maquis::{Config, MembershipEvent, Node};
 
 /// A test node configuration: fast heartbeats so failures show within a second or two.
 pub fn config(name: &str) -> Config {
-    Config::new(name)
-        .heartbeat(Duration::from_millis(200), Duration::from_millis(1500))
-        .cookie("test-cookie")
+    let mut c = Config::new(name).cookie("test-cookie");
+    c.transport.heartbeat_interval_ms = 200;
+    c.transport.heartbeat_timeout_ms = 1500;
+    c
 }
 
 /// Logs to the test output when `RUST_LOG` is set.
