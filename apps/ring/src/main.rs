@@ -120,36 +120,14 @@ async fn serve(s: Serve) -> Result<(), maquis_ring::RingError> {
         node.node().addr(),
         server.local_addr()
     );
-    wait_for_signal().await;
+    maquis::shutdown_signal().await;
     eprintln!("ring: leaving the cluster (handing partitions off; Ctrl-C again to quit now)");
     server.stop();
     tokio::select! {
         r = node.leave(Duration::from_secs(s.leave_timeout_s)) => r,
-        _ = wait_for_signal() => {
+        _ = maquis::shutdown_signal() => {
             node.shutdown().await;
             Ok(())
         }
-    }
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -138,32 +138,10 @@ pub async fn run(args: NodeArgs) -> ExitCode {
             println!("{ev:?}");
         }
     });
-    wait_for_signal().await;
+    maquis::shutdown_signal().await;
     println!("leaving");
     node.leave().await;
     node.shutdown().await;
     printer.abort();
     ExitCode::SUCCESS
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

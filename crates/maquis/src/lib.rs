@@ -33,13 +33,13 @@
 
 mod actor;
 pub mod admin;
-mod allocator;
 pub mod config;
 mod counters;
 mod dispatch;
 mod error;
 mod node;
 pub mod payload;
+mod process;
 mod router;
 mod transport;
 
@@ -67,7 +67,6 @@ use maquis_proto::{broadcast, id, membership, wire};
 pub use maquis_proto::encode;
 
 pub use actor::{ActorRef, Message, Monitor, ReplyTo};
-pub use allocator::tune_allocator;
 pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, ConfigError, OverlayKind};
 pub use counters::{Counter, Counters};
@@ -76,4 +75,5 @@ pub use error::{BroadcastError, CallError, JoinError, RegisterError, SendError, 
 pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
 pub use node::{Actor, Context, Inbox, MembershipEvent, Node, Subscription};
 pub use payload::Payload;
+pub use process::{shutdown_signal, tune_allocator};
 pub use wire::frame::DownReason;

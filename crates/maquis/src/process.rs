@@ -1,4 +1,5 @@
-//! Allocator settings for processes that move large messages.
+//! Helpers for a process that runs a node: allocator settings for large messages, and the
+//! signal that asks it to stop.
 
 /// Keeps large message buffers in the heap for reuse; call it first thing in `main`.
 ///
@@ -14,5 +15,29 @@ pub fn tune_allocator() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+    }
+}
+
+/// Resolves when the process is asked to stop: Ctrl-C (SIGINT) or, on Unix, SIGTERM. A node's
+/// `main` awaits it, then leaves the cluster and shuts down.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
