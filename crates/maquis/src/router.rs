@@ -22,8 +22,11 @@
 //!    `Header::Routed { to, from, hops: 1, lane: slot, actor }`; a peer still connecting is
 //!    used when there is no route (its lanes queue the frame).
 //! 3. `head` writes the frame prefix and header (`encode_head`), never the payload, which the
-//!    lane's writer hands to vectored I/O as it is. A frame over `transport.max_frame_bytes`
-//!    fails with `TooLarge` here, before anything is queued.
+//!    lane's writer hands to vectored I/O as it is. A frame over `transport.max_frame_bytes` or
+//!    over the limit the peer announced in its handshake fails with `TooLarge` here, before
+//!    anything is queued. (A routed frame is checked against the first hop's limit; each hop
+//!    checks the next one's, and a frame too large on the way is dropped, counted in
+//!    `routed_invalid`, and a call fails at once.)
 //! 4. `Lane::enqueue` takes permits for the frame's size from the lane's byte budget and from
 //!    the node's (`transport.node_queue_bytes`, shared by every lane of every peer): `send`
 //!    waits, `try_send` fails with `Backpressure`. The permits come back once the frame is
@@ -284,6 +287,7 @@ impl Router {
             up: Default::default(),
             last_seen_us: AtomicU64::new(self.now_us()),
             rtt_us: Default::default(),
+            max_frame: AtomicU64::new(u64::MAX),
             abort: abort.clone(),
             close: close.clone(),
             changed: Default::default(),
@@ -363,11 +367,17 @@ impl Router {
                 (peer, routed)
             }
         };
-        Ok((peer.lanes[slot].clone(), self.head(&header, payload_len)?))
+        Ok((
+            peer.lanes[slot].clone(),
+            self.head(&peer, &header, payload_len)?,
+        ))
     }
 
-    fn head(&self, header: &Header, payload_len: usize) -> Result<Bytes, SendError> {
-        let max = self.limits.max_frame_bytes;
+    /// The frame prefix and header of a frame for `peer`: at most this node's frame limit and
+    /// the peer's (from its handshake), so a message too large for its receiver fails here,
+    /// before any byte is queued.
+    fn head(&self, peer: &Peer, header: &Header, payload_len: usize) -> Result<Bytes, SendError> {
+        let max = self.limits.max_frame_bytes.min(peer.max_frame());
         let mut buf = BytesMut::with_capacity(64);
         encode_head(header, payload_len, max, &mut buf).map_err(|_| SendError::TooLarge {
             len: payload_len,
@@ -407,7 +417,7 @@ impl Router {
 
     /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts).
     pub(crate) fn send_control(&self, peer: &Peer, header: &Header, payload: Bytes) {
-        let ok = self.head(header, payload.len()).and_then(|head| {
+        let ok = self.head(peer, header, payload.len()).and_then(|head| {
             peer.lanes[self.dispatch.membership_slot()].try_enqueue(head, payload)
         });
         if let Err(e) = ok {
@@ -524,7 +534,7 @@ impl Router {
             lane,
             actor: actor.clone(),
         };
-        let head = match self.head(&header, payload.len()) {
+        let head = match self.head(&peer, &header, payload.len()) {
             Ok(h) => h,
             Err(_) => {
                 self.counters.routed_invalid.inc();

@@ -45,6 +45,7 @@ async fn ghost(a: &maquis::Node, events: &mut Events) -> (TcpStream, tokio::task
         lane: lane.clone(),
         nonce,
         channels: vec![("membership".into(), 1), ("default".into(), 1)],
+        max_frame: 1 << 20,
     };
     s.write_all(&handshake::encode_handshake(&hello).unwrap())
         .await
@@ -52,20 +53,29 @@ async fn ghost(a: &maquis::Node, events: &mut Events) -> (TcpStream, tokio::task
     let HandshakeMsg::Challenge {
         node: acceptor,
         nonce: theirs,
-        proof,
+        max_frame,
     } = read_msg(&mut s).await
     else {
         panic!("expected a challenge")
     };
     let cookie = b"test-cookie";
-    assert!(handshake::verify_acceptor(
-        cookie, &ghost, &acceptor, &lane, &nonce, &theirs, &proof
-    ));
-    let proof = handshake::dialer_proof(cookie, &ghost, &acceptor, &lane, &nonce, &theirs);
+    let transcript = handshake::Transcript {
+        dialer: ghost.clone(),
+        acceptor,
+        lane,
+        dialer_nonce: nonce,
+        acceptor_nonce: theirs,
+        dialer_max_frame: 1 << 20,
+        acceptor_max_frame: max_frame,
+    };
+    let proof = transcript.dialer_proof(cookie);
     s.write_all(&handshake::encode_handshake(&HandshakeMsg::Response { proof }).unwrap())
         .await
         .unwrap();
-    assert_eq!(read_msg(&mut s).await, HandshakeMsg::Accepted);
+    let HandshakeMsg::Accepted { proof } = read_msg(&mut s).await else {
+        panic!("expected the lane to be accepted")
+    };
+    assert!(transcript.verify_acceptor(cookie, &proof));
     next_event(
         events,
         Duration::from_secs(5),

@@ -4,23 +4,25 @@
 //! ```text
 //! Dialer                                          Acceptor
 //! new → Hello ───────────────────────────────────▶ AwaitHello
-//! AwaitChallenge ◀──────────────── Challenge ───── (version, proof) → AwaitResponse
-//!   (check the acceptor's proof, the expected node)
-//! Response ──────────────────────────────────────▶ (check the dialer's proof, the channel
+//! AwaitChallenge ◀──────────────── Challenge ───── (version) → AwaitResponse
+//!   (check the expected node)
+//! Response (dialer's proof) ─────────────────────▶ (check the dialer's proof, the channel
 //! AwaitVerdict                                      table, the name) → Authenticated
 //!                                                   the driver picks the lane: accept / reject
-//! Established ◀──────────────────── Accepted ───── Done
+//! (check the acceptor's proof)
+//! Established ◀────────── Accepted (acceptor's proof) ── Done
 //! ```
 //!
-//! A message out of order ends the handshake with [`HandshakeError::Unexpected`]; a refusal
-//! carries a [`RejectCode`] the other side acts on. What needs the runtime's state (is the lane
-//! known, is there a newer incarnation, which of two crossing connections wins) is decided by
-//! the driver between [`AcceptorStep::Authenticated`] and [`Acceptor::accept`] /
-//! [`Acceptor::reject`].
+//! The dialer proves first, so the acceptor answers an unauthenticated connection with nothing
+//! that depends on the cookie. A message out of order ends the handshake with
+//! [`HandshakeError::Unexpected`]; a refusal carries a [`RejectCode`] the other side acts on.
+//! What needs the runtime's state (is the lane known, is there a newer incarnation, which of
+//! two crossing connections wins) is decided by the driver between
+//! [`AcceptorStep::Authenticated`] and [`Acceptor::accept`] / [`Acceptor::reject`]. Both sides
+//! end knowing the other's frame limit.
 
 use super::handshake::{
-    acceptor_proof, check_hello_version, dialer_proof, verify_acceptor, verify_dialer,
-    HandshakeMsg, Nonce, RejectCode, MAGIC, VERSION,
+    check_hello_version, HandshakeMsg, Nonce, RejectCode, Transcript, MAGIC, VERSION,
 };
 use crate::id::{LaneId, NodeId};
 
@@ -70,14 +72,14 @@ fn kind(msg: &HandshakeMsg) -> &'static str {
         HandshakeMsg::Hello { .. } => "Hello",
         HandshakeMsg::Challenge { .. } => "Challenge",
         HandshakeMsg::Response { .. } => "Response",
-        HandshakeMsg::Accepted => "Accepted",
+        HandshakeMsg::Accepted { .. } => "Accepted",
         HandshakeMsg::Rejected { .. } => "Rejected",
     }
 }
 
 fn unexpected(expected: &'static str, got: &HandshakeMsg) -> HandshakeError {
     match got {
-        HandshakeMsg::Rejected { code, detail } => HandshakeError::Rejected {
+        HandshakeMsg::Rejected { code, detail, .. } => HandshakeError::Rejected {
             code: *code,
             detail: detail.clone(),
         },
@@ -93,14 +95,19 @@ fn unexpected(expected: &'static str, got: &HandshakeMsg) -> HandshakeError {
 pub enum DialerStep {
     /// Send this message and wait for the next.
     Send(HandshakeMsg),
-    /// The lane is established with this node.
-    Established(NodeId),
+    /// The lane is established.
+    Established {
+        /// The node reached (its proof checked).
+        acceptor: NodeId,
+        /// The largest frame it accepts.
+        max_frame: u64,
+    },
 }
 
 #[derive(Debug)]
 enum DialerState {
     AwaitChallenge,
-    AwaitVerdict { acceptor: NodeId },
+    AwaitVerdict(Box<Transcript>),
     Done,
 }
 
@@ -111,24 +118,28 @@ pub struct Dialer {
     lane: LaneId,
     cookie: Vec<u8>,
     nonce: Nonce,
+    max_frame: u64,
     expect: Option<NodeId>,
     /// The node that answered, once its proof checked.
-    acceptor: Option<NodeId>,
+    verified: Option<NodeId>,
     state: DialerState,
 }
 
 impl Dialer {
-    /// The node reached, once its proof checked.
+    /// The node reached, once its proof checked (in `Accepted`, or in a `Rejected` sent after
+    /// it authenticated this dialer).
     pub fn acceptor(&self) -> Option<&NodeId> {
-        self.acceptor.as_ref()
+        self.verified.as_ref()
     }
 
-    /// Starts a handshake for `lane`; returns the machine and the `Hello` to send first. With
-    /// `expect`, the acceptor must be exactly that node.
+    /// Starts a handshake for `lane`; returns the machine and the `Hello` to send first.
+    /// `max_frame` is the largest frame this node accepts. With `expect`, the acceptor must be
+    /// exactly that node.
     pub fn new(
         me: NodeId,
         lane: LaneId,
         channels: Vec<(String, u16)>,
+        max_frame: u64,
         cookie: &[u8],
         nonce: Nonce,
         expect: Option<NodeId>,
@@ -140,14 +151,16 @@ impl Dialer {
             lane: lane.clone(),
             nonce,
             channels,
+            max_frame,
         };
         let d = Dialer {
             me,
             lane,
             cookie: cookie.to_vec(),
             nonce,
+            max_frame,
             expect,
-            acceptor: None,
+            verified: None,
             state: DialerState::AwaitChallenge,
         };
         (d, hello)
@@ -157,11 +170,14 @@ impl Dialer {
     pub fn handle(&mut self, msg: HandshakeMsg) -> Result<DialerStep, HandshakeError> {
         let state = std::mem::replace(&mut self.state, DialerState::Done);
         match (state, msg) {
-            (DialerState::AwaitChallenge, HandshakeMsg::Challenge { node, nonce, proof }) => {
-                let (me, lane) = (&self.me, &self.lane);
-                if !verify_acceptor(&self.cookie, me, &node, lane, &self.nonce, &nonce, &proof) {
-                    return Err(HandshakeError::Auth(node.to_string()));
-                }
+            (
+                DialerState::AwaitChallenge,
+                HandshakeMsg::Challenge {
+                    node,
+                    nonce,
+                    max_frame,
+                },
+            ) => {
                 if let Some(want) = &self.expect {
                     if *want != node {
                         return Err(HandshakeError::WrongPeer {
@@ -170,16 +186,42 @@ impl Dialer {
                         });
                     }
                 }
-                let proof = dialer_proof(&self.cookie, me, &node, lane, &self.nonce, &nonce);
-                self.acceptor = Some(node.clone());
-                self.state = DialerState::AwaitVerdict { acceptor: node };
+                let transcript = Transcript {
+                    dialer: self.me.clone(),
+                    acceptor: node,
+                    lane: self.lane.clone(),
+                    dialer_nonce: self.nonce,
+                    acceptor_nonce: nonce,
+                    dialer_max_frame: self.max_frame,
+                    acceptor_max_frame: max_frame,
+                };
+                let proof = transcript.dialer_proof(&self.cookie);
+                self.state = DialerState::AwaitVerdict(Box::new(transcript));
                 Ok(DialerStep::Send(HandshakeMsg::Response { proof }))
             }
             (DialerState::AwaitChallenge, other) => Err(unexpected("Challenge", &other)),
-            (DialerState::AwaitVerdict { acceptor }, HandshakeMsg::Accepted) => {
-                Ok(DialerStep::Established(acceptor))
+            (DialerState::AwaitVerdict(t), HandshakeMsg::Accepted { proof }) => {
+                if !t.verify_acceptor(&self.cookie, &proof) {
+                    return Err(HandshakeError::Auth(t.acceptor.to_string()));
+                }
+                self.verified = Some(t.acceptor.clone());
+                Ok(DialerStep::Established {
+                    acceptor: t.acceptor,
+                    max_frame: t.acceptor_max_frame,
+                })
             }
-            (DialerState::AwaitVerdict { .. }, other) => Err(unexpected("Accepted", &other)),
+            (
+                DialerState::AwaitVerdict(t),
+                HandshakeMsg::Rejected {
+                    code,
+                    detail,
+                    proof: Some(proof),
+                },
+            ) if t.verify_acceptor(&self.cookie, &proof) => {
+                self.verified = Some(t.acceptor.clone());
+                Err(HandshakeError::Rejected { code, detail })
+            }
+            (DialerState::AwaitVerdict(_), other) => Err(unexpected("Accepted", &other)),
             (DialerState::Done, other) => Err(unexpected("nothing", &other)),
         }
     }
@@ -197,6 +239,8 @@ pub enum AcceptorStep {
         dialer: NodeId,
         /// The lane it asks for.
         lane: LaneId,
+        /// The largest frame it accepts.
+        max_frame: u64,
     },
     /// Send `reply` (if any), then close: the handshake failed with `error`.
     Refuse {
@@ -211,12 +255,10 @@ pub enum AcceptorStep {
 enum AcceptorState {
     AwaitHello,
     AwaitResponse {
-        dialer: NodeId,
-        lane: LaneId,
-        dialer_nonce: Nonce,
+        transcript: Box<Transcript>,
         channels: Vec<(String, u16)>,
     },
-    Authenticated,
+    Authenticated(Box<Transcript>),
     Done,
 }
 
@@ -227,6 +269,7 @@ pub struct Acceptor {
     cookie: Vec<u8>,
     nonce: Nonce,
     channels: Vec<(String, u16)>,
+    max_frame: u64,
     state: AcceptorState,
 }
 
@@ -235,6 +278,7 @@ fn refuse(code: RejectCode, detail: String) -> AcceptorStep {
         reply: Some(HandshakeMsg::Rejected {
             code,
             detail: detail.clone(),
+            proof: None,
         }),
         error: HandshakeError::Refused { code, detail },
     }
@@ -242,13 +286,20 @@ fn refuse(code: RejectCode, detail: String) -> AcceptorStep {
 
 impl Acceptor {
     /// Waits for a `Hello`; `channels` is this node's channel table, which the dialer's must
-    /// equal.
-    pub fn new(me: NodeId, cookie: &[u8], channels: Vec<(String, u16)>, nonce: Nonce) -> Self {
+    /// equal, and `max_frame` the largest frame this node accepts.
+    pub fn new(
+        me: NodeId,
+        cookie: &[u8],
+        channels: Vec<(String, u16)>,
+        max_frame: u64,
+        nonce: Nonce,
+    ) -> Self {
         Acceptor {
             me,
             cookie: cookie.to_vec(),
             nonce,
             channels,
+            max_frame,
             state: AcceptorState::AwaitHello,
         }
     }
@@ -266,42 +317,46 @@ impl Acceptor {
                     lane,
                     nonce,
                     channels,
+                    max_frame,
                 },
             ) => {
                 if let Err(e) = check_hello_version(&magic, version) {
                     return refuse(RejectCode::Version, e.to_string());
                 }
-                let proof =
-                    acceptor_proof(&self.cookie, &node, &self.me, &lane, &nonce, &self.nonce);
                 let challenge = HandshakeMsg::Challenge {
                     node: self.me.clone(),
                     nonce: self.nonce,
-                    proof,
+                    max_frame: self.max_frame,
                 };
-                self.state = AcceptorState::AwaitResponse {
+                let transcript = Transcript {
                     dialer: node,
+                    acceptor: self.me.clone(),
                     lane,
                     dialer_nonce: nonce,
+                    acceptor_nonce: self.nonce,
+                    dialer_max_frame: max_frame,
+                    acceptor_max_frame: self.max_frame,
+                };
+                self.state = AcceptorState::AwaitResponse {
+                    transcript: Box::new(transcript),
                     channels,
                 };
                 AcceptorStep::Send(challenge)
             }
             (
                 AcceptorState::AwaitResponse {
-                    dialer,
-                    lane,
-                    dialer_nonce,
+                    transcript,
                     channels,
                 },
                 HandshakeMsg::Response { proof },
             ) => {
-                let me = &self.me;
-                let nonces = (&dialer_nonce, &self.nonce);
-                if !verify_dialer(&self.cookie, &dialer, me, &lane, nonces.0, nonces.1, &proof) {
+                let dialer = &transcript.dialer;
+                if !transcript.verify_dialer(&self.cookie, &proof) {
                     return AcceptorStep::Refuse {
                         reply: Some(HandshakeMsg::Rejected {
                             code: RejectCode::Auth,
                             detail: "authentication failed".into(),
+                            proof: None,
                         }),
                         error: HandshakeError::Auth(dialer.to_string()),
                     };
@@ -314,11 +369,16 @@ impl Acceptor {
                     );
                     return refuse(RejectCode::Incompatible, detail);
                 }
-                if dialer.name == me.name {
+                if dialer.name == self.me.name {
                     return refuse(RejectCode::SameName, format!("{dialer} has our name"));
                 }
-                self.state = AcceptorState::Authenticated;
-                AcceptorStep::Authenticated { dialer, lane }
+                let step = AcceptorStep::Authenticated {
+                    dialer: dialer.clone(),
+                    lane: transcript.lane.clone(),
+                    max_frame: transcript.dialer_max_frame,
+                };
+                self.state = AcceptorState::Authenticated(transcript);
+                step
             }
             (AcceptorState::AwaitHello, other) => AcceptorStep::Refuse {
                 reply: None,
@@ -328,25 +388,38 @@ impl Acceptor {
                 reply: None,
                 error: unexpected("Response", &other),
             },
-            (AcceptorState::Authenticated | AcceptorState::Done, other) => AcceptorStep::Refuse {
-                reply: None,
-                error: unexpected("nothing", &other),
-            },
+            (AcceptorState::Authenticated(_) | AcceptorState::Done, other) => {
+                AcceptorStep::Refuse {
+                    reply: None,
+                    error: unexpected("nothing", &other),
+                }
+            }
         }
     }
 
-    /// After [`AcceptorStep::Authenticated`]: the lane is established; send this.
-    pub fn accept(&mut self) -> HandshakeMsg {
-        self.state = AcceptorState::Done;
-        HandshakeMsg::Accepted
+    /// After [`AcceptorStep::Authenticated`]: the lane is established; send this (it carries
+    /// this node's proof). `None` if the dialer was not authenticated: nothing to send.
+    pub fn accept(&mut self) -> Option<HandshakeMsg> {
+        match std::mem::replace(&mut self.state, AcceptorState::Done) {
+            AcceptorState::Authenticated(t) => Some(HandshakeMsg::Accepted {
+                proof: t.acceptor_proof(&self.cookie),
+            }),
+            _ => None,
+        }
     }
 
-    /// After [`AcceptorStep::Authenticated`]: the driver refuses; send the refusal, then close.
+    /// The driver refuses; send the refusal, then close. After
+    /// [`AcceptorStep::Authenticated`] it carries this node's proof, so the dialer knows who
+    /// refused it.
     pub fn reject(&mut self, code: RejectCode, detail: String) -> (HandshakeMsg, HandshakeError) {
-        self.state = AcceptorState::Done;
+        let proof = match std::mem::replace(&mut self.state, AcceptorState::Done) {
+            AcceptorState::Authenticated(t) => Some(t.acceptor_proof(&self.cookie)),
+            _ => None,
+        };
         let reply = HandshakeMsg::Rejected {
             code,
             detail: detail.clone(),
+            proof,
         };
         (reply, HandshakeError::Refused { code, detail })
     }
@@ -362,6 +435,7 @@ fn show_table(t: &[(String, u16)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::encode_handshake;
 
     fn id(name: &str, inc: u64) -> NodeId {
         NodeId::new(name, ([127, 0, 0, 1], 7000).into(), inc)
@@ -371,25 +445,35 @@ mod tests {
         vec![("default".into(), 4), ("membership".into(), 1)]
     }
 
+    const DIALER_MAX: u64 = 1 << 20;
+    const ACCEPTOR_MAX: u64 = 1 << 25;
+
+    fn acceptor(name: &str, cookie: &[u8], channels: Vec<(String, u16)>) -> Acceptor {
+        Acceptor::new(id(name, 1), cookie, channels, ACCEPTOR_MAX, [2; 32])
+    }
+
+    fn dialer(me: NodeId, cookie: &[u8], expect: Option<NodeId>) -> (Dialer, HandshakeMsg) {
+        Dialer::new(
+            me,
+            LaneId::new("default", 2),
+            table(),
+            DIALER_MAX,
+            cookie,
+            [1; 32],
+            expect,
+        )
+    }
+
     fn pair(
         dialer_cookie: &[u8],
         acceptor_cookie: &[u8],
         expect: Option<NodeId>,
     ) -> (Dialer, HandshakeMsg, Acceptor) {
-        let (d, hello) = Dialer::new(
-            id("a", 1),
-            LaneId::new("default", 2),
-            table(),
-            dialer_cookie,
-            [1; 32],
-            expect,
-        );
-        let acc = Acceptor::new(id("b", 1), acceptor_cookie, table(), [2; 32]);
-        (d, hello, acc)
+        let (d, hello) = dialer(id("a", 1), dialer_cookie, expect);
+        (d, hello, acceptor("b", acceptor_cookie, table()))
     }
 
-    /// Runs a handshake to the acceptor's decision; returns the dialer, the acceptor and the
-    /// acceptor's last step.
+    /// Runs a handshake to the acceptor's decision; returns the acceptor's last step.
     fn run_to_decision(d: &mut Dialer, hello: HandshakeMsg, acc: &mut Acceptor) -> AcceptorStep {
         let AcceptorStep::Send(challenge) = acc.handle(hello) else {
             panic!("no challenge")
@@ -401,31 +485,77 @@ mod tests {
     }
 
     #[test]
-    fn a_full_handshake_establishes_the_lane() {
+    fn a_full_handshake_establishes_the_lane_and_tells_each_side_the_others_limit() {
         let (mut d, hello, mut acc) = pair(b"c", b"c", Some(id("b", 1)));
         let step = run_to_decision(&mut d, hello, &mut acc);
         assert_eq!(
             step,
             AcceptorStep::Authenticated {
                 dialer: id("a", 1),
-                lane: LaneId::new("default", 2)
+                lane: LaneId::new("default", 2),
+                max_frame: DIALER_MAX,
             }
         );
+        let accepted = acc.accept().expect("authenticated");
         assert_eq!(
-            d.handle(acc.accept()),
-            Ok(DialerStep::Established(id("b", 1)))
+            d.handle(accepted),
+            Ok(DialerStep::Established {
+                acceptor: id("b", 1),
+                max_frame: ACCEPTOR_MAX
+            })
         );
     }
 
     #[test]
-    fn a_wrong_cookie_fails_on_the_side_that_checks() {
-        // The dialer checks the acceptor's proof first.
-        let (mut d, hello, mut acc) = pair(b"right", b"wrong", None);
-        let AcceptorStep::Send(challenge) = acc.handle(hello) else {
-            panic!()
+    fn the_acceptor_reveals_nothing_derived_from_the_cookie_to_an_unproven_dialer() {
+        // Two acceptors that differ only in their cookie answer a Hello with the same bytes:
+        // the challenge is no oracle for guessing the cookie.
+        let (_, hello) = dialer(id("a", 1), b"guess", None);
+        let mut right = acceptor("b", b"s3cret", table());
+        let mut other = acceptor("b", b"another", table());
+        let (AcceptorStep::Send(c1), AcceptorStep::Send(c2)) =
+            (right.handle(hello.clone()), other.handle(hello))
+        else {
+            panic!("no challenge")
         };
-        assert!(matches!(d.handle(challenge), Err(HandshakeError::Auth(_))));
-        // A dialer that does not know it is refused with a code.
+        assert_eq!(
+            encode_handshake(&c1).unwrap(),
+            encode_handshake(&c2).unwrap()
+        );
+        // A dialer with the wrong cookie gets a refusal that carries no proof, and the
+        // acceptor has nothing to accept with.
+        let (mut d, hello) = dialer(id("a", 1), b"guess", None);
+        let mut acc = acceptor("b", b"s3cret", table());
+        let AcceptorStep::Refuse { reply, error } = run_to_decision(&mut d, hello, &mut acc) else {
+            panic!("a wrong proof is refused")
+        };
+        assert!(matches!(error, HandshakeError::Auth(_)));
+        assert_eq!(
+            reply,
+            Some(HandshakeMsg::Rejected {
+                code: RejectCode::Auth,
+                detail: "authentication failed".into(),
+                proof: None,
+            })
+        );
+        assert_eq!(acc.accept(), None);
+    }
+
+    #[test]
+    fn a_wrong_cookie_fails_on_the_side_that_checks() {
+        // The acceptor checks the dialer's proof first.
+        let (mut d, hello, mut acc) = pair(b"right", b"wrong", None);
+        assert!(matches!(
+            run_to_decision(&mut d, hello, &mut acc),
+            AcceptorStep::Refuse {
+                error: HandshakeError::Auth(_),
+                reply: Some(HandshakeMsg::Rejected {
+                    code: RejectCode::Auth,
+                    ..
+                })
+            }
+        ));
+        // A tampered dialer proof is refused with a code.
         let (mut d, hello, mut acc) = pair(b"right", b"right", None);
         let AcceptorStep::Send(challenge) = acc.handle(hello) else {
             panic!()
@@ -446,13 +576,28 @@ mod tests {
                 ..
             })
         ));
+        // The dialer checks the acceptor's proof last: an acceptor that does not know the
+        // cookie cannot finish the handshake.
+        let (mut d, hello, mut acc) = pair(b"c", b"c", None);
+        assert!(matches!(
+            run_to_decision(&mut d, hello, &mut acc),
+            AcceptorStep::Authenticated { .. }
+        ));
+        let Some(HandshakeMsg::Accepted { mut proof }) = acc.accept() else {
+            panic!()
+        };
+        proof[31] ^= 1;
+        assert!(matches!(
+            d.handle(HandshakeMsg::Accepted { proof }),
+            Err(HandshakeError::Auth(_))
+        ));
     }
 
     #[test]
     fn out_of_order_messages_end_the_handshake() {
         let (mut d, _hello, mut acc) = pair(b"c", b"c", None);
         assert!(matches!(
-            acc.handle(HandshakeMsg::Accepted),
+            acc.handle(HandshakeMsg::Accepted { proof: [0; 32] }),
             AcceptorStep::Refuse {
                 reply: None,
                 error: HandshakeError::Unexpected {
@@ -462,7 +607,7 @@ mod tests {
             }
         ));
         assert_eq!(
-            d.handle(HandshakeMsg::Accepted),
+            d.handle(HandshakeMsg::Accepted { proof: [0; 32] }),
             Err(HandshakeError::Unexpected {
                 expected: "Challenge",
                 got: "Accepted"
@@ -470,7 +615,7 @@ mod tests {
         );
         assert!(
             matches!(
-                d.handle(HandshakeMsg::Accepted),
+                d.handle(HandshakeMsg::Accepted { proof: [0; 32] }),
                 Err(HandshakeError::Unexpected { .. })
             ),
             "a failed machine takes nothing more"
@@ -485,19 +630,41 @@ mod tests {
             AcceptorStep::Authenticated { .. }
         ));
         let (reply, _) = acc.reject(RejectCode::Superseded, "crossing dials".into());
+        assert_eq!(d.acceptor(), None);
         assert_eq!(
-            d.handle(reply),
+            d.handle(reply.clone()),
             Err(HandshakeError::Rejected {
                 code: RejectCode::Superseded,
                 detail: "crossing dials".into()
             })
         );
+        assert_eq!(
+            d.acceptor(),
+            Some(&id("b", 1)),
+            "a refusal after authentication proves who sent it"
+        );
+        // A refusal whose proof does not check names no one.
+        let (mut d, hello, mut acc) = pair(b"c", b"c", None);
+        run_to_decision(&mut d, hello, &mut acc);
+        let HandshakeMsg::Rejected { code, detail, .. } = reply else {
+            panic!()
+        };
+        let forged = HandshakeMsg::Rejected {
+            code,
+            detail,
+            proof: Some([7; 32]),
+        };
+        assert!(matches!(
+            d.handle(forged),
+            Err(HandshakeError::Rejected { .. })
+        ));
+        assert_eq!(d.acceptor(), None);
     }
 
     #[test]
     fn incompatible_tables_same_names_and_versions_are_refused() {
         let (mut d, hello, _) = pair(b"c", b"c", None);
-        let mut acc = Acceptor::new(id("b", 1), b"c", vec![("default".into(), 1)], [2; 32]);
+        let mut acc = acceptor("b", b"c", vec![("default".into(), 1)]);
         let AcceptorStep::Refuse { reply, .. } = run_to_decision(&mut d, hello, &mut acc) else {
             panic!()
         };
@@ -508,15 +675,8 @@ mod tests {
                 ..
             })
         ));
-        let (mut d, hello) = Dialer::new(
-            id("b", 2),
-            LaneId::new("default", 0),
-            table(),
-            b"c",
-            [1; 32],
-            None,
-        );
-        let mut acc = Acceptor::new(id("b", 1), b"c", table(), [2; 32]);
+        let (mut d, hello) = dialer(id("b", 2), b"c", None);
+        let mut acc = acceptor("b", b"c", table());
         let AcceptorStep::Refuse { reply, .. } = run_to_decision(&mut d, hello, &mut acc) else {
             panic!()
         };
@@ -527,7 +687,7 @@ mod tests {
                 ..
             })
         ));
-        let mut acc = Acceptor::new(id("b", 1), b"c", table(), [2; 32]);
+        let mut acc = acceptor("b", b"c", table());
         let old = HandshakeMsg::Hello {
             magic: MAGIC,
             version: VERSION - 1,
@@ -535,6 +695,7 @@ mod tests {
             lane: LaneId::new("default", 0),
             nonce: [0; 32],
             channels: table(),
+            max_frame: DIALER_MAX,
         };
         assert!(matches!(
             acc.handle(old),

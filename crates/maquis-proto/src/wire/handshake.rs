@@ -2,16 +2,22 @@
 //!
 //! ```text
 //! dialer                                   acceptor
-//!   Hello { magic, version, node, lane, nonce, channels } ->
-//!                    <- Challenge { node, nonce, proof }   (or Rejected)
+//!   Hello { magic, version, node, lane, nonce, channels, max_frame } ->
+//!                    <- Challenge { node, nonce, max_frame }   (or Rejected)
 //!   Response { proof } ->
-//!                    <- Accepted                           (or Rejected)
+//!                    <- Accepted { proof }                     (or Rejected)
 //! ```
 //!
 //! Both sides prove they know the cluster cookie with an HMAC-SHA256, keyed by the cookie, over
-//! a role label and the whole transcript (both identities, the lane and both nonces). The
-//! cookie itself never travels. Each message is framed as `[u32 BE length][postcard]`, at most
-//! [`MAX_HANDSHAKE_FRAME`] bytes.
+//! a role label and the whole transcript (both identities, the lane, both nonces and both
+//! frame limits). The cookie itself never travels. The dialer proves first: the acceptor sends
+//! nothing derived from the cookie before the dialer's proof has checked, so a connection to a
+//! node gives no one a value to test guesses of the cookie against offline (the dialer's proof
+//! goes only to a node it chose to dial). Each message is framed as
+//! `[u32 BE length][postcard]`, at most [`MAX_HANDSHAKE_FRAME`] bytes.
+//!
+//! Each side announces the largest frame it accepts (`max_frame`); a node sends a peer nothing
+//! larger than the peer's limit, so a message too large for its receiver fails at its sender.
 
 use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError};
 use crate::id::{LaneId, NodeId};
@@ -24,7 +30,7 @@ use sha2::Sha256;
 /// The magic bytes opening every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MAQS";
 /// The protocol version this node speaks.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// The bound on one handshake message (its length field excluded): 16 KiB.
 pub const MAX_HANDSHAKE_FRAME: usize = 16 * 1024;
 
@@ -34,9 +40,9 @@ pub type Nonce = [u8; 32];
 pub type Proof = [u8; 32];
 
 /// Label of the acceptor's proof: keeps it from being replayed as a dialer's proof.
-const ACCEPTOR_LABEL: &[u8] = b"maquis-acceptor-v1";
+const ACCEPTOR_LABEL: &[u8] = b"maquis-acceptor-v3";
 /// Label of the dialer's proof.
-const DIALER_LABEL: &[u8] = b"maquis-dialer-v1";
+const DIALER_LABEL: &[u8] = b"maquis-dialer-v3";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -57,29 +63,39 @@ pub enum HandshakeMsg {
         nonce: Nonce,
         /// The dialer's channel table, (name, parallelism) in lane order; both ends must agree.
         channels: Vec<(String, u16)>,
+        /// The largest frame the dialer accepts, in bytes.
+        max_frame: u64,
     },
-    /// Acceptor → dialer: its identity, its nonce, and its proof that it knows the cookie.
+    /// Acceptor → dialer: its identity, its nonce and its frame limit; nothing derived from the
+    /// cookie (the dialer proves first).
     Challenge {
         /// The acceptor's identity.
         node: NodeId,
         /// The acceptor's nonce.
         nonce: Nonce,
-        /// See [`acceptor_proof`].
-        proof: Proof,
+        /// The largest frame the acceptor accepts, in bytes.
+        max_frame: u64,
     },
     /// Dialer → acceptor: the dialer's proof.
     Response {
-        /// See [`dialer_proof`].
+        /// See [`Transcript::dialer_proof`].
         proof: Proof,
     },
-    /// Acceptor → dialer: the lane is established.
-    Accepted,
+    /// Acceptor → dialer: the lane is established, and the acceptor's proof that it knows the
+    /// cookie too (the dialer drops the connection if it does not check).
+    Accepted {
+        /// See [`Transcript::acceptor_proof`].
+        proof: Proof,
+    },
     /// Either side: refused, with a code the other side acts on and a human-readable detail.
     Rejected {
         /// Why, as a code.
         code: RejectCode,
         /// Why, in words.
         detail: String,
+        /// The acceptor's proof, when it refuses a dialer it has authenticated (a lane decision
+        /// such as [`RejectCode::Superseded`]): the dialer can then trust who refused it.
+        proof: Option<Proof>,
     },
 }
 
@@ -118,115 +134,62 @@ pub fn new_nonce() -> Nonce {
     nonce
 }
 
-/// The HMAC of `label` followed by the postcard encoding of the transcript.
-fn transcript_mac(
-    label: &[u8],
-    cookie: &[u8],
-    dialer: &NodeId,
-    acceptor: &NodeId,
-    lane: &LaneId,
-    dialer_nonce: &Nonce,
-    acceptor_nonce: &Nonce,
-) -> HmacSha256 {
-    let mut mac = HmacSha256::new_from_slice(cookie).expect("HMAC accepts keys of any length");
-    mac.update(label);
-    // Strings, socket addresses, integers and byte arrays always serialize with postcard.
-    let transcript = postcard::to_allocvec(&(dialer, acceptor, lane, dialer_nonce, acceptor_nonce))
-        .expect("a handshake transcript always serializes");
-    mac.update(&transcript);
-    mac
+/// What both proofs of one handshake are bound to: both identities, the lane, both nonces and
+/// both frame limits, as each side saw them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Transcript {
+    /// The dialing node.
+    pub dialer: NodeId,
+    /// The accepting node.
+    pub acceptor: NodeId,
+    /// The lane the connection is for.
+    pub lane: LaneId,
+    /// The dialer's nonce.
+    pub dialer_nonce: Nonce,
+    /// The acceptor's nonce.
+    pub acceptor_nonce: Nonce,
+    /// The dialer's frame limit.
+    pub dialer_max_frame: u64,
+    /// The acceptor's frame limit.
+    pub acceptor_max_frame: u64,
 }
 
-/// The acceptor's proof that it knows `cookie`, bound to this handshake's transcript.
-pub fn acceptor_proof(
-    cookie: &[u8],
-    dialer: &NodeId,
-    acceptor: &NodeId,
-    lane: &LaneId,
-    dialer_nonce: &Nonce,
-    acceptor_nonce: &Nonce,
-) -> Proof {
-    transcript_mac(
-        ACCEPTOR_LABEL,
-        cookie,
-        dialer,
-        acceptor,
-        lane,
-        dialer_nonce,
-        acceptor_nonce,
-    )
-    .finalize()
-    .into_bytes()
-    .into()
-}
+impl Transcript {
+    /// The HMAC of `label` followed by the postcard encoding of the transcript.
+    fn mac(&self, label: &[u8], cookie: &[u8]) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(cookie).expect("HMAC accepts keys of any length");
+        mac.update(label);
+        // Strings, socket addresses, integers and byte arrays always serialize with postcard.
+        let bytes = postcard::to_allocvec(self).expect("a handshake transcript always serializes");
+        mac.update(&bytes);
+        mac
+    }
 
-/// The dialer's proof that it knows `cookie`, bound to this handshake's transcript.
-pub fn dialer_proof(
-    cookie: &[u8],
-    dialer: &NodeId,
-    acceptor: &NodeId,
-    lane: &LaneId,
-    dialer_nonce: &Nonce,
-    acceptor_nonce: &Nonce,
-) -> Proof {
-    transcript_mac(
-        DIALER_LABEL,
-        cookie,
-        dialer,
-        acceptor,
-        lane,
-        dialer_nonce,
-        acceptor_nonce,
-    )
-    .finalize()
-    .into_bytes()
-    .into()
-}
+    /// The dialer's proof that it knows `cookie`.
+    pub fn dialer_proof(&self, cookie: &[u8]) -> Proof {
+        self.mac(DIALER_LABEL, cookie)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
 
-/// Checks, in constant time, an acceptor's proof received by the dialer.
-pub fn verify_acceptor(
-    cookie: &[u8],
-    dialer: &NodeId,
-    acceptor: &NodeId,
-    lane: &LaneId,
-    dialer_nonce: &Nonce,
-    acceptor_nonce: &Nonce,
-    proof: &Proof,
-) -> bool {
-    transcript_mac(
-        ACCEPTOR_LABEL,
-        cookie,
-        dialer,
-        acceptor,
-        lane,
-        dialer_nonce,
-        acceptor_nonce,
-    )
-    .verify_slice(proof)
-    .is_ok()
-}
+    /// The acceptor's proof that it knows `cookie`.
+    pub fn acceptor_proof(&self, cookie: &[u8]) -> Proof {
+        self.mac(ACCEPTOR_LABEL, cookie)
+            .finalize()
+            .into_bytes()
+            .into()
+    }
 
-/// Checks, in constant time, a dialer's proof received by the acceptor.
-pub fn verify_dialer(
-    cookie: &[u8],
-    dialer: &NodeId,
-    acceptor: &NodeId,
-    lane: &LaneId,
-    dialer_nonce: &Nonce,
-    acceptor_nonce: &Nonce,
-    proof: &Proof,
-) -> bool {
-    transcript_mac(
-        DIALER_LABEL,
-        cookie,
-        dialer,
-        acceptor,
-        lane,
-        dialer_nonce,
-        acceptor_nonce,
-    )
-    .verify_slice(proof)
-    .is_ok()
+    /// Checks, in constant time, a dialer's proof received by the acceptor.
+    pub fn verify_dialer(&self, cookie: &[u8], proof: &Proof) -> bool {
+        self.mac(DIALER_LABEL, cookie).verify_slice(proof).is_ok()
+    }
+
+    /// Checks, in constant time, an acceptor's proof received by the dialer.
+    pub fn verify_acceptor(&self, cookie: &[u8], proof: &Proof) -> bool {
+        self.mac(ACCEPTOR_LABEL, cookie).verify_slice(proof).is_ok()
+    }
 }
 
 /// Checks a `Hello`'s magic bytes and protocol version.
@@ -301,74 +264,15 @@ mod tests {
     use proptest::prelude::*;
     use std::net::{IpAddr, SocketAddr};
 
-    #[derive(Clone)]
-    struct Transcript {
-        dialer: NodeId,
-        acceptor: NodeId,
-        lane: LaneId,
-        dialer_nonce: Nonce,
-        acceptor_nonce: Nonce,
-    }
-
-    impl Transcript {
-        fn new() -> Self {
-            Transcript {
-                dialer: NodeId::new("a", "127.0.0.1:4000".parse().unwrap(), 1),
-                acceptor: NodeId::new("b", "127.0.0.1:4001".parse().unwrap(), 2),
-                lane: LaneId::new("default", 0),
-                dialer_nonce: new_nonce(),
-                acceptor_nonce: new_nonce(),
-            }
-        }
-
-        fn acceptor_proof(&self, cookie: &[u8]) -> Proof {
-            let t = self;
-            acceptor_proof(
-                cookie,
-                &t.dialer,
-                &t.acceptor,
-                &t.lane,
-                &t.dialer_nonce,
-                &t.acceptor_nonce,
-            )
-        }
-
-        fn dialer_proof(&self, cookie: &[u8]) -> Proof {
-            let t = self;
-            dialer_proof(
-                cookie,
-                &t.dialer,
-                &t.acceptor,
-                &t.lane,
-                &t.dialer_nonce,
-                &t.acceptor_nonce,
-            )
-        }
-
-        fn verify_acceptor(&self, cookie: &[u8], proof: &Proof) -> bool {
-            let t = self;
-            verify_acceptor(
-                cookie,
-                &t.dialer,
-                &t.acceptor,
-                &t.lane,
-                &t.dialer_nonce,
-                &t.acceptor_nonce,
-                proof,
-            )
-        }
-
-        fn verify_dialer(&self, cookie: &[u8], proof: &Proof) -> bool {
-            let t = self;
-            verify_dialer(
-                cookie,
-                &t.dialer,
-                &t.acceptor,
-                &t.lane,
-                &t.dialer_nonce,
-                &t.acceptor_nonce,
-                proof,
-            )
+    fn transcript() -> Transcript {
+        Transcript {
+            dialer: NodeId::new("a", "127.0.0.1:4000".parse().unwrap(), 1),
+            acceptor: NodeId::new("b", "127.0.0.1:4001".parse().unwrap(), 2),
+            lane: LaneId::new("default", 0),
+            dialer_nonce: new_nonce(),
+            acceptor_nonce: new_nonce(),
+            dialer_max_frame: 1 << 20,
+            acceptor_max_frame: 1 << 25,
         }
     }
 
@@ -376,14 +280,14 @@ mod tests {
 
     #[test]
     fn right_cookie_verifies() {
-        let t = Transcript::new();
+        let t = transcript();
         assert!(t.verify_acceptor(COOKIE, &t.acceptor_proof(COOKIE)));
         assert!(t.verify_dialer(COOKIE, &t.dialer_proof(COOKIE)));
     }
 
     #[test]
     fn wrong_cookie_fails() {
-        let t = Transcript::new();
+        let t = transcript();
         assert!(!t.verify_acceptor(COOKIE, &t.acceptor_proof(b"other cookie")));
         assert!(!t.verify_dialer(COOKIE, &t.dialer_proof(b"other cookie")));
         assert!(!t.verify_dialer(b"", &t.dialer_proof(COOKIE)));
@@ -391,7 +295,7 @@ mod tests {
 
     #[test]
     fn swapped_roles_fail() {
-        let t = Transcript::new();
+        let t = transcript();
         assert_ne!(t.acceptor_proof(COOKIE), t.dialer_proof(COOKIE));
         assert!(!t.verify_dialer(COOKIE, &t.acceptor_proof(COOKIE)));
         assert!(!t.verify_acceptor(COOKIE, &t.dialer_proof(COOKIE)));
@@ -399,9 +303,11 @@ mod tests {
 
     #[test]
     fn changed_transcript_fails() {
-        let t = Transcript::new();
+        let t = transcript();
         let (acceptor, dialer) = (t.acceptor_proof(COOKIE), t.dialer_proof(COOKIE));
-        let changes: [fn(&mut Transcript); 6] = [
+        let changes: [fn(&mut Transcript); 8] = [
+            |t| t.dialer_max_frame += 1,
+            |t| t.acceptor_max_frame -= 1,
             |t| t.dialer_nonce[0] ^= 1,
             |t| t.acceptor_nonce[31] ^= 1,
             |t| t.lane.index += 1,
@@ -439,6 +345,7 @@ mod tests {
         let msg = HandshakeMsg::Rejected {
             code: RejectCode::Auth,
             detail: "x".repeat(MAX_HANDSHAKE_FRAME),
+            proof: None,
         };
         let err = encode_handshake(&msg).unwrap_err();
         assert!(
@@ -478,8 +385,16 @@ mod tests {
             Err(WireError::Decode(_))
         ));
         // A valid message with a stray byte inside its length.
-        let mut buf = BytesMut::from(&[0, 0, 0, 2, 3, 0][..]);
-        assert_eq!(postcard::to_allocvec(&HandshakeMsg::Accepted).unwrap(), [3]);
+        let mut buf = BytesMut::from(&[0, 0, 0, 5, 4, 0, 0, 0, 0][..]);
+        assert_eq!(
+            postcard::to_allocvec(&HandshakeMsg::Rejected {
+                code: RejectCode::Version,
+                detail: String::new(),
+                proof: None,
+            })
+            .unwrap(),
+            [4, 0, 0, 0]
+        );
         assert!(matches!(
             HandshakeDecoder.decode(&mut buf),
             Err(WireError::Decode(_))
@@ -488,6 +403,7 @@ mod tests {
         let wire = encode_handshake(&HandshakeMsg::Rejected {
             code: RejectCode::Refused,
             detail: "no".into(),
+            proof: None,
         })
         .unwrap();
         let mut buf = BytesMut::new();
@@ -501,7 +417,7 @@ mod tests {
 
     #[test]
     fn decode_one_byte_at_a_time_and_several_in_one_buffer() {
-        let t = Transcript::new();
+        let t = transcript();
         let msgs = vec![
             HandshakeMsg::Hello {
                 magic: MAGIC,
@@ -510,16 +426,19 @@ mod tests {
                 lane: t.lane.clone(),
                 nonce: t.dialer_nonce,
                 channels: vec![("membership".into(), 1), ("default".into(), 16)],
+                max_frame: t.dialer_max_frame,
             },
             HandshakeMsg::Challenge {
                 node: t.acceptor.clone(),
                 nonce: t.acceptor_nonce,
-                proof: t.acceptor_proof(COOKIE),
+                max_frame: t.acceptor_max_frame,
             },
             HandshakeMsg::Response {
                 proof: t.dialer_proof(COOKIE),
             },
-            HandshakeMsg::Accepted,
+            HandshakeMsg::Accepted {
+                proof: t.acceptor_proof(COOKIE),
+            },
         ];
         let mut wire = BytesMut::new();
         for msg in &msgs {
@@ -560,25 +479,37 @@ mod tests {
                 node_id(),
                 lane,
                 any::<Nonce>(),
-                prop::collection::vec((".{0,10}", any::<u16>()), 0..4)
+                prop::collection::vec((".{0,10}", any::<u16>()), 0..4),
+                any::<u64>(),
             )
-                .prop_map(|(magic, version, node, lane, nonce, channels)| {
-                    HandshakeMsg::Hello {
-                        magic,
-                        version,
-                        node,
-                        lane,
-                        nonce,
-                        channels,
+                .prop_map(
+                    |(magic, version, node, lane, nonce, channels, max_frame)| {
+                        HandshakeMsg::Hello {
+                            magic,
+                            version,
+                            node,
+                            lane,
+                            nonce,
+                            channels,
+                            max_frame,
+                        }
                     }
-                }),
-            (node_id(), any::<Nonce>(), any::<Proof>())
-                .prop_map(|(node, nonce, proof)| HandshakeMsg::Challenge { node, nonce, proof }),
+                ),
+            (node_id(), any::<Nonce>(), any::<u64>()).prop_map(|(node, nonce, max_frame)| {
+                HandshakeMsg::Challenge {
+                    node,
+                    nonce,
+                    max_frame,
+                }
+            }),
             any::<Proof>().prop_map(|proof| HandshakeMsg::Response { proof }),
-            Just(HandshakeMsg::Accepted),
-            ".{0,100}".prop_map(|detail| HandshakeMsg::Rejected {
-                code: RejectCode::Incompatible,
-                detail
+            any::<Proof>().prop_map(|proof| HandshakeMsg::Accepted { proof }),
+            (".{0,100}", any::<Option<Proof>>()).prop_map(|(detail, proof)| {
+                HandshakeMsg::Rejected {
+                    code: RejectCode::Incompatible,
+                    detail,
+                    proof,
+                }
             }),
         ]
     }

@@ -16,9 +16,8 @@ pub use frame::{
     ReplyStatus, DEFAULT_MAX_FRAME,
 };
 pub use handshake::{
-    acceptor_proof, check_hello_version, dialer_proof, encode_handshake, new_nonce,
-    verify_acceptor, verify_dialer, HandshakeDecoder, HandshakeMsg, Nonce, Proof, RejectCode,
-    MAGIC, MAX_HANDSHAKE_FRAME, VERSION,
+    check_hello_version, encode_handshake, new_nonce, HandshakeDecoder, HandshakeMsg, Nonce, Proof,
+    RejectCode, Transcript, MAGIC, MAX_HANDSHAKE_FRAME, VERSION,
 };
 
 /// Takes whole messages off the front of a buffer that a byte stream is read into.

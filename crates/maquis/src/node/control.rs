@@ -443,17 +443,19 @@ fn spawn_dial(
                 r = conn::dial(&*inner, addr, &lane, None) => r,
             };
             match attempt {
-                Ok((id, stream)) if id.name != inner.id.name => {
+                Ok(dialed) if dialed.node.name != inner.id.name => {
+                    let id = dialed.node;
                     match inner.peer_get_or_create(&id) {
                         Ok(peer) => {
                             let slot = inner.router.dispatch.membership_slot();
-                            conn::install(&inner, &peer, slot, stream, true).await;
+                            let (stream, limit) = (dialed.stream, dialed.max_frame);
+                            conn::install(&inner, &peer, slot, stream, true, limit).await;
                             break Ok(id);
                         }
                         Err(e) => break Err(e),
                     }
                 }
-                Ok((id, _)) => break Err(format!("{id} is this node's own name")),
+                Ok(dialed) => break Err(format!("{} is this node's own name", dialed.node)),
                 Err(ConnError::Superseded(id)) => {
                     // The contact is dialing us at the same time; its connection serves.
                     let peer = match inner.peer_get_or_create(&id) {

@@ -10,18 +10,25 @@
 //! acceptor's `Authenticated` and its accept or reject. Every message is `[u32 BE
 //! length][postcard]`, at most 16 KiB.
 //!
-//! 1. Dialer → `Hello { magic "MAQS", version, node, lane, nonce }`.
+//! 1. Dialer → `Hello { magic "MAQS", version, node, lane, nonce, channels, max_frame }`.
 //! 2. The acceptor checks magic and version (else `Rejected { code: Version }`), then →
-//!    `Challenge { node, nonce, proof }`, where `proof = HMAC-SHA256(cookie,
-//!    "maquis-acceptor-v1" ‖ postcard(dialer, acceptor, lane, dialer nonce, acceptor nonce))`.
-//! 3. The dialer verifies the proof (constant time) and, when redialing a known peer, that the
-//!    acceptor is the same incarnation; → `Response { proof }` (label `maquis-dialer-v1`).
+//!    `Challenge { node, nonce, max_frame }`: nothing computed from the cookie, so a stranger
+//!    learns nothing it could test guesses of the cookie against.
+//! 3. The dialer checks, when redialing a known peer, that the acceptor is the same
+//!    incarnation; → `Response { proof }`, `proof = HMAC-SHA256(cookie, "maquis-dialer-v3" ‖
+//!    postcard(transcript))` over both identities, the lane, both nonces and both limits.
 //! 4. The acceptor verifies it (else `Rejected { code: Auth }`, counted in
 //!    `handshake_failures`), refuses another channel table (`Incompatible`) or a dialer with
 //!    its own name (`SameName`); then this module refuses an unknown lane (`UnknownLane`) or an
 //!    incarnation older than the one it knows (`Refused`; a newer one replaces the old peer,
 //!    which is reported down), and asks the lane (`offer_incoming`, see the tie-break in
-//!    [`crate::transport`]) → `Accepted` or `Rejected { code: Superseded }`.
+//!    [`crate::transport`]) → `Accepted { proof }` with its own proof (label
+//!    `maquis-acceptor-v3`), or `Rejected { code: Superseded, proof }`.
+//! 5. The dialer verifies the acceptor's proof before it uses the connection.
+//!
+//! Each side keeps the other's `max_frame`: the router sends a peer no frame larger than it
+//! takes (`TooLarge` at the sender), and a lane's writer drops, and counts, a frame queued
+//! before the limit was known that turns out too large.
 //!
 //! A join (`Node::join`, `join_wait`) dials the membership lane of an address whose identity
 //! it does not know yet ([`dial`] with no expected peer), installs it, and reports to the
@@ -104,7 +111,9 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote
         Err(_) => Err(ConnError::Timeout),
     };
     match result {
-        Ok(Some((peer, slot))) => install(&inner, &peer, slot, stream, false).await,
+        Ok(Some((peer, slot, max_frame))) => {
+            install(&inner, &peer, slot, stream, false, max_frame).await
+        }
         Ok(None) => {}
         Err(ConnError::Io(e)) => {
             // A peer that goes away mid-handshake (shutting down, or a cancelled dial).
@@ -121,15 +130,16 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote
 async fn accept_handshake<H: Host>(
     inner: &Arc<H>,
     s: &mut TcpStream,
-) -> Result<Option<(Arc<Peer>, usize)>, ConnError> {
+) -> Result<Option<(Arc<Peer>, usize, u64)>, ConnError> {
     let me = inner.id();
     let mut acc = Acceptor::new(
         me.clone(),
         inner.cookie(),
         inner.dispatch().table(),
+        inner.config().transport.max_frame_bytes as u64,
         handshake::new_nonce(),
     );
-    let (dialer, lane) = loop {
+    let (dialer, lane, max_frame) = loop {
         match acc.handle(read_msg(s).await?) {
             AcceptorStep::Send(msg) => {
                 if inner.shutdown().is_cancelled() {
@@ -139,7 +149,11 @@ async fn accept_handshake<H: Host>(
                 }
                 write_msg(s, &msg).await?;
             }
-            AcceptorStep::Authenticated { dialer, lane } => break (dialer, lane),
+            AcceptorStep::Authenticated {
+                dialer,
+                lane,
+                max_frame,
+            } => break (dialer, lane, max_frame),
             AcceptorStep::Refuse { reply, error } => {
                 if let Some(reply) = reply {
                     let _ = write_msg(s, &reply).await;
@@ -173,8 +187,11 @@ async fn accept_handshake<H: Host>(
     };
     match peer.lanes[slot].offer_incoming(dialer.wins_tie_against(me)) {
         Offer::Accept => {
-            write_msg(s, &acc.accept()).await?;
-            Ok(Some((peer, slot)))
+            let accepted = acc
+                .accept()
+                .ok_or_else(|| ConnError::Protocol("accepted an unauthenticated dialer".into()))?;
+            write_msg(s, &accepted).await?;
+            Ok(Some((peer, slot, max_frame)))
         }
         Offer::Reject(why) => {
             let (reply, _) = acc.reject(RejectCode::Superseded, why.to_string());
@@ -210,6 +227,16 @@ fn conn_error(e: HandshakeError, acceptor: Option<&NodeId>) -> ConnError {
     }
 }
 
+/// A connection whose dialer's handshake succeeded.
+pub(crate) struct Dialed {
+    /// The node reached.
+    pub(crate) node: NodeId,
+    /// The largest frame it accepts.
+    pub(crate) max_frame: u64,
+    /// The connection.
+    pub(crate) stream: TcpStream,
+}
+
 /// Dials `addr` for `lane` and runs the dialer's side of the handshake. With `expect`, the
 /// acceptor must be exactly that node (a restarted node has a new incarnation and fails here).
 pub(crate) async fn dial<H: Host>(
@@ -217,7 +244,7 @@ pub(crate) async fn dial<H: Host>(
     addr: SocketAddr,
     lane: &LaneId,
     expect: Option<&NodeId>,
-) -> Result<(NodeId, TcpStream), ConnError> {
+) -> Result<Dialed, ConnError> {
     let limit = std::time::Duration::from_millis(inner.config().transport.handshake_timeout_ms);
     match tokio::time::timeout(limit, dial_inner(inner, addr, lane, expect)).await {
         Ok(r) => r,
@@ -230,13 +257,14 @@ async fn dial_inner<H: Host>(
     addr: SocketAddr,
     lane: &LaneId,
     expect: Option<&NodeId>,
-) -> Result<(NodeId, TcpStream), ConnError> {
+) -> Result<Dialed, ConnError> {
     let mut s = TcpStream::connect(addr).await?;
     s.set_nodelay(true)?;
     let (mut d, hello) = Dialer::new(
         inner.id().clone(),
         lane.clone(),
         inner.dispatch().table(),
+        inner.config().transport.max_frame_bytes as u64,
         inner.cookie(),
         handshake::new_nonce(),
         expect.cloned(),
@@ -246,20 +274,30 @@ async fn dial_inner<H: Host>(
         let msg = read_msg(&mut s).await?;
         match d.handle(msg) {
             Ok(DialerStep::Send(msg)) => write_msg(&mut s, &msg).await?,
-            Ok(DialerStep::Established(acceptor)) => return Ok((acceptor, s)),
+            Ok(DialerStep::Established {
+                acceptor,
+                max_frame,
+            }) => {
+                return Ok(Dialed {
+                    node: acceptor,
+                    max_frame,
+                    stream: s,
+                })
+            }
             Err(e) => return Err(conn_error(e, d.acceptor())),
         }
     }
 }
 
 /// Makes an authenticated connection the lane's connection, starts its reader, and tells the
-/// control loop.
+/// control loop. `max_frame` is the largest frame the peer said it accepts.
 pub(crate) async fn install<H: Host>(
     inner: &Arc<H>,
     peer: &Arc<Peer>,
     slot: usize,
     stream: TcpStream,
     dialed_by_me: bool,
+    max_frame: u64,
 ) {
     if inner.shutdown().is_cancelled() || peer.abort.is_cancelled() {
         return;
@@ -270,8 +308,10 @@ pub(crate) async fn install<H: Host>(
         dialed_by_me,
         cancel: peer.abort.child_token(),
     };
+    peer.max_frame.store(max_frame, Ordering::Relaxed);
     let lane = &peer.lanes[slot];
-    lane.install(info.clone(), write);
+    let limit = usize::try_from(max_frame).unwrap_or(usize::MAX);
+    lane.install(info.clone(), write, limit);
     tracing::debug!(peer = %peer.id, lane = %lane.id, dialed_by_me, "lane connected");
     tokio::spawn(read_loop(inner.clone(), peer.clone(), slot, read, info));
     peer.changed.notify_waiters();

@@ -52,8 +52,8 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
         };
         set_dialing(&peer, slot, false);
         match result {
-            Ok((_, stream)) => {
-                conn::install(&inner, &peer, slot, stream, true).await;
+            Ok(dialed) => {
+                conn::install(&inner, &peer, slot, dialed.stream, true, dialed.max_frame).await;
                 delay = if winner { Duration::ZERO } else { min };
             }
             Err(ConnError::Superseded(_)) => {

@@ -108,6 +108,8 @@ pub(crate) struct ConnHandle {
     pub writer: OwnedWriteHalf,
     /// Fires when the connection dies (either half).
     pub cancel: CancellationToken,
+    /// The largest frame the other end accepts (from the handshake).
+    pub max_frame: usize,
 }
 
 /// Outcome of an incoming connection offered to a lane.
@@ -262,9 +264,15 @@ impl Lane {
         }
     }
 
-    /// Makes `conn` the lane's connection and hands its write half to the writer task.
-    /// Returns the replaced connection's id, if any (it is closed).
-    pub(crate) fn install(&self, info: ConnInfo, writer: OwnedWriteHalf) -> Option<u64> {
+    /// Makes `conn` the lane's connection and hands its write half to the writer task, with the
+    /// largest frame the other end accepts. Returns the replaced connection's id, if any (it is
+    /// closed).
+    pub(crate) fn install(
+        &self,
+        info: ConnInfo,
+        writer: OwnedWriteHalf,
+        max_frame: usize,
+    ) -> Option<u64> {
         let old = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
             st.conn.replace(info.clone())
@@ -276,6 +284,7 @@ impl Lane {
         let handle = ConnHandle {
             writer,
             cancel: info.cancel,
+            max_frame,
         };
         if self.conn_tx.try_send(handle).is_err() {
             // The writer is gone (peer dropped) or lagging by several connections: close it.
@@ -344,7 +353,9 @@ pub(crate) async fn run_writer(
                 // A write to a peer that stopped reading may never finish: the connection's
                 // end (replaced, or the peer dropped) must still end it, or the write half
                 // would keep the socket open with the peer's unread data in it.
-                let ConnHandle { writer, cancel, .. } = c;
+                let ConnHandle { writer, cancel, max_frame } = c;
+                drop_too_large(&lane, &mut batch, *max_frame);
+                let n = batch.len();
                 let written = tokio::select! {
                     biased;
                     _ = abort.cancelled() => Err(std::io::Error::other("peer dropped")),
@@ -377,6 +388,26 @@ pub(crate) async fn run_writer(
         c.cancel.cancel();
     }
     lane.set_connected(false);
+}
+
+/// Drops (and counts) the frames larger than the other end accepts: frames queued before its
+/// handshake told this node its limit. Sends after it fail at the sender instead (`TooLarge`).
+fn drop_too_large(lane: &Lane, batch: &mut Vec<OutFrame>, max_frame: usize) {
+    let before = batch.len();
+    // The frame's length field counts everything after itself.
+    batch.retain(|f| f.head.len().saturating_sub(4) + f.payload.len() <= max_frame);
+    let dropped = before - batch.len();
+    if dropped > 0 {
+        lane.metrics
+            .dropped
+            .fetch_add(dropped as u64, Ordering::Relaxed);
+        tracing::warn!(
+            lane = %lane.id,
+            dropped,
+            max_frame,
+            "frames larger than the peer accepts dropped (queued before its limit was known)"
+        );
+    }
 }
 
 /// Writes a batch with as few syscalls as possible; returns the bytes written.
@@ -526,7 +557,7 @@ mod tests {
             dialed_by_me: true,
             cancel: cancel.clone(),
         };
-        lane.install(info, write_half);
+        lane.install(info, write_half, usize::MAX);
         let writer = tokio::spawn(run_writer(
             lane.clone(),
             task,

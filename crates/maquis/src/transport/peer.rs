@@ -21,6 +21,9 @@ pub(crate) struct Peer {
     pub last_seen_us: AtomicU64,
     /// Last heartbeat round trip in microseconds (0 until measured).
     pub rtt_us: AtomicU64,
+    /// The largest frame the peer accepts, as its last handshake said (`u64::MAX` until one
+    /// has completed: then only this node's own limit applies).
+    pub max_frame: AtomicU64,
     /// Aborts everything (frames queued are dropped).
     pub abort: CancellationToken,
     /// Closes gracefully (frames queued are written first).
@@ -35,6 +38,11 @@ impl Peer {
     /// Whether the peer's membership lane is up.
     pub(crate) fn is_up(&self) -> bool {
         self.up.load(Ordering::Acquire)
+    }
+
+    /// The largest frame the peer accepts, as far as this node knows.
+    pub(crate) fn max_frame(&self) -> usize {
+        usize::try_from(self.max_frame.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
     }
 
     /// Waits until the lane in `slot` is connected; false on timeout or abort.

@@ -1,0 +1,136 @@
+//! What the handshake settles between two nodes: who proves the cookie first, and the largest
+//! frame each end takes.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use common::*;
+use maquis::{LaneId, NodeId, SendError};
+use maquis_proto::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, RejectCode};
+use maquis_proto::wire::StreamDecoder;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn read_msg(s: &mut TcpStream) -> HandshakeMsg {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.unwrap();
+    let n = u32::from_be_bytes(len) as usize;
+    let mut buf = BytesMut::from(&len[..]);
+    buf.resize(4 + n, 0);
+    s.read_exact(&mut buf[4..]).await.unwrap();
+    HandshakeDecoder.decode(&mut buf).unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_gets_nothing_to_test_cookie_guesses_against() {
+    let a = start("hs1").await;
+    let mut s = TcpStream::connect(a.addr()).await.unwrap();
+    let stranger = NodeId::new("stranger", "127.0.0.1:9".parse().unwrap(), 1);
+    let lane = LaneId::new("membership", 0);
+    let nonce = handshake::new_nonce();
+    let hello = HandshakeMsg::Hello {
+        magic: handshake::MAGIC,
+        version: handshake::VERSION,
+        node: stranger.clone(),
+        lane: lane.clone(),
+        nonce,
+        channels: vec![("membership".into(), 1), ("default".into(), 1)],
+        max_frame: 1 << 20,
+    };
+    s.write_all(&handshake::encode_handshake(&hello).unwrap())
+        .await
+        .unwrap();
+    // The challenge carries the node's identity, a nonce and its frame limit: nothing computed
+    // from the cookie.
+    let HandshakeMsg::Challenge {
+        node,
+        nonce: theirs,
+        max_frame,
+    } = read_msg(&mut s).await
+    else {
+        panic!("expected a challenge")
+    };
+    assert_eq!(node, *a.id());
+    assert_eq!(max_frame, a.config().transport.max_frame_bytes as u64);
+    // A guess of the cookie is refused, and the refusal carries no proof either.
+    let transcript = handshake::Transcript {
+        dialer: stranger,
+        acceptor: node,
+        lane,
+        dialer_nonce: nonce,
+        acceptor_nonce: theirs,
+        dialer_max_frame: 1 << 20,
+        acceptor_max_frame: max_frame,
+    };
+    let proof = transcript.dialer_proof(b"maquis");
+    s.write_all(&handshake::encode_handshake(&HandshakeMsg::Response { proof }).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        read_msg(&mut s).await,
+        HandshakeMsg::Rejected {
+            code: RejectCode::Auth,
+            detail: "authentication failed".into(),
+            proof: None,
+        }
+    );
+    until("the failure is counted", Duration::from_secs(5), || {
+        let n = a.counters().handshake_failures.get();
+        async move { n >= 1 }
+    })
+    .await;
+    a.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_larger_than_the_receiver_takes_fails_at_the_sender() {
+    let a = start("big1").await;
+    let mut small = config("big2");
+    small.transport.max_frame_bytes = 64 * 1024;
+    let b = start_with(small).await;
+    b.join_wait(a.addr(), Duration::from_secs(5)).await.unwrap();
+    until("a and b see each other", Duration::from_secs(5), || {
+        let ok = a.member("big2").is_some() && b.member("big1").is_some();
+        async move { ok }
+    })
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = b.spawn_fn(move |mut inbox: maquis::Inbox<Vec<u8>>| async move {
+        while let Some(m) = inbox.recv().await {
+            let _ = tx.send(m.len());
+        }
+    });
+    b.register("sink", &sink).unwrap();
+    let to_b = a.remote::<Vec<u8>>("big2", "sink").expect("b is a member");
+
+    // Too large for b, though a would send it: refused at a, nothing written.
+    let err = to_b.send(vec![7; 100_000]).await.unwrap_err();
+    assert!(
+        matches!(err, SendError::TooLarge { max: 65536, .. }),
+        "{err:?}"
+    );
+    let err = to_b.try_send(vec![7; 100_000]).unwrap_err();
+    assert!(matches!(err, SendError::TooLarge { .. }), "{err:?}");
+    // The lanes stay up and a message that fits arrives.
+    to_b.send(vec![1; 60_000]).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("the message that fits arrives");
+    assert_eq!(got, Some(60_000));
+    assert_eq!(
+        b.counters().bad_frames.get(),
+        0,
+        "b never saw a frame too large"
+    );
+    // The other way, b's own limit applies.
+    let back = b.remote::<Vec<u8>>("big1", "echo").expect("a is a member");
+    let err = back.send(vec![0; 100_000]).await.unwrap_err();
+    assert!(
+        matches!(err, SendError::TooLarge { max: 65536, .. }),
+        "{err:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
