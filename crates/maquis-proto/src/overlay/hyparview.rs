@@ -500,7 +500,7 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
     type Msg = HyParViewMsg<P>;
 
     fn name(&self) -> &'static str {
-        "hyparview"
+        "peer-to-peer"
     }
 
     fn on_start(&mut self, fx: &mut Effects<Msg<P>, P>) {

@@ -538,6 +538,45 @@ mod tests {
         assert_eq!(lane.offer_incoming(true), Offer::Accept);
     }
 
+    /// A frame queued before the peer's handshake said it takes less is dropped and counted by
+    /// the writer, and the frames behind it still go out.
+    #[tokio::test]
+    async fn frames_larger_than_the_peer_takes_are_dropped_by_the_writer() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let (_read_half, write_half) = client.into_split();
+        let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        // Queued while the lane is down: one frame of 2 + 1,000 bytes, one of 2 + 10.
+        let head = |len: usize| Bytes::from([&(len as u32).to_be_bytes()[..], b"hd"].concat());
+        lane.try_enqueue(head(1002), Bytes::from(vec![1u8; 1000]))
+            .unwrap();
+        lane.try_enqueue(head(12), Bytes::from(vec![2u8; 10]))
+            .unwrap();
+        let writer = tokio::spawn(run_writer(
+            lane.clone(),
+            task,
+            CancellationToken::new(),
+            CancellationToken::new(),
+        ));
+        let info = ConnInfo {
+            id: 1,
+            dialed_by_me: true,
+            cancel: CancellationToken::new(),
+        };
+        lane.install(info, write_half, 100);
+        let mut got = [0u8; 16];
+        server.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got[..6], &[0, 0, 0, 12, b'h', b'd']);
+        assert_eq!(&got[6..], &[2u8; 10]);
+        // Counted before the write began, so before the bytes above arrived.
+        assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
+        writer.abort();
+    }
+
     /// A connection that ends while its writer is blocked in a write (the peer stopped
     /// reading) ends the write too: the socket closes instead of holding the peer's data.
     #[tokio::test]
