@@ -16,6 +16,10 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+    /// Adds one and returns the new value (to log the 1st, 2nd, 4th, 8th… occurrence only).
+    pub(crate) fn inc_get(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
 }
 
 macro_rules! counters {
@@ -34,6 +38,7 @@ macro_rules! counters {
 
 counters! {
     decode_errors: "messages dropped because they did not decode as the actor's type",
+    type_mismatch: "remote messages refused because their type's fingerprint is not the actor's",
     unknown_actor: "messages for an actor that does not exist here",
     stale_target: "messages addressed to an older incarnation of this node",
     late_replies: "replies that arrived after their call gave up",

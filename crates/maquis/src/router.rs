@@ -447,7 +447,11 @@ impl Router {
 
     /// Answers a call with a status (no payload) without waiting.
     pub(crate) fn reply_status(&self, to: &NodeId, call: u64, status: ReplyStatus) {
-        let header = ActorHeader::Reply { call, status };
+        let header = ActorHeader::Reply {
+            call,
+            status,
+            ty: 0,
+        };
         if let Err(e) = self.try_send_frame(to, &SendOpts::default(), 0, call, header, Bytes::new())
         {
             tracing::debug!(%to, error = %e, "status reply dropped");

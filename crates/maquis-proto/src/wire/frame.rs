@@ -50,6 +50,9 @@ pub enum ReplyStatus {
     NoProc,
     /// The call failed, with a human-readable reason.
     Failed(String),
+    /// The called actor takes another message type than the request's (their fingerprints
+    /// differ); the request was not decoded.
+    TypeMismatch,
 }
 
 /// What a frame is; tells the receiver how to read the payload.
@@ -109,6 +112,9 @@ pub enum ActorHeader {
         incarnation: u64,
         /// The call id when this message is a request expecting an [`ActorHeader::Reply`].
         call: Option<u64>,
+        /// The fingerprint of the message's type (0: unchecked); the receiver decodes it only
+        /// if its actor's type has the same.
+        ty: u64,
     },
     /// The reply to a call; the payload is the encoded reply when `status` is
     /// [`ReplyStatus::Ok`], and empty otherwise.
@@ -117,6 +123,8 @@ pub enum ActorHeader {
         call: u64,
         /// How the call went.
         status: ReplyStatus,
+        /// The fingerprint of the reply's type (0: unchecked or no payload).
+        ty: u64,
     },
     /// Asks the receiving node to report when actor `target` goes down.
     Monitor {
@@ -304,6 +312,7 @@ mod tests {
                 Just(ReplyStatus::Ok),
                 Just(ReplyStatus::NoProc),
                 ".{0,40}".prop_map(ReplyStatus::Failed),
+                Just(ReplyStatus::TypeMismatch),
             ];
             let reason = prop_oneof![
                 Just(DownReason::Stopped),
@@ -314,15 +323,16 @@ mod tests {
                 crate::id::NodeId::new(name, ([127, 0, 0, 1], port).into(), inc)
             });
             let actor = prop_oneof![
-                (dest, any::<u64>(), any::<Option<u64>>()).prop_map(|(to, incarnation, call)| {
-                    ActorHeader::Send {
+                (dest, any::<u64>(), any::<Option<u64>>(), any::<u64>()).prop_map(
+                    |(to, incarnation, call, ty)| ActorHeader::Send {
                         to,
                         incarnation,
                         call,
+                        ty,
                     }
-                }),
-                (any::<u64>(), status)
-                    .prop_map(|(call, status)| ActorHeader::Reply { call, status }),
+                ),
+                (any::<u64>(), status, any::<u64>())
+                    .prop_map(|(call, status, ty)| ActorHeader::Reply { call, status, ty }),
                 (any::<u64>(), any::<u64>())
                     .prop_map(|(watch, target)| ActorHeader::Monitor { watch, target }),
                 (any::<u64>(), any::<u64>())
@@ -369,6 +379,7 @@ mod tests {
             to: Dest::Name("echo".into()),
             incarnation: 7,
             call: Some(9),
+            ty: 11,
         })
     }
 
@@ -445,6 +456,7 @@ mod tests {
             to: Dest::Name("n".repeat(70_000)),
             incarnation: 0,
             call: None,
+            ty: 0,
         });
         let mut out = BytesMut::new();
         let err = encode_head(&header, 0, DEFAULT_MAX_FRAME, &mut out).unwrap_err();

@@ -10,7 +10,8 @@ use tokio::sync::mpsc;
 
 use super::actors::Actors;
 use super::call::{CallOutcome, ReplyTo};
-use super::registry::Delivery;
+use super::fingerprint::{compatible, fingerprint};
+use super::registry::{Delivery, Mailbox};
 use super::scope::{current_actor, decode_node};
 use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
@@ -210,8 +211,12 @@ impl<M: Message> ActorRef<M> {
             CallOutcome::Local(b) => b.downcast::<R>().map(|b| *b).map_err(|_| {
                 CallError::Decode("the reply has another type than the call expects".into())
             }),
-            CallOutcome::Remote(bytes) => super::decode_frame_in::<R>(&self.rt, &bytes)
+            CallOutcome::Remote { ty, .. } if !compatible(ty, fingerprint::<R>()) => Err(
+                CallError::Decode("the reply has another type than the call expects".into()),
+            ),
+            CallOutcome::Remote { payload, .. } => super::decode_frame_in::<R>(&self.rt, &payload)
                 .map_err(|e| CallError::Decode(e.to_string())),
+            CallOutcome::TypeMismatch => Err(CallError::Send(SendError::TypeMismatch)),
             CallOutcome::NoProc => Err(CallError::NoProc),
             CallOutcome::Failed(why) => Err(CallError::NoReply(why)),
         }
@@ -249,6 +254,7 @@ impl<M: Message> ActorRef<M> {
             to: self.to.clone(),
             incarnation: self.node.incarnation,
             call,
+            ty: fingerprint::<M>(),
         };
         Ok((header, bytes::Bytes::from(payload)))
     }
@@ -261,8 +267,8 @@ impl<M: Message> ActorRef<M> {
         let mailbox = rt.registry.by_id(id).ok_or(SendError::NoProc)?;
         mailbox
             .as_any()
-            .downcast_ref::<mpsc::Sender<Delivery<M>>>()
-            .cloned()
+            .downcast_ref::<Mailbox<M>>()
+            .map(|mb| mb.tx.clone())
             .ok_or(SendError::TypeMismatch)
     }
 }

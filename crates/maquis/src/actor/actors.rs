@@ -13,8 +13,9 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::call::{CallOutcome, PendingCalls};
+use super::fingerprint::{compatible, fingerprint};
 use super::monitor::{Monitors, WatchTarget};
-use super::registry::{Delivery, ErasedMailbox, Registry, RemoteMsg, Watcher};
+use super::registry::{Delivery, ErasedMailbox, Mailbox, Registry, RemoteMsg, Watcher};
 use super::scope::current_actor;
 use super::{ActorId, Message};
 use crate::dispatch::hash_of;
@@ -58,8 +59,12 @@ impl Actors {
     pub(crate) fn add<M: Message>(&self) -> (ActorId, mpsc::Receiver<Delivery<M>>) {
         let id = self.next_actor.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::channel(self.mailbox_capacity);
+        let mailbox = Mailbox {
+            tx,
+            ty: fingerprint::<M>(),
+        };
         self.registry
-            .insert(id, Arc::new(tx) as Arc<dyn ErasedMailbox>);
+            .insert(id, Arc::new(mailbox) as Arc<dyn ErasedMailbox>);
         (id, rx)
     }
 
@@ -153,6 +158,7 @@ impl Actors {
                 to,
                 incarnation,
                 call,
+                ty,
             } => {
                 if incarnation != 0 && incarnation != self.id().incarnation {
                     counters.stale_target.inc();
@@ -168,6 +174,24 @@ impl Actors {
                         .resolve(n)
                         .and_then(|id| self.registry.by_id(id)),
                 };
+                if let Some(mb) = mailbox.as_ref().filter(|mb| !compatible(ty, mb.ty())) {
+                    let n = counters.type_mismatch.inc_get();
+                    if n.is_power_of_two() {
+                        tracing::warn!(
+                            %from,
+                            actor = ?to,
+                            sent = format_args!("{ty:016x}"),
+                            takes = format_args!("{:016x}", mb.ty()),
+                            refused_so_far = n,
+                            "message of another type than the actor takes refused"
+                        );
+                    }
+                    if let Some(call) = call {
+                        self.router
+                            .reply_status(from, call, ReplyStatus::TypeMismatch);
+                    }
+                    return;
+                }
                 let delivered = match mailbox {
                     Some(mb) => mb
                         .push_remote(RemoteMsg {
@@ -186,11 +210,12 @@ impl Actors {
                     }
                 }
             }
-            ActorHeader::Reply { call, status } => {
+            ActorHeader::Reply { call, status, ty } => {
                 let outcome = match status {
-                    ReplyStatus::Ok => CallOutcome::Remote(payload),
+                    ReplyStatus::Ok => CallOutcome::Remote { payload, ty },
                     ReplyStatus::NoProc => CallOutcome::NoProc,
                     ReplyStatus::Failed(why) => CallOutcome::Failed(why),
+                    ReplyStatus::TypeMismatch => CallOutcome::TypeMismatch,
                 };
                 if !self.calls.complete(call, outcome) {
                     counters.late_replies.inc();

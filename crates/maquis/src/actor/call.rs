@@ -20,10 +20,17 @@ use crate::wire::frame::{ActorHeader, ReplyStatus};
 
 /// How a call ended, before decoding.
 pub(crate) enum CallOutcome {
+    /// A local actor's reply, as a value.
     Local(Box<dyn Any + Send>),
-    Remote(Bytes),
+    /// A remote reply, encoded, with its type's fingerprint.
+    Remote {
+        payload: Bytes,
+        ty: u64,
+    },
     NoProc,
     Failed(String),
+    /// The called actor takes another type than the request's.
+    TypeMismatch,
 }
 
 /// Calls waiting for their reply. An entry lives until its reply arrives or its caller's
@@ -184,6 +191,7 @@ impl<R: Message> ReplyTo<R> {
         let header = ActorHeader::Reply {
             call: self.call,
             status: ReplyStatus::Ok,
+            ty: super::fingerprint::fingerprint::<R>(),
         };
         let opts = SendOpts {
             channel: self.channel.clone(),

@@ -12,7 +12,8 @@
 //! `StaleIncarnation`). A local target gets the value itself in its mailbox — nothing is
 //! serialized, and a mailbox of another message type is `TypeMismatch`. A remote one gets it
 //! encoded once (`maquis::encode`: postcard into a buffer of the exact size) behind an
-//! `ActorHeader::Send { to, incarnation, call }`, handed to the router with the sender's id
+//! `ActorHeader::Send { to, incarnation, call, ty }` (`ty`: the fingerprint of the message's
+//! type, see `fingerprint.rs`), handed to the router with the sender's id
 //! (`current_actor()`: the actor running the task, else a hash of the tokio task id) for lane
 //! affinity.
 //!
@@ -24,19 +25,22 @@
 //!
 //! # An arrival
 //!
-//! [`Actors::handle_app`] takes the actor traffic the node hands it, direct or routed (with
-//! the node it came from): a `Send` is pushed into its mailbox (waiting for room, so a full
-//! mailbox stops that lane's reader: backpressure reaches the sender through TCP), or, with no
-//! such actor, counted in `unknown_actor` and answered `NoProc` if it is a call; a `Reply`
-//! completes its call; `Monitor`, `Demonitor` and `Down` add or remove a remote watcher or
-//! fire a monitor. The receiving actor decodes the payload itself ([`decode_frame_in`]): refs
-//! inside bind to this node's actors, and `Payload` fields of 4 KiB or more become slices of
-//! the frame instead of copies (`payload.rs`). A payload that does not decode is dropped and
-//! counted (`decode_errors`); a call gets `Reply { status: Failed }`.
+//! [`Actors::handle_app`] takes the actor traffic the node hands it, direct or routed (with the
+//! node it came from): a `Send` whose fingerprint is not its actor's is refused before it is
+//! decoded (counted in `type_mismatch`, a call answered `TypeMismatch`); another is pushed into
+//! its mailbox (waiting for room, so a full mailbox stops that lane's reader: backpressure
+//! reaches the sender through TCP), or, with no such actor, counted in `unknown_actor` and
+//! answered `NoProc` if it is a call; a `Reply` completes its call; `Monitor`, `Demonitor` and
+//! `Down` add or remove a remote watcher or fire a monitor. The receiving actor decodes the
+//! payload itself ([`decode_frame_in`]): refs inside bind to this node's actors, and `Payload`
+//! fields of 4 KiB or more become slices of the frame instead of copies (`payload.rs`). A
+//! payload that does not decode is dropped and counted (`decode_errors`); a call gets `Reply {
+//! status: Failed }`.
 
 mod actor_ref;
 mod actors;
 mod call;
+mod fingerprint;
 mod monitor;
 pub(crate) mod registry;
 mod scope;

@@ -26,17 +26,30 @@ pub(crate) enum Delivery<M> {
     Remote(RemoteMsg),
 }
 
+/// An actor's mailbox: its sending end and the fingerprint of the type it takes.
+pub(crate) struct Mailbox<M> {
+    /// Where messages go.
+    pub(crate) tx: mpsc::Sender<Delivery<M>>,
+    /// The fingerprint of `M` (see `fingerprint`).
+    pub(crate) ty: u64,
+}
+
 /// A mailbox seen without its message type (what the network reader needs).
 pub(crate) trait ErasedMailbox: Send + Sync {
     /// Pushes an encoded message, waiting while the mailbox is full; `Err` if the actor stopped.
     fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), ()>>;
+    /// The fingerprint of the type the actor takes.
+    fn ty(&self) -> u64;
     /// For typed local sends.
     fn as_any(&self) -> &dyn Any;
 }
 
-impl<M: Message> ErasedMailbox for mpsc::Sender<Delivery<M>> {
+impl<M: Message> ErasedMailbox for Mailbox<M> {
     fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), ()>> {
-        Box::pin(async move { self.send(Delivery::Remote(msg)).await.map_err(|_| ()) })
+        Box::pin(async move { self.tx.send(Delivery::Remote(msg)).await.map_err(|_| ()) })
+    }
+    fn ty(&self) -> u64 {
+        self.ty
     }
     fn as_any(&self) -> &dyn Any {
         self
