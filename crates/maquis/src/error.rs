@@ -170,3 +170,15 @@ pub(crate) enum ConnError {
     #[error("handshake timed out")]
     Timeout,
 }
+
+impl ConnError {
+    /// Whether the other side refused on purpose (a wrong cookie, an incompatible
+    /// configuration, a refusal with a reason) rather than the network failing: a
+    /// configuration error someone should hear of.
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            ConnError::Auth(_) | ConnError::Incompatible(_) | ConnError::Rejected(_)
+        )
+    }
+}

@@ -41,6 +41,7 @@ mod node;
 pub mod payload;
 mod process;
 mod router;
+mod throttle;
 mod transport;
 
 /// Overlays: the [`Overlay`](overlay::Overlay) trait to write your own (see

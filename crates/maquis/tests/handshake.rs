@@ -134,3 +134,35 @@ async fn a_message_larger_than_the_receiver_takes_fails_at_the_sender() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_cookie_shows_in_the_status_of_both_nodes() {
+    let a = start("ck-a").await;
+    // b keeps trying its configured contact, as `maquis node --join` does.
+    let mut cfg = config("ck-b").cookie("not-the-cookie");
+    cfg.node.peers = vec![a.addr()];
+    let b = start_with(cfg).await;
+    until(
+        "both nodes list the refusal",
+        Duration::from_secs(10),
+        || {
+            let (sa, sb) = (a.status(), b.status());
+            let ok = sa
+                .refusals
+                .iter()
+                .any(|r| r.by_us && r.reason.contains("cookie"))
+                && sb.refusals.iter().any(|r| {
+                    !r.by_us
+                        && r.addr == a.addr().to_string()
+                        && r.reason.contains("authentication")
+                });
+            async move { ok }
+        },
+    )
+    .await;
+    assert_eq!(b.members().len(), 1, "b never joined");
+    let table = b.status().render_table();
+    assert!(table.contains("refused handshakes:"), "{table}");
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -57,6 +57,25 @@ pub struct Status {
     /// Node-level gauges (current values: actors, pending calls, …), by name.
     #[serde(default)]
     pub gauges: BTreeMap<String, u64>,
+    /// Handshakes refused lately (a wrong cookie, an incompatible configuration), the most
+    /// recent first; at most 32 addresses.
+    #[serde(default)]
+    pub refusals: Vec<RefusalStatus>,
+}
+
+/// Handshakes refused with one address, as part of [`Status`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusalStatus {
+    /// The other end's address (as connected from, or dialed).
+    pub addr: String,
+    /// `true`: this node refused the other; `false`: the other refused this node.
+    pub by_us: bool,
+    /// How many times.
+    pub count: u64,
+    /// The last reason.
+    pub reason: String,
+    /// Milliseconds since the last one.
+    pub ago_ms: u64,
 }
 
 /// The state of one peer, as part of [`Status`].

@@ -79,6 +79,23 @@ impl Status {
                 let _ = writeln!(out, "  {:<width$}  {value}", cell(name));
             }
         }
+        if !self.refusals.is_empty() {
+            out.push_str(
+                "refused handshakes:
+",
+            );
+            for r in &self.refusals {
+                let who = if r.by_us { "by us" } else { "by them" };
+                let _ = writeln!(
+                    out,
+                    "  {}  {who}  x{}  {} ms ago  {}",
+                    cell(&r.addr),
+                    r.count,
+                    r.ago_ms,
+                    cell(&r.reason)
+                );
+            }
+        }
         out
     }
 }

@@ -68,6 +68,13 @@ fn sample_status() -> Status {
             ("messages_routed".to_owned(), 42),
         ]),
         gauges: BTreeMap::from([("actors".to_owned(), 3)]),
+        refusals: vec![RefusalStatus {
+            addr: "10.0.0.9:7000".into(),
+            by_us: true,
+            count: 12,
+            reason: "authentication failed: stranger does not know the cookie".into(),
+            ago_ms: 40,
+        }],
     }
 }
 
@@ -514,6 +521,12 @@ fn table_for_people() {
         "{table}"
     );
     assert!(table.contains("messages_routed  42"), "{table}");
+    assert!(
+        table.contains(
+            "refused handshakes:\n  10.0.0.9:7000  by us  x12  40 ms ago  authentication failed"
+        ),
+        "{table}"
+    );
     // Columns line up: every row of the table part has "CHANNEL"'s column at the same place.
     let col = lines[2].find("CHANNEL").expect("column");
     assert_eq!(lines[3].find("vnode"), Some(col), "{table}");

@@ -36,7 +36,8 @@ use crate::error::{ConnError, JoinError};
 use crate::id::{LaneId, NodeId, MEMBERSHIP_CHANNEL};
 use crate::membership::{Disconnect, Membership, MembershipEvent, Output, Protocol};
 use crate::overlay::Liveness;
-use crate::transport::conn;
+use crate::throttle::Throttle;
+use crate::transport::{conn, Host};
 use crate::wire::frame::Header;
 
 /// The reason given for a peer that said goodbye.
@@ -437,6 +438,7 @@ fn spawn_dial(
         let min = Duration::from_millis(inner.config.transport.reconnect_min_ms);
         let max = Duration::from_millis(inner.config.transport.reconnect_max_ms);
         let mut delay = min;
+        let warn = Throttle::new(Duration::from_secs(60));
         let result = loop {
             let attempt = tokio::select! {
                 _ = inner.router.shutdown.cancelled() => return,
@@ -472,14 +474,29 @@ fn spawn_dial(
                     break Err(format!("{id} did not connect back"));
                 }
                 Err(e) if retry.again(&e, delay) => {
-                    tracing::debug!(%addr, error = %e, "join attempt failed; retrying");
+                    if e.is_refusal() {
+                        // A wrong cookie or configuration will not pass by itself: say so
+                        // loudly (once a minute per contact), and go on trying, as the other
+                        // node may be reconfigured.
+                        inner.on_refused(addr, false, &e.to_string());
+                        if let Some(held) = warn.allow() {
+                            tracing::warn!(%addr, reason = %e, more_since_last = held, "join refused; retrying");
+                        }
+                    } else {
+                        tracing::debug!(%addr, error = %e, "join attempt failed; retrying");
+                    }
                     tokio::select! {
                         _ = inner.router.shutdown.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}
                     }
                     delay = (delay * 2).min(max);
                 }
-                Err(e) => break Err(e.to_string()),
+                Err(e) => {
+                    if e.is_refusal() {
+                        inner.on_refused(addr, false, &e.to_string());
+                    }
+                    break Err(e.to_string());
+                }
             }
         };
         let _ = inner

@@ -61,6 +61,11 @@ impl Host for Inner {
         self.handle_frame(peer, frame).await
     }
 
+    fn on_refused(&self, addr: std::net::SocketAddr, incoming: bool, reason: &str) {
+        self.refusals
+            .record(addr, incoming, reason, self.router.now_us());
+    }
+
     async fn on_lane(&self, event: LaneEvent) {
         let msg = match event {
             LaneEvent::Up { peer, slot } => Control::LaneUp { peer, slot },

@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     pub(crate) next_conn: AtomicU64,
     pub(crate) handshakes: Arc<Semaphore>,
     pub(crate) admin_addr: Option<std::net::SocketAddr>,
+    /// Handshakes refused lately, for `/status`.
+    pub(crate) refusals: super::refusals::Refusals,
     pub(crate) listener_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 

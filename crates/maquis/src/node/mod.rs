@@ -23,6 +23,7 @@ mod control;
 pub(crate) mod echo;
 mod host;
 mod inner;
+mod refusals;
 mod status;
 mod topics;
 pub use context::{Actor, Context, Inbox};
@@ -177,6 +178,7 @@ impl Node {
             next_conn: AtomicU64::new(0),
             handshakes: Arc::new(Semaphore::new(config.transport.max_pending_handshakes)),
             admin_addr,
+            refusals: Default::default(),
             listener_task: Mutex::new(None),
             config,
         });

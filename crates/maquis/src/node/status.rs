@@ -73,6 +73,7 @@ impl Node {
             peers,
             counters,
             gauges,
+            refusals: inner.refusals.snapshot(inner.router.now_us()),
         }
     }
 

@@ -38,6 +38,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::StreamExt;
@@ -53,6 +54,7 @@ use super::peer::Peer;
 use super::{Host, LaneEvent};
 use crate::error::ConnError;
 use crate::id::{LaneId, NodeId};
+use crate::throttle::Throttle;
 use crate::wire::frame::FrameDecoder;
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
@@ -121,8 +123,12 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote
             tracing::debug!(%remote, error = %e, "incoming connection closed during the handshake");
         }
         Err(e) => {
+            static WARN: Throttle = Throttle::new(Duration::from_secs(1));
             inner.counters().handshake_failures.inc();
-            tracing::warn!(%remote, reason = %e, "incoming connection refused");
+            inner.on_refused(remote, true, &e.to_string());
+            if let Some(held) = WARN.allow() {
+                tracing::warn!(%remote, reason = %e, more_since_last = held, "incoming connection refused");
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ use super::conn;
 use super::peer::Peer;
 use super::{Host, LaneEvent};
 use crate::error::ConnError;
+use crate::throttle::Throttle;
 
 pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
     let lane = peer.lanes[slot].clone();
@@ -65,8 +66,12 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
                 delay = (delay * 2).clamp(min, max);
             }
             Err(e) => {
-                if let ConnError::Incompatible(why) = &e {
-                    tracing::warn!(peer = %peer.id, %why, "peer refused: incompatible configuration");
+                if e.is_refusal() {
+                    static WARN: Throttle = Throttle::new(Duration::from_secs(1));
+                    inner.on_refused(peer.id.addr, false, &e.to_string());
+                    if let Some(held) = WARN.allow() {
+                        tracing::warn!(peer = %peer.id, reason = %e, more_since_last = held, "peer refused the connection");
+                    }
                 } else {
                     tracing::debug!(peer = %peer.id, lane = %lane.id, error = %e, "dial failed");
                 }

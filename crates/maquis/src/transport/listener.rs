@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use super::{conn, Host};
+use crate::throttle::Throttle;
 
 pub(crate) async fn run<H: Host>(inner: Arc<H>, listener: TcpListener) {
     loop {
@@ -18,8 +19,11 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, listener: TcpListener) {
         match accepted {
             Ok((stream, remote)) => {
                 let Ok(permit) = inner.handshakes().clone().try_acquire_owned() else {
+                    static WARN: Throttle = Throttle::new(Duration::from_secs(1));
                     inner.counters().handshakes_refused.inc();
-                    tracing::warn!(%remote, "too many handshakes in progress; connection closed");
+                    if let Some(held) = WARN.allow() {
+                        tracing::warn!(%remote, more_since_last = held, "too many handshakes in progress; connection closed");
+                    }
                     continue;
                 };
                 let inner = inner.clone();

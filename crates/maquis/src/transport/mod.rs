@@ -41,6 +41,7 @@ pub(crate) mod listener;
 pub(crate) mod peer;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -97,4 +98,7 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn on_frame(&self, peer: &Arc<Peer>, frame: Frame) -> impl Future<Output = ()> + Send;
     /// A lane changed.
     fn on_lane(&self, event: LaneEvent) -> impl Future<Output = ()> + Send;
+    /// A handshake with `addr` was refused (by this node when `incoming`, else by the other):
+    /// a wrong cookie, an incompatible configuration, a refusal with a reason.
+    fn on_refused(&self, addr: SocketAddr, incoming: bool, reason: &str);
 }

@@ -1,0 +1,97 @@
+//! The handshakes refused lately, by address and direction: what `/status` shows so that a
+//! wrong cookie or an incompatible configuration is visible without reading logs.
+//!
+//! The table holds at most [`MAX_REFUSALS`] entries; a refusal from a new address when it is
+//! full replaces the entry refused longest ago. Each entry keeps its count, the last reason and
+//! when it came.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use crate::admin::RefusalStatus;
+
+/// Entries the table keeps.
+pub(crate) const MAX_REFUSALS: usize = 32;
+
+#[derive(Debug)]
+struct Entry {
+    count: u64,
+    reason: String,
+    last_us: u64,
+}
+
+/// Refused handshakes by (address, refused by this node).
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    table: Mutex<HashMap<(SocketAddr, bool), Entry>>,
+}
+
+impl Refusals {
+    /// Records a refusal at `now_us` (microseconds since the node started).
+    pub(crate) fn record(&self, addr: SocketAddr, incoming: bool, reason: &str, now_us: u64) {
+        let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if !t.contains_key(&(addr, incoming)) && t.len() >= MAX_REFUSALS {
+            let oldest = t.iter().min_by_key(|(_, e)| e.last_us).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                t.remove(&k);
+            }
+        }
+        let e = t.entry((addr, incoming)).or_insert(Entry {
+            count: 0,
+            reason: String::new(),
+            last_us: now_us,
+        });
+        e.count += 1;
+        e.last_us = now_us;
+        if e.reason != reason {
+            e.reason = reason.to_string();
+        }
+    }
+
+    /// The entries, the most recent first, with their age at `now_us`.
+    pub(crate) fn snapshot(&self, now_us: u64) -> Vec<RefusalStatus> {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = t
+            .iter()
+            .map(|((addr, incoming), e)| RefusalStatus {
+                addr: addr.to_string(),
+                by_us: *incoming,
+                count: e.count,
+                reason: e.reason.clone(),
+                ago_ms: now_us.saturating_sub(e.last_us) / 1000,
+            })
+            .collect();
+        v.sort_by_key(|r| r.ago_ms);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_by_address_and_keeps_the_newest_when_full() {
+        let r = Refusals::default();
+        let a: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+        r.record(a, true, "authentication failed", 1_000);
+        r.record(a, true, "authentication failed", 2_000);
+        r.record(a, false, "incompatible configuration", 3_000);
+        let s = r.snapshot(5_000);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].by_us, s[0].count, s[0].ago_ms), (false, 1, 2));
+        assert_eq!((s[1].by_us, s[1].count, s[1].ago_ms), (true, 2, 3));
+        for i in 0..(MAX_REFUSALS as u16 + 10) {
+            let addr = SocketAddr::from(([10, 0, 1, 1], 1000 + i));
+            r.record(addr, true, "x", 10_000 + 1_000 * u64::from(i));
+        }
+        let s = r.snapshot(100_000);
+        assert_eq!(s.len(), MAX_REFUSALS, "bounded");
+        assert!(
+            s.iter().all(|e| e.addr != a.to_string()),
+            "the oldest went first"
+        );
+        assert_eq!(s[0].addr, "10.0.1.1:1041");
+    }
+}
