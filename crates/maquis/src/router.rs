@@ -61,7 +61,7 @@ use crate::id::{LaneId, NodeId};
 use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
 use crate::transport::lane::{run_writer, Lane};
-use crate::transport::{Peer, QueueBudget};
+use crate::transport::{Peer, PeerRefused, QueueBudget};
 use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
 
 /// How long a forwarding node waits for room in the next hop's lane before it drops a routed
@@ -240,10 +240,13 @@ impl Router {
     }
 
     /// Finds or creates the peer for `id`. A newer incarnation replaces an older one (whose
-    /// lanes are aborted); an older one than we know is refused, as is any while stopping.
-    pub(crate) fn peer_entry(&self, id: &NodeId) -> Result<PeerEntry, String> {
+    /// lanes are aborted): a restart. Refused: an older incarnation than the one known, any
+    /// while stopping, and a node with the name of a peer whose membership connection is open
+    /// at another address — two live nodes may not share a name, and a restart either keeps
+    /// its address or comes after the old process's connections have closed.
+    pub(crate) fn peer_entry(&self, id: &NodeId) -> Result<PeerEntry, PeerRefused> {
         if self.shutdown.is_cancelled() {
-            return Err("the node is shutting down".into());
+            return Err(PeerRefused::ShuttingDown);
         }
         let mut peers = self.peers.write().unwrap_or_else(|e| e.into_inner());
         let mut replaced = None;
@@ -252,7 +255,14 @@ impl Router {
                 return Ok(PeerEntry::Known(p.clone()));
             }
             if p.id.incarnation > id.incarnation {
-                return Err(format!("stale incarnation of {}", id.name));
+                return Err(PeerRefused::Stale(id.name.clone()));
+            }
+            let connected = p.is_up() && p.lanes[self.dispatch.membership_slot()].is_connected();
+            if connected && p.id.addr != id.addr {
+                return Err(PeerRefused::Duplicate {
+                    name: id.name.clone(),
+                    addr: p.id.addr,
+                });
             }
             replaced = Some(p.id.clone());
             if let Some(old_peer) = peers.remove(&id.name) {

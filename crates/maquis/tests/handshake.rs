@@ -166,3 +166,50 @@ async fn a_wrong_cookie_shows_in_the_status_of_both_nodes() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_of_a_name_in_use_is_refused() {
+    let a = start("dup-a").await;
+    let b = start("dup-b").await;
+    b.join_wait(a.addr(), Duration::from_secs(5)).await.unwrap();
+    until("a sees b", Duration::from_secs(5), || {
+        let ok = a.member("dup-b").is_some();
+        async move { ok }
+    })
+    .await;
+    let original = b.id().clone();
+    // Another process started with the same name (on another port).
+    let impostor = start("dup-b").await;
+    let err = impostor
+        .join_wait(a.addr(), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("already"), "{text}");
+    assert!(text.contains(&original.addr.to_string()), "{text}");
+    // The original keeps its identity in the cluster.
+    assert_eq!(a.member("dup-b"), Some(original.clone()));
+    assert_eq!(impostor.members().len(), 1);
+    // A restart of the original still joins, once a has seen its old process go.
+    let mut events = a.subscribe();
+    b.shutdown().await;
+    next_event(
+        &mut events,
+        Duration::from_secs(5),
+        |e| matches!(e, maquis::MembershipEvent::Down(n) if *n == original),
+    )
+    .await;
+    let restarted = start("dup-b").await;
+    restarted
+        .join_wait(a.addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    until("a sees the restarted b", Duration::from_secs(5), || {
+        let ok = a.member("dup-b").as_ref() == Some(restarted.id());
+        async move { ok }
+    })
+    .await;
+    a.shutdown().await;
+    impostor.shutdown().await;
+    restarted.shutdown().await;
+}

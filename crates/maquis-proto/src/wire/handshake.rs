@@ -125,6 +125,10 @@ pub enum RejectCode {
     /// incarnation than one it knows).
     #[error("refused")]
     Refused,
+    /// Another node of the dialer's name, at another address, is connected to the acceptor:
+    /// two nodes may not share a name.
+    #[error("a node of that name is already in the cluster")]
+    DuplicateName,
 }
 
 /// A fresh random nonce from the thread-local cryptographically secure generator.

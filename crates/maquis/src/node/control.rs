@@ -454,7 +454,7 @@ fn spawn_dial(
                             conn::install(&inner, &peer, slot, stream, true, limit).await;
                             break Ok(id);
                         }
-                        Err(e) => break Err(e),
+                        Err(e) => break Err(e.to_string()),
                     }
                 }
                 Ok(dialed) => break Err(format!("{} is this node's own name", dialed.node)),
@@ -462,7 +462,7 @@ fn spawn_dial(
                     // The contact is dialing us at the same time; its connection serves.
                     let peer = match inner.peer_get_or_create(&id) {
                         Ok(p) => p,
-                        Err(e) => break Err(e),
+                        Err(e) => break Err(e.to_string()),
                     };
                     let limit = Duration::from_millis(inner.config.transport.handshake_timeout_ms);
                     if peer

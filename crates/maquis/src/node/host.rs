@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::counters::Counters;
 use crate::dispatch::Dispatcher;
 use crate::id::NodeId;
-use crate::transport::{Host, LaneEvent, Peer};
+use crate::transport::{Host, LaneEvent, Peer, PeerRefused};
 use crate::wire::frame::Frame;
 
 impl Host for Inner {
@@ -53,7 +53,7 @@ impl Host for Inner {
         self.router.now_us()
     }
 
-    fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, String> {
+    fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, PeerRefused> {
         self.peer_get_or_create(id)
     }
 

@@ -26,7 +26,7 @@ use crate::actor::Actors;
 use crate::config::Config;
 use crate::id::NodeId;
 use crate::router::{PeerEntry, Router};
-use crate::transport::{connector, Peer};
+use crate::transport::{connector, Peer, PeerRefused};
 use crate::wire::frame::{Frame, Header};
 
 /// The shared state of a running node.
@@ -66,8 +66,12 @@ impl Inner {
     }
 
     /// Finds or creates the peer for `id`, with a dialer per lane. A newer incarnation
-    /// replaces an older one (which is reported down); an older one than we know is refused.
-    pub(crate) fn peer_get_or_create(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, String> {
+    /// replaces an older one (which is reported down); an older one than we know is refused,
+    /// and so is another node of a connected peer's name (see [`Router::peer_entry`]).
+    pub(crate) fn peer_get_or_create(
+        self: &Arc<Self>,
+        id: &NodeId,
+    ) -> Result<Arc<Peer>, PeerRefused> {
         match self.router.peer_entry(id)? {
             PeerEntry::Known(peer) => Ok(peer),
             PeerEntry::New { peer, replaced } => {

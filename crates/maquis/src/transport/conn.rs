@@ -50,7 +50,7 @@ use tokio_util::codec::{Decoder, FramedRead};
 use crate::wire::StreamDecoder;
 
 use super::lane::{ConnInfo, Offer};
-use super::peer::Peer;
+use super::peer::{Peer, PeerRefused};
 use super::{Host, LaneEvent};
 use crate::error::ConnError;
 use crate::id::{LaneId, NodeId};
@@ -186,7 +186,11 @@ async fn accept_handshake<H: Host>(
     let peer = match inner.peer_for(&dialer) {
         Ok(p) => p,
         Err(why) => {
-            let (reply, e) = refuse(&mut acc, RejectCode::Refused, why);
+            let code = match why {
+                PeerRefused::Duplicate { .. } => RejectCode::DuplicateName,
+                PeerRefused::Stale(_) | PeerRefused::ShuttingDown => RejectCode::Refused,
+            };
+            let (reply, e) = refuse(&mut acc, code, why.to_string());
             write_msg(s, &reply).await?;
             return Err(e);
         }

@@ -48,7 +48,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use lane::QueueBudget;
-pub(crate) use peer::Peer;
+pub(crate) use peer::{Peer, PeerRefused};
 
 use crate::config::Config;
 use crate::counters::Counters;
@@ -92,8 +92,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// Microseconds since the node started.
     fn now_us(&self) -> u64;
     /// The peer a node's connections belong to, created if needed; `Err` if it may not
-    /// connect (an older incarnation than one known, the node is stopping).
-    fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, String>;
+    /// connect (an older incarnation than one known, another node of its name connected, the
+    /// node is stopping).
+    fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, PeerRefused>;
     /// A frame arrived from `peer`.
     fn on_frame(&self, peer: &Arc<Peer>, frame: Frame) -> impl Future<Output = ()> + Send;
     /// A lane changed.

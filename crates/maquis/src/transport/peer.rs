@@ -9,6 +9,25 @@ use tokio_util::sync::CancellationToken;
 use super::lane::Lane;
 use crate::id::NodeId;
 
+/// Why a node gets no peer entry (its connection is refused).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PeerRefused {
+    /// This node is stopping.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+    /// A newer incarnation of that name is known.
+    #[error("stale incarnation of {0}")]
+    Stale(String),
+    /// Another node of that name is connected, from another address.
+    #[error("a node named {name} is already connected from {addr}")]
+    Duplicate {
+        /// The name.
+        name: String,
+        /// Where the connected one is.
+        addr: std::net::SocketAddr,
+    },
+}
+
 /// A remote node and the lanes to it.
 pub(crate) struct Peer {
     /// Which node (and which life of it).
