@@ -213,3 +213,52 @@ async fn a_second_node_of_a_name_in_use_is_refused() {
     impostor.shutdown().await;
     restarted.shutdown().await;
 }
+
+/// Opens a connection from `source` that never says anything.
+async fn silent_from(source: &str, to: std::net::SocketAddr) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    sock.connect(to).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_source_cannot_hold_every_handshake_slot() {
+    let mut cfg = config("slots-a");
+    cfg.transport.max_pending_handshakes = 8;
+    cfg.transport.max_pending_handshakes_per_source = 4;
+    // Long enough that, without the share, the silent connections would hold every slot for
+    // longer than b's join may take.
+    cfg.transport.unauthenticated_timeout_ms = 3000;
+    let a = start_with(cfg).await;
+    // Another address of the loopback range plays the misbehaving source: it opens twice
+    // its share of connections and never speaks.
+    let mut silent = Vec::new();
+    for _ in 0..8 {
+        silent.push(silent_from("127.0.0.2", a.addr()).await);
+    }
+    until(
+        "the connections beyond the share are closed",
+        Duration::from_secs(5),
+        || {
+            let n = a.counters().handshakes_refused.get();
+            async move { n >= 4 }
+        },
+    )
+    .await;
+    // A node from another address still joins, at once.
+    let b = start("slots-b").await;
+    b.join_wait(a.addr(), Duration::from_secs(2)).await.unwrap();
+    // The silent ones are closed once the unauthenticated stage runs out: each reads the end
+    // of the stream.
+    for mut s in silent {
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("closed before the test's limit")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "the node sent nothing to a silent connection");
+    }
+    assert!(a.counters().handshake_failures.get() >= 4);
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -94,6 +94,10 @@ fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
+/// The cookie a node has when none is configured: accepted on loopback addresses only (a node
+/// listening beyond them must be given a secret of its own).
+pub const DEFAULT_COOKIE: &str = "maquis";
+
 /// Everything a node needs to start, one field per section. See the README for each option's
 /// meaning, default and environment variable.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,7 +125,8 @@ pub struct NodeConfig {
     /// endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin: Option<SocketAddr>,
-    /// The cluster secret; both ends of every connection must know it (not empty).
+    /// The cluster secret; both ends of every connection must know it (not empty; the default
+    /// is refused unless the node listens on a loopback address).
     pub cookie: String,
     /// Full mesh, peer-to-peer, client-server: contacts joined at start, each retried with
     /// backoff until it answers; static: the fixed peers, redialed every
@@ -139,7 +144,7 @@ impl Default for NodeConfig {
             name: "maquis".into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin: None,
-            cookie: "maquis".into(),
+            cookie: DEFAULT_COOKIE.into(),
             peers: Vec::new(),
             mailbox_capacity: 1024,
             event_buffer: 1024,
@@ -155,6 +160,17 @@ impl NodeConfig {
         }
         if self.cookie.is_empty() {
             return Err(invalid("node.cookie", "must not be empty"));
+        }
+        if self.cookie == DEFAULT_COOKIE && !self.listen.ip().is_loopback() {
+            return Err(invalid(
+                "node.cookie",
+                format!(
+                    "the default cookie is refused on {}, which is not a loopback address: \
+                     anyone who can reach the node would know it; set node.cookie \
+                     (MAQUIS_NODE_COOKIE, --cookie) to a secret the cluster shares",
+                    self.listen
+                ),
+            ));
         }
         if self.mailbox_capacity == 0 {
             return Err(invalid("node.mailbox_capacity", "must be at least 1"));
@@ -202,6 +218,13 @@ pub struct TransportConfig {
     pub handshake_timeout_ms: u64,
     /// Incoming handshakes in progress at once; more connections are closed at once.
     pub max_pending_handshakes: usize,
+    /// Incoming handshakes in progress at once from one IP address (at most
+    /// `max_pending_handshakes`); more from it are closed at once, so that one source cannot
+    /// hold every slot.
+    pub max_pending_handshakes_per_source: usize,
+    /// An incoming connection that has not proved the cookie within this is closed, in
+    /// milliseconds (at most `handshake_timeout_ms`).
+    pub unauthenticated_timeout_ms: u64,
 }
 
 impl Default for TransportConfig {
@@ -219,6 +242,8 @@ impl Default for TransportConfig {
             reconnect_max_ms: 2000,
             handshake_timeout_ms: 5000,
             max_pending_handshakes: 128,
+            max_pending_handshakes_per_source: 32,
+            unauthenticated_timeout_ms: 1000,
         }
     }
 }
@@ -276,6 +301,20 @@ impl TransportConfig {
             return Err(invalid(
                 "transport.handshake_timeout_ms",
                 "handshake limits must be > 0",
+            ));
+        }
+        let per_source = self.max_pending_handshakes_per_source;
+        if per_source == 0 || per_source > self.max_pending_handshakes {
+            return Err(invalid(
+                "transport.max_pending_handshakes_per_source",
+                "must be 1 to transport.max_pending_handshakes",
+            ));
+        }
+        let unauth = self.unauthenticated_timeout_ms;
+        if unauth == 0 || unauth > self.handshake_timeout_ms {
+            return Err(invalid(
+                "transport.unauthenticated_timeout_ms",
+                "must be 1 to transport.handshake_timeout_ms",
             ));
         }
         let mut seen = std::collections::HashSet::new();

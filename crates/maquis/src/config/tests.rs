@@ -582,3 +582,40 @@ fn channel_short_form() {
     let err = parse_channels("a,b:-1").unwrap_err();
     assert!(err.to_string().starts_with("transport.channels:"), "{err}");
 }
+
+#[test]
+fn the_default_cookie_only_on_loopback_and_handshake_limits_in_range() {
+    let mut c = Config::new("n");
+    c.validate().unwrap();
+    c.node.listen = "0.0.0.0:7000".parse().unwrap();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.starts_with("node.cookie:"), "{err}");
+    assert!(
+        err.contains("0.0.0.0:7000") && err.contains("MAQUIS_NODE_COOKIE"),
+        "{err}"
+    );
+    c.node.cookie = "s3cret-shared".into();
+    c.validate().unwrap();
+    c.node.listen = "[::1]:7000".parse().unwrap();
+    c.node.cookie = DEFAULT_COOKIE.into();
+    c.validate().unwrap();
+
+    let mut c = Config::new("n");
+    c.transport.max_pending_handshakes_per_source = c.transport.max_pending_handshakes + 1;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.starts_with("transport.max_pending_handshakes_per_source:"),
+        "{err}"
+    );
+    c.transport.max_pending_handshakes_per_source = 0;
+    assert!(c.validate().is_err());
+    let mut c = Config::new("n");
+    c.transport.unauthenticated_timeout_ms = c.transport.handshake_timeout_ms + 1;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.starts_with("transport.unauthenticated_timeout_ms:"),
+        "{err}"
+    );
+    c.transport.unauthenticated_timeout_ms = 0;
+    assert!(c.validate().is_err());
+}

@@ -145,8 +145,15 @@ async fn accept_handshake<H: Host>(
         inner.config().transport.max_frame_bytes as u64,
         handshake::new_nonce(),
     );
+    // Until the dialer has proved the cookie, it gets only a short time.
+    let unauthenticated =
+        Duration::from_millis(inner.config().transport.unauthenticated_timeout_ms);
+    let deadline = tokio::time::Instant::now() + unauthenticated;
     let (dialer, lane, max_frame) = loop {
-        match acc.handle(read_msg(s).await?) {
+        let msg = tokio::time::timeout_at(deadline, read_msg(s))
+            .await
+            .map_err(|_| ConnError::Protocol("no proof of the cookie in time".into()))??;
+        match acc.handle(msg) {
             AcceptorStep::Send(msg) => {
                 if inner.shutdown().is_cancelled() {
                     let (reply, e) = acc.reject(RejectCode::Refused, "shutting down".into());
