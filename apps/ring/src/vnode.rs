@@ -204,8 +204,8 @@ impl VnodeView {
     }
 }
 
-/// Copies a reply handle (they are plain addresses) so that a request can be forwarded and
-/// still be answered if the forward fails.
+/// Copies a reply handle so that a request can be forwarded and still be answered if the
+/// forward fails; once the forward is on its way the copy is let go with `ReplyTo::forget`.
 fn dup_reply<R: maquis::Message>(node: &Node, reply: &ReplyTo<R>) -> Option<ReplyTo<R>> {
     maquis::encode(reply)
         .ok()
@@ -351,10 +351,13 @@ impl Vnode {
                         hops: hops + 1,
                         reply,
                     };
-                    if let Err(e) = self.forward(&to, fwd) {
-                        if let Some(r) = backup {
-                            let _ = r.send(VnodeReply::Unavailable(e)).await;
+                    match self.forward(&to, fwd) {
+                        Err(e) => {
+                            if let Some(r) = backup {
+                                let _ = r.send(VnodeReply::Unavailable(e)).await;
+                            }
                         }
+                        Ok(()) => backup.into_iter().for_each(ReplyTo::forget),
                     }
                     return;
                 }
@@ -377,10 +380,13 @@ impl Vnode {
                         hops: hops + 1,
                         reply,
                     };
-                    if let Err(e) = self.forward(&to, fwd) {
-                        if let Some(r) = backup {
-                            let _ = r.send(VnodeReply::Unavailable(e)).await;
+                    match self.forward(&to, fwd) {
+                        Err(e) => {
+                            if let Some(r) = backup {
+                                let _ = r.send(VnodeReply::Unavailable(e)).await;
+                            }
                         }
+                        Ok(()) => backup.into_iter().for_each(ReplyTo::forget),
                     }
                     return;
                 }

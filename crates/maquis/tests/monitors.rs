@@ -112,3 +112,85 @@ async fn refs_to_a_restarted_node_fail_fast() {
     a.shutdown().await;
     b2.shutdown().await;
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Fragile {
+    /// Panics while it holds the request's `ReplyTo`.
+    Crash(maquis::ReplyTo<u32>),
+    /// Lets the request go without answering.
+    Ignore(maquis::ReplyTo<u32>),
+    Ping(maquis::ReplyTo<u32>),
+}
+
+fn spawn_fragile(node: &maquis::Node) -> ActorRef<Fragile> {
+    node.spawn_fn(|mut inbox| async move {
+        while let Some(m) = inbox.recv().await {
+            match m {
+                Fragile::Crash(_reply) => panic!("boom: a bad request"),
+                Fragile::Ignore(reply) => drop(reply),
+                Fragile::Ping(reply) => {
+                    let _ = reply.send(7).await;
+                }
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_stops_the_actor_with_its_reason_and_fails_its_call_at_once() {
+    let nodes = cluster("pan", 2, |c| c).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    // Generous: the point is that nothing waits for it.
+    let long = Duration::from_secs(30);
+    for (caller, host) in [(a, a), (a, b)] {
+        let actor = spawn_fragile(host);
+        host.register("fragile", &actor).unwrap();
+        let target = caller
+            .remote::<Fragile>(&host.id().name, "fragile")
+            .unwrap();
+        let watch = caller.monitor(&actor);
+        // A request let go unanswered fails its call at once.
+        let started = std::time::Instant::now();
+        let err = target.call(Fragile::Ignore, long).await.unwrap_err();
+        assert!(
+            matches!(&err, maquis::CallError::NoReply(why) if why.contains("dropped")),
+            "{err:?}"
+        );
+        assert_eq!(target.call(Fragile::Ping, long).await.unwrap(), 7);
+        // A panic: the call fails at once, the monitor says why, the node lives on.
+        let err = target.call(Fragile::Crash, long).await.unwrap_err();
+        assert!(matches!(err, maquis::CallError::NoReply(_)), "{err:?}");
+        assert!(
+            started.elapsed() < long / 2,
+            "no call waited for its timeout"
+        );
+        let reason = tokio::time::timeout(Duration::from_secs(5), watch)
+            .await
+            .expect("the monitor fires");
+        assert_eq!(reason, DownReason::Panicked("boom: a bad request".into()));
+        assert!(!host.is_stopped());
+        host.unregister("fragile");
+    }
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refs_are_keys() {
+    let nodes = cluster("keys", 2, |c| c).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let x = spawn_mortal(a);
+    let y = spawn_mortal(b);
+    let x_again = x.clone();
+    let mut set = std::collections::HashSet::new();
+    assert!(set.insert(x.clone()));
+    assert!(!set.insert(x_again), "equal refs hash alike");
+    assert!(set.insert(y.clone()));
+    let ordered: std::collections::BTreeSet<_> = [y.clone(), x.clone()].into_iter().collect();
+    let first = ordered.iter().next().unwrap();
+    assert_eq!(first.node().name, "keys1", "ordered by node name first");
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}

@@ -22,7 +22,7 @@ pub const DEFAULT_MAX_FRAME: usize = 32 * 1024 * 1024;
 const PREFIX: usize = 4 + 2;
 
 /// Which actor on the receiving node a message is for.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Dest {
     /// An actor by its node-local id.
     Id(u64),
@@ -39,6 +39,8 @@ pub enum DownReason {
     NoProc,
     /// The node hosting the watched actor is gone or unreachable.
     NodeDown,
+    /// The watched actor panicked; the panic's message.
+    Panicked(String),
 }
 
 /// The outcome of a call.

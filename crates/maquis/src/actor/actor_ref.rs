@@ -59,6 +59,27 @@ impl<M> PartialEq for ActorRef<M> {
 
 impl<M> Eq for ActorRef<M> {}
 
+impl<M> std::hash::Hash for ActorRef<M> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.node.hash(state);
+        self.to.hash(state);
+    }
+}
+
+/// Refs order by node (name, then incarnation and address), then by id or name: a stable
+/// order for sets, maps and deterministic choices.
+impl<M> Ord for ActorRef<M> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.node, &self.to).cmp(&(&other.node, &other.to))
+    }
+}
+
+impl<M> PartialOrd for ActorRef<M> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct RefWire {
     node: NodeId,

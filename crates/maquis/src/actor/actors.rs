@@ -68,30 +68,30 @@ impl Actors {
         (id, rx)
     }
 
-    /// An actor ended: it leaves the registry and its watchers hear of it.
-    pub(crate) fn remove(&self, id: ActorId) {
+    /// An actor ended (`Stopped`, or `Panicked`): it leaves the registry and its watchers hear
+    /// why.
+    pub(crate) fn remove(&self, id: ActorId, reason: DownReason) {
         let watchers = self.registry.remove(id);
-        self.notify_stopped(id, watchers);
+        self.notify_stopped(id, watchers, reason);
     }
 
     /// Every actor is gone and every call fails (the node stops).
     pub(crate) fn stop_all(&self) {
         for (id, watchers) in self.registry.clear() {
-            self.notify_stopped(id, watchers);
+            self.notify_stopped(id, watchers, DownReason::Stopped);
         }
         self.calls.fail_all("the node stopped");
     }
 
-    /// Tells local and remote watchers that an actor stopped.
-    fn notify_stopped(&self, actor: ActorId, watchers: Vec<Watcher>) {
+    /// Tells local and remote watchers that an actor stopped, and why.
+    fn notify_stopped(&self, actor: ActorId, watchers: Vec<Watcher>, reason: DownReason) {
         for w in watchers {
             match w {
                 Watcher::Local { tx, .. } => {
-                    let _ = tx.send(DownReason::Stopped);
+                    let _ = tx.send(reason.clone());
                 }
                 Watcher::Remote { node, watch } => {
-                    self.router
-                        .send_down(&node, watch, actor, DownReason::Stopped);
+                    self.router.send_down(&node, watch, actor, reason.clone());
                 }
             }
         }

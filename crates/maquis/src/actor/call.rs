@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
 
 use bytes::Bytes;
@@ -98,8 +98,16 @@ impl PendingCalls {
     }
 }
 
+/// Why a call fails when its `ReplyTo` is dropped unanswered.
+const DROPPED: &str = "the request was dropped without an answer (its actor stopped or panicked)";
+
 /// The handle a responder uses to answer one call. It is serializable, so it can travel inside
 /// the request to another node and be answered from there.
+///
+/// Dropped without an answer (the actor stopped or panicked while it held the request, or
+/// simply let it go), it fails its call at once with `CallError::NoReply` instead of leaving
+/// the caller waiting for its timeout. Serializing it hands the duty on: the copy that
+/// arrives elsewhere answers, or fails the call when it is dropped there.
 pub struct ReplyTo<R> {
     node: NodeId,
     call: u64,
@@ -107,7 +115,31 @@ pub struct ReplyTo<R> {
     channel: Option<String>,
     partition_key: Option<u64>,
     rt: Weak<Actors>,
+    /// Answered, or sent on: dropping it fails nothing.
+    done: AtomicBool,
     _m: PhantomData<fn(R) -> R>,
+}
+
+impl<R> Drop for ReplyTo<R> {
+    fn drop(&mut self) {
+        if self.done.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(rt) = self.rt.upgrade() else {
+            return;
+        };
+        match rt.router.is_local(&self.node) {
+            Ok(true) => {
+                rt.calls
+                    .complete(self.call, CallOutcome::Failed(DROPPED.into()));
+            }
+            Ok(false) => {
+                let status = ReplyStatus::Failed(DROPPED.into());
+                rt.router.reply_status(&self.node, self.call, status);
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 impl<R> std::fmt::Debug for ReplyTo<R> {
@@ -127,6 +159,8 @@ struct ReplyWire {
 
 impl<R> Serialize for ReplyTo<R> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // The serialized copy answers (or fails the call) wherever it is decoded.
+        self.done.store(true, Ordering::Relaxed);
         ReplyWire {
             node: self.node.clone(),
             call: self.call,
@@ -148,6 +182,7 @@ impl<'de, R> Deserialize<'de> for ReplyTo<R> {
             channel: w.channel,
             partition_key: w.partition_key,
             rt: decode_node(),
+            done: AtomicBool::new(false),
             _m: PhantomData,
         })
     }
@@ -168,6 +203,7 @@ impl<R: Message> ReplyTo<R> {
             channel: opts.channel.clone(),
             partition_key: opts.partition_key,
             rt: std::sync::Arc::downgrade(rt),
+            done: AtomicBool::new(false),
             _m: PhantomData,
         }
     }
@@ -177,10 +213,18 @@ impl<R: Message> ReplyTo<R> {
         &self.node
     }
 
+    /// Lets this handle go without failing the call: for a spare copy (made with
+    /// [`crate::encode`] and [`crate::Node::decode`], say, to answer if a forward fails) once
+    /// another copy has taken the duty to answer.
+    pub fn forget(self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
+
     /// Sends the reply, waiting while the lane's queue is full. It travels on the request's
     /// channel and partition key, so request and reply share a lane. A reply whose caller has
     /// given up (timed out) is dropped on arrival.
     pub async fn send(self, value: R) -> Result<(), SendError> {
+        self.done.store(true, Ordering::Relaxed);
         let rt = self.rt.upgrade().ok_or(SendError::NodeStopped)?;
         if rt.router.is_local(&self.node)? {
             rt.calls

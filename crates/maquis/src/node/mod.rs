@@ -35,6 +35,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 
@@ -436,10 +437,18 @@ impl Node {
         let guard = StopGuard {
             actors: Arc::downgrade(actors),
             id,
+            reason: DownReason::Stopped,
         };
         tokio::spawn(crate::actor::scope_actor(id, async move {
-            let _guard = guard;
-            fut.await;
+            // The whole guard lives in the task (not only the field set below): it acts when the
+            // task ends, however it ends.
+            let mut guard = guard;
+            // A panic stops this actor only: it becomes the reason its monitors get.
+            if let Err(panic) = std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+                let message = panic_message(panic.as_ref());
+                tracing::warn!(actor = id, %message, "actor panicked; it stops");
+                guard.reason = DownReason::Panicked(message);
+            }
         }));
         me
     }
@@ -651,17 +660,31 @@ impl Node {
     }
 }
 
-/// Removes an actor from the registry and tells its watchers when its task ends (also on panic).
+/// Removes an actor from the registry and tells its watchers why when its task ends (also
+/// when the task is dropped without finishing, as at runtime shutdown).
 struct StopGuard {
     actors: std::sync::Weak<Actors>,
     id: u64,
+    reason: DownReason,
 }
 
 impl Drop for StopGuard {
     fn drop(&mut self) {
         if let Some(actors) = self.actors.upgrade() {
-            actors.remove(self.id);
+            let reason = std::mem::replace(&mut self.reason, DownReason::Stopped);
+            actors.remove(self.id, reason);
         }
+    }
+}
+
+/// The text of a panic's payload (`panic!` with a literal or a format string).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 
