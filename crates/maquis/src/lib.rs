@@ -39,6 +39,7 @@ mod dispatch;
 mod error;
 mod node;
 pub mod payload;
+mod per_source;
 mod process;
 mod router;
 mod throttle;

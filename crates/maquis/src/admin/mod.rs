@@ -37,6 +37,15 @@ pub const MAX_PING_SIZE: usize = 16 * 1024 * 1024;
 /// the listener's backlog) until one of those closes.
 pub const MAX_ADMIN_CONNECTIONS: usize = 64;
 
+/// Connections the admin endpoint serves at once from one IP address: a source that holds more
+/// (idle connections, say) cannot lock the others out. Further ones are closed at once.
+pub const MAX_ADMIN_CONNECTIONS_PER_SOURCE: usize = 16;
+
+/// Payload bytes of all `/ping` requests in progress together: a request whose `size` does not
+/// fit beside the others is answered 503 at once, so no burst of requests makes the node (or
+/// the pinged one) hold more than this in ping payloads.
+pub const MAX_PING_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+
 /// JSON shape of `GET /status`: a snapshot of one node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {

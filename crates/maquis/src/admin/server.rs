@@ -18,7 +18,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 
-use super::{render_metrics, AdminSource, MAX_ADMIN_CONNECTIONS, MAX_PING_COUNT, MAX_PING_SIZE};
+use super::{
+    render_metrics, AdminSource, MAX_ADMIN_CONNECTIONS, MAX_ADMIN_CONNECTIONS_PER_SOURCE,
+    MAX_PING_BYTES_IN_FLIGHT, MAX_PING_COUNT, MAX_PING_SIZE,
+};
+use crate::per_source::PerSource;
 
 /// A connection that does not deliver a complete request head within this time (including an
 /// idle keep-alive connection between requests) is closed, so it gives its permit back.
@@ -53,9 +57,12 @@ const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 ///
 /// At most [`MAX_ADMIN_CONNECTIONS`] connections are served at once (a tokio `Semaphore`): while
 /// all permits are taken, no further connection is accepted, so an extra client waits (its
-/// connection sits in the listener's backlog) until a served connection closes. A connection
-/// that does not send a complete request head within 10 s, idle keep-alive connections included,
-/// is closed.
+/// connection sits in the listener's backlog) until a served connection closes. One IP address
+/// holds at most [`MAX_ADMIN_CONNECTIONS_PER_SOURCE`] of them (more from it are closed at once),
+/// so a source of idle connections cannot lock the others out. A connection that does not send
+/// a complete request head within 10 s, idle keep-alive connections included, is closed.
+/// `/ping` requests together hold at most [`MAX_PING_BYTES_IN_FLIGHT`] payload bytes; one
+/// that does not fit is answered 503 at once.
 ///
 /// Errors on one connection (malformed requests, resets, timeouts, even a panic in the handler)
 /// are logged with `tracing` and never stop the server; errors from `accept` are logged too,
@@ -72,6 +79,8 @@ pub async fn serve(
     let local = listener.local_addr().ok();
     tracing::debug!(?local, "admin endpoint serving");
     let permits = Arc::new(Semaphore::new(MAX_ADMIN_CONNECTIONS));
+    let sources = Arc::new(PerSource::default());
+    let pings = Arc::new(Semaphore::new(MAX_PING_BYTES_IN_FLIGHT));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns: JoinSet<()> = JoinSet::new();
     tokio::pin!(shutdown);
@@ -106,11 +115,17 @@ pub async fn serve(
                 }
             }
         };
+        let Some(slot) = sources.take(peer.ip(), MAX_ADMIN_CONNECTIONS_PER_SOURCE) else {
+            tracing::debug!(%peer, "admin endpoint: too many connections from this address");
+            drop(stream);
+            continue;
+        };
         let source = Arc::clone(&source);
         let stop = stop_rx.clone();
+        let pings = Arc::clone(&pings);
         conns.spawn(async move {
-            let _permit = permit;
-            serve_connection(stream, peer, source, stop).await;
+            let _held = (permit, slot);
+            serve_connection(stream, peer, source, pings, stop).await;
         });
     }
 
@@ -159,6 +174,7 @@ async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     source: Arc<dyn AdminSource>,
+    pings: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
 ) {
     if let Err(e) = stream.set_nodelay(true) {
@@ -166,7 +182,8 @@ async fn serve_connection(
     }
     let service = service_fn(move |req| {
         let source = Arc::clone(&source);
-        async move { Ok::<_, Infallible>(handle(req, source).await) }
+        let pings = Arc::clone(&pings);
+        async move { Ok::<_, Infallible>(handle(req, source, pings).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -236,7 +253,11 @@ fn json<T: serde::Serialize>(value: &T) -> Answer {
     }
 }
 
-async fn handle(req: Request<Incoming>, source: Arc<dyn AdminSource>) -> Answer {
+async fn handle(
+    req: Request<Incoming>,
+    source: Arc<dyn AdminSource>,
+    pings: Arc<Semaphore>,
+) -> Answer {
     let method = req.method().clone();
     if method != Method::GET && method != Method::POST {
         return method_not_allowed("GET, POST");
@@ -253,10 +274,22 @@ async fn handle(req: Request<Incoming>, source: Arc<dyn AdminSource>) -> Answer 
             let params = parse_ping_query(req.uri().query());
             // The body is never read; let hyper know early.
             drop(req);
-            match params {
-                Ok(p) => json(&source.ping(p.to, p.count, p.size).await),
-                Err(reason) => text(StatusCode::BAD_REQUEST, reason),
-            }
+            let p = match params {
+                Ok(p) => p,
+                Err(reason) => return text(StatusCode::BAD_REQUEST, reason),
+            };
+            // Its payload's bytes, held while it runs (a size of 0 still counts one).
+            let bytes = u32::try_from(p.size.max(1)).unwrap_or(u32::MAX);
+            let Ok(_held) = pings.try_acquire_many(bytes) else {
+                return text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "too many pings in progress (at most {MAX_PING_BYTES_IN_FLIGHT} payload \
+                         bytes together); try again"
+                    ),
+                );
+            };
+            json(&source.ping(p.to, p.count, p.size).await)
         }
         _ => text(
             StatusCode::NOT_FOUND,

@@ -120,12 +120,16 @@ struct Server {
 }
 
 async fn start() -> Server {
+    start_with(Arc::new(Fake {
+        status: sample_status(),
+    }))
+    .await
+}
+
+async fn start_with(source: Arc<dyn AdminSource>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local_addr").to_string();
     let (stop, stopped) = oneshot::channel::<()>();
-    let source = Arc::new(Fake {
-        status: sample_status(),
-    });
     let handle = tokio::spawn(serve(listener, source, async move {
         let _ = stopped.await;
     }));
@@ -416,8 +420,10 @@ async fn garbage_does_not_stop_the_server() {
 async fn extra_connections_wait_for_a_permit() {
     let server = start().await;
     let mut idle = Vec::new();
-    for _ in 0..MAX_ADMIN_CONNECTIONS {
-        idle.push(TcpStream::connect(&server.addr).await.expect("connect"));
+    // From several addresses (each may hold only its share), all the server serves at once.
+    for i in 0..MAX_ADMIN_CONNECTIONS {
+        let source = format!("127.0.0.{}", 2 + i / MAX_ADMIN_CONNECTIONS_PER_SOURCE);
+        idle.push(connect_from(&source, &server.addr).await);
     }
     // Let the server accept them all.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -531,4 +537,121 @@ fn table_for_people() {
     let col = lines[2].find("CHANNEL").expect("column");
     assert_eq!(lines[3].find("vnode"), Some(col), "{table}");
     assert_eq!(lines[4].find("default"), Some(col), "{table}");
+}
+
+/// A connection to `addr` from the local address `source` (any of 127.0.0.0/8 on Linux).
+async fn connect_from(source: &str, addr: &str) -> TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().expect("socket");
+    sock.bind(format!("{source}:0").parse().unwrap())
+        .expect("bind");
+    sock.connect(addr.parse().unwrap()).await.expect("connect")
+}
+
+/// A source whose pings wait until the test lets them finish.
+struct Held {
+    go: Arc<tokio::sync::Semaphore>,
+    started: Arc<tokio::sync::Semaphore>,
+}
+
+impl AdminSource for Held {
+    fn status(&self) -> Status {
+        sample_status()
+    }
+
+    fn ping(
+        &self,
+        to: String,
+        count: u32,
+        size: usize,
+    ) -> Pin<Box<dyn Future<Output = PingReport> + Send>> {
+        let (go, started) = (self.go.clone(), self.started.clone());
+        Box::pin(async move {
+            started.add_permits(1);
+            go.acquire().await.expect("open").forget();
+            PingReport {
+                to,
+                count,
+                size,
+                ok: count,
+                failed: 0,
+                p50_us: 1,
+                p99_us: 1,
+                max_us: 1,
+                errors: vec![],
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn pings_in_progress_hold_at_most_their_budget() {
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let server = start_with(Arc::new(Held {
+        go: go.clone(),
+        started: started.clone(),
+    }))
+    .await;
+    let full = MAX_PING_BYTES_IN_FLIGHT / MAX_PING_SIZE;
+    let mut running = Vec::new();
+    for _ in 0..full {
+        let addr = server.addr.clone();
+        running.push(tokio::spawn(async move {
+            client::ping(&addr, "n2", 1, MAX_PING_SIZE).await
+        }));
+    }
+    // Every one of them is inside the source, holding its bytes.
+    started
+        .acquire_many(full as u32)
+        .await
+        .expect("open")
+        .forget();
+    let body = expect_http(
+        client::ping(&server.addr, "n2", 1, MAX_PING_SIZE).await,
+        503,
+    );
+    assert!(body.contains("too many pings"), "{body}");
+    go.add_permits(full);
+    for r in running {
+        assert_eq!(r.await.expect("task").expect("ping").ok, 1);
+    }
+    // The budget is back.
+    go.add_permits(1);
+    assert_eq!(
+        client::ping(&server.addr, "n2", 1, MAX_PING_SIZE)
+            .await
+            .expect("ping")
+            .ok,
+        1
+    );
+}
+
+#[tokio::test]
+async fn one_address_cannot_take_every_admin_connection() {
+    let server = start().await;
+    // Idle connections from one address, up to its share, then one more.
+    let mut idle = Vec::new();
+    for _ in 0..MAX_ADMIN_CONNECTIONS_PER_SOURCE {
+        idle.push(TcpStream::connect(&server.addr).await.expect("connect"));
+    }
+    let mut extra = TcpStream::connect(&server.addr).await.expect("connect");
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+        .await
+        .expect("the extra connection is closed at once")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    // Another address is served.
+    let mut other = connect_from("127.0.0.2", &server.addr).await;
+    other
+        .write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), other.read_to_end(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK"));
+    drop(idle);
 }

@@ -3,53 +3,14 @@
 //! from one IP address (more are closed at once and counted), so that one misbehaving source
 //! cannot take every slot from the nodes that need them.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use super::{conn, Host};
+use crate::per_source::PerSource;
 use crate::throttle::Throttle;
-
-/// Handshakes in progress by source address. An entry lives while its source has one, so the
-/// table never holds more entries than there are handshakes in progress.
-#[derive(Debug, Default)]
-struct PerSource(Mutex<HashMap<IpAddr, usize>>);
-
-/// One handshake's place in its source's count; given back when dropped.
-struct SourceSlot {
-    table: Arc<PerSource>,
-    ip: IpAddr,
-}
-
-impl PerSource {
-    fn take(self: &Arc<Self>, ip: IpAddr, limit: usize) -> Option<SourceSlot> {
-        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = t.entry(ip).or_insert(0);
-        if *n >= limit {
-            return None;
-        }
-        *n += 1;
-        Some(SourceSlot {
-            table: self.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for SourceSlot {
-    fn drop(&mut self) {
-        let mut t = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = t.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                t.remove(&self.ip);
-            }
-        }
-    }
-}
 
 pub(crate) async fn run<H: Host>(inner: Arc<H>, listener: TcpListener) {
     let sources = Arc::new(PerSource::default());
@@ -90,27 +51,5 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, listener: TcpListener) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_source_holds_at_most_its_share_and_gives_it_back() {
-        let t = Arc::new(PerSource::default());
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let held: Vec<_> = (0..3).map(|_| t.take(a, 3).expect("room")).collect();
-        assert!(t.take(a, 3).is_none(), "a is at its limit");
-        let other = t.take(b, 3).expect("b has its own share");
-        drop(held);
-        assert!(t.take(a, 3).is_some(), "given back");
-        drop(other);
-        assert!(
-            t.0.lock().unwrap().is_empty(),
-            "no entry outlives its handshakes"
-        );
     }
 }
