@@ -29,6 +29,9 @@ enum Command {
         /// Print the raw JSON document instead of a table.
         #[arg(long)]
         json: bool,
+        /// The endpoint's token, if it has one (node.admin_token).
+        #[arg(long, env = "MAQUIS_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Make a node call the `echo` service of another node and report round-trip times.
     Ping {
@@ -43,6 +46,9 @@ enum Command {
         /// Payload bytes per call.
         #[arg(long, default_value_t = 64)]
         size: usize,
+        /// The endpoint's token, if it has one (node.admin_token).
+        #[arg(long, env = "MAQUIS_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Start a local 3-node cluster and compare one connection against parallel lanes with
     /// affinity on an echo workload.
@@ -65,13 +71,14 @@ fn main() -> ExitCode {
     maquis_cli::block_on(async move {
         match cli.command {
             Command::Node(args) => node_cmd::run(args).await,
-            Command::Status { admin, json } => status(&admin, json).await,
+            Command::Status { admin, json, token } => status(&admin, token.as_deref(), json).await,
             Command::Ping {
                 admin,
                 to,
                 count,
                 size,
-            } => ping(&admin, &to, count, size).await,
+                token,
+            } => ping(&admin, token.as_deref(), &to, count, size).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Sim(args) => sim_cmd::run(args).await,
             Command::Netem { cmd } => {
@@ -91,8 +98,8 @@ fn main() -> ExitCode {
     })
 }
 
-async fn status(admin: &str, json: bool) -> ExitCode {
-    match maquis::admin::client::get_status(admin).await {
+async fn status(admin: &str, token: Option<&str>, json: bool) -> ExitCode {
+    match maquis::admin::client::get_status(admin, token).await {
         Ok(st) => {
             if json {
                 match serde_json::to_string_pretty(&st) {
@@ -114,8 +121,8 @@ async fn status(admin: &str, json: bool) -> ExitCode {
     }
 }
 
-async fn ping(admin: &str, to: &str, count: u32, size: usize) -> ExitCode {
-    match maquis::admin::client::ping(admin, to, count, size).await {
+async fn ping(admin: &str, token: Option<&str>, to: &str, count: u32, size: usize) -> ExitCode {
+    match maquis::admin::client::ping(admin, token, to, count, size).await {
         Ok(r) => {
             println!(
                 "ping {} x{} ({} bytes): {} ok, {} failed; p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper::header::{ACCEPT, HOST, USER_AGENT};
+use hyper::header::{ACCEPT, AUTHORIZATION, HOST, USER_AGENT};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -26,23 +26,29 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest answer body accepted.
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
-/// Fetches `GET /status` from the admin endpoint at `addr`.
-pub async fn get_status(addr: &str) -> Result<Status, AdminError> {
-    let body = with_timeout(request(addr, Method::GET, "/status")).await?;
+/// Fetches `GET /status` from the admin endpoint at `addr` (with its token, if it has one).
+pub async fn get_status(addr: &str, token: Option<&str>) -> Result<Status, AdminError> {
+    let body = with_timeout(request(addr, token, Method::GET, "/status")).await?;
     Ok(serde_json::from_slice(&body)?)
 }
 
 /// Fetches `GET /metrics` (Prometheus text format) from the admin endpoint at `addr`.
-pub async fn get_metrics(addr: &str) -> Result<String, AdminError> {
-    let body = with_timeout(request(addr, Method::GET, "/metrics")).await?;
+pub async fn get_metrics(addr: &str, token: Option<&str>) -> Result<String, AdminError> {
+    let body = with_timeout(request(addr, token, Method::GET, "/metrics")).await?;
     String::from_utf8(body.to_vec()).map_err(|e| AdminError::Body(e.to_string()))
 }
 
 /// Asks the node at `addr` to ping node `to` (`POST /ping`): `count` calls of its `echo`
 /// service with `size`-byte payloads. Waits as long as the server takes.
-pub async fn ping(addr: &str, to: &str, count: u32, size: usize) -> Result<PingReport, AdminError> {
+pub async fn ping(
+    addr: &str,
+    token: Option<&str>,
+    to: &str,
+    count: u32,
+    size: usize,
+) -> Result<PingReport, AdminError> {
     let path = format!("/ping?to={}&count={count}&size={size}", percent_encode(to));
-    let body = request(addr, Method::POST, &path).await?;
+    let body = request(addr, token, Method::POST, &path).await?;
     Ok(serde_json::from_slice(&body)?)
 }
 
@@ -76,14 +82,23 @@ impl Drop for AbortOnDrop {
 }
 
 /// Sends one request and returns the body of a 200 answer.
-async fn request(addr: &str, method: Method, path: &str) -> Result<Bytes, AdminError> {
+async fn request(
+    addr: &str,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+) -> Result<Bytes, AdminError> {
     let authority = authority(addr)?;
-    let request = Request::builder()
+    let mut builder = Request::builder()
         .method(method)
         .uri(path)
         .header(HOST, authority)
         .header(ACCEPT, "application/json, text/plain")
-        .header(USER_AGENT, "maquis-admin-client")
+        .header(USER_AGENT, "maquis-admin-client");
+    if let Some(token) = token {
+        builder = builder.header(AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = builder
         .body(Empty::<Bytes>::new())
         .map_err(|_| AdminError::InvalidAddress(addr.to_owned()))?;
 

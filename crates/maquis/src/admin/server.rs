@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -38,7 +38,8 @@ const JSON: &str = "application/json";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 
-/// Serves the admin HTTP endpoint on `listener` until `shutdown` resolves.
+/// Serves the admin HTTP endpoint on `listener` until `shutdown` resolves. With a `token`, every
+/// request must carry `Authorization: Bearer <token>`; others are answered 401.
 ///
 /// Routes:
 /// - `GET /status`: [`Status`](super::Status) as JSON (`application/json`);
@@ -74,8 +75,10 @@ const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
 pub async fn serve(
     listener: TcpListener,
     source: Arc<dyn AdminSource>,
+    token: Option<String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    let token: Option<Arc<str>> = token.map(Into::into);
     let local = listener.local_addr().ok();
     tracing::debug!(?local, "admin endpoint serving");
     let permits = Arc::new(Semaphore::new(MAX_ADMIN_CONNECTIONS));
@@ -123,9 +126,10 @@ pub async fn serve(
         let source = Arc::clone(&source);
         let stop = stop_rx.clone();
         let pings = Arc::clone(&pings);
+        let token = token.clone();
         conns.spawn(async move {
             let _held = (permit, slot);
-            serve_connection(stream, peer, source, pings, stop).await;
+            serve_connection(stream, peer, source, pings, token, stop).await;
         });
     }
 
@@ -175,6 +179,7 @@ async fn serve_connection(
     peer: SocketAddr,
     source: Arc<dyn AdminSource>,
     pings: Arc<Semaphore>,
+    token: Option<Arc<str>>,
     mut stop: watch::Receiver<bool>,
 ) {
     if let Err(e) = stream.set_nodelay(true) {
@@ -183,7 +188,15 @@ async fn serve_connection(
     let service = service_fn(move |req| {
         let source = Arc::clone(&source);
         let pings = Arc::clone(&pings);
-        async move { Ok::<_, Infallible>(handle(req, source, pings).await) }
+        let token = token.clone();
+        async move {
+            if let Some(token) = token {
+                if !authorized(&req, &token) {
+                    return Ok::<_, Infallible>(unauthorized());
+                }
+            }
+            Ok::<_, Infallible>(handle(req, source, pings).await)
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -213,6 +226,30 @@ async fn serve_connection(
 }
 
 type Answer = Response<Full<Bytes>>;
+
+/// Whether the request carries `Authorization: Bearer <token>` (compared in constant time).
+fn authorized(req: &Request<Incoming>, token: &str) -> bool {
+    let Some(given) = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+    else {
+        return false;
+    };
+    let want = token.as_bytes();
+    given.len() == want.len() && given.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
+fn unauthorized() -> Answer {
+    let mut response = text(
+        StatusCode::UNAUTHORIZED,
+        "this endpoint needs its token: Authorization: Bearer <token>",
+    );
+    response
+        .headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
 
 fn answer(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
     let mut response = Response::new(Full::new(body.into()));

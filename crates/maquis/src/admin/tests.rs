@@ -127,10 +127,15 @@ async fn start() -> Server {
 }
 
 async fn start_with(source: Arc<dyn AdminSource>) -> Server {
+    start_guarded(source, None).await
+}
+
+async fn start_guarded(source: Arc<dyn AdminSource>, token: Option<&str>) -> Server {
+    let token = token.map(str::to_owned);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local_addr").to_string();
     let (stop, stopped) = oneshot::channel::<()>();
-    let handle = tokio::spawn(serve(listener, source, async move {
+    let handle = tokio::spawn(serve(listener, source, token, async move {
         let _ = stopped.await;
     }));
     Server {
@@ -167,10 +172,12 @@ fn expect_http(result: Result<impl std::fmt::Debug, AdminError>, want: u16) -> S
 #[tokio::test]
 async fn status_round_trips() {
     let server = start().await;
-    let status = client::get_status(&server.addr).await.expect("status");
+    let status = client::get_status(&server.addr, None)
+        .await
+        .expect("status");
     assert_eq!(status, sample_status());
     // With an http:// prefix and a trailing slash too.
-    let again = client::get_status(&format!("http://{}/", server.addr))
+    let again = client::get_status(&format!("http://{}/", server.addr), None)
         .await
         .expect("status");
     assert_eq!(again, sample_status());
@@ -184,7 +191,9 @@ async fn status_round_trips() {
 #[tokio::test]
 async fn metrics_over_http() {
     let server = start().await;
-    let metrics = client::get_metrics(&server.addr).await.expect("metrics");
+    let metrics = client::get_metrics(&server.addr, None)
+        .await
+        .expect("metrics");
     assert_eq!(metrics, render_metrics(&sample_status()));
     let answer = raw_get(&server.addr, "GET", "/metrics").await;
     assert!(answer
@@ -288,7 +297,7 @@ fn label_values_are_escaped() {
 #[tokio::test]
 async fn ping_round_trips() {
     let server = start().await;
-    let report = client::ping(&server.addr, "n2", 5, 100)
+    let report = client::ping(&server.addr, None, "n2", 5, 100)
         .await
         .expect("ping");
     assert_eq!(
@@ -306,11 +315,11 @@ async fn ping_round_trips() {
         }
     );
     // Names are percent-encoded by the client and decoded by the server.
-    let odd = client::ping(&server.addr, "n 2&x=é", 1, 0)
+    let odd = client::ping(&server.addr, None, "n 2&x=é", 1, 0)
         .await
         .expect("ping");
     assert_eq!(odd.to, "n 2&x=é");
-    let failed = client::ping(&server.addr, "nobody", MAX_PING_COUNT, MAX_PING_SIZE)
+    let failed = client::ping(&server.addr, None, "nobody", MAX_PING_COUNT, MAX_PING_SIZE)
         .await
         .expect("ping");
     assert_eq!((failed.ok, failed.failed), (0, MAX_PING_COUNT));
@@ -323,18 +332,18 @@ async fn ping_round_trips() {
 #[tokio::test]
 async fn ping_with_bad_parameters_is_400() {
     let server = start().await;
-    let body = expect_http(client::ping(&server.addr, "n2", 0, 10).await, 400);
+    let body = expect_http(client::ping(&server.addr, None, "n2", 0, 10).await, 400);
     assert!(body.contains("count"), "{body}");
     expect_http(
-        client::ping(&server.addr, "n2", MAX_PING_COUNT + 1, 10).await,
+        client::ping(&server.addr, None, "n2", MAX_PING_COUNT + 1, 10).await,
         400,
     );
     let body = expect_http(
-        client::ping(&server.addr, "n2", 1, MAX_PING_SIZE + 1).await,
+        client::ping(&server.addr, None, "n2", 1, MAX_PING_SIZE + 1).await,
         400,
     );
     assert!(body.contains("size"), "{body}");
-    expect_http(client::ping(&server.addr, "", 1, 1).await, 400);
+    expect_http(client::ping(&server.addr, None, "", 1, 1).await, 400);
 
     for target in [
         "/ping",
@@ -411,7 +420,9 @@ async fn garbage_does_not_stop_the_server() {
     half.write_all(b"GET /sta").await.expect("write");
     drop(half);
 
-    let status = client::get_status(&server.addr).await.expect("status");
+    let status = client::get_status(&server.addr, None)
+        .await
+        .expect("status");
     assert_eq!(status.name, "n1");
     assert!(!server.handle.is_finished());
 }
@@ -428,7 +439,7 @@ async fn extra_connections_wait_for_a_permit() {
     // Let the server accept them all.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let addr = server.addr.clone();
-    let mut waiting = tokio::spawn(async move { client::get_status(&addr).await });
+    let mut waiting = tokio::spawn(async move { client::get_status(&addr, None).await });
     let early = tokio::time::timeout(Duration::from_millis(300), &mut waiting).await;
     assert!(early.is_err(), "served although all permits were taken");
     drop(idle.pop());
@@ -458,17 +469,17 @@ async fn shutdown_makes_serve_return() {
         .expect("serve returns promptly")
         .expect("task");
     assert!(result.is_ok());
-    assert!(client::get_status(&server.addr).await.is_err());
+    assert!(client::get_status(&server.addr, None).await.is_err());
 }
 
 #[tokio::test]
 async fn client_errors() {
     assert!(matches!(
-        client::get_status("").await,
+        client::get_status("", None).await,
         Err(AdminError::InvalidAddress(_))
     ));
     assert!(matches!(
-        client::get_status("127.0.0.1:1/x").await,
+        client::get_status("127.0.0.1:1/x", None).await,
         Err(AdminError::InvalidAddress(_))
     ));
     // Nothing listens there any more.
@@ -476,7 +487,7 @@ async fn client_errors() {
     let addr = listener.local_addr().expect("addr").to_string();
     drop(listener);
     assert!(matches!(
-        client::get_metrics(&addr).await,
+        client::get_metrics(&addr, None).await,
         Err(AdminError::Io(_))
     ));
 }
@@ -597,7 +608,7 @@ async fn pings_in_progress_hold_at_most_their_budget() {
     for _ in 0..full {
         let addr = server.addr.clone();
         running.push(tokio::spawn(async move {
-            client::ping(&addr, "n2", 1, MAX_PING_SIZE).await
+            client::ping(&addr, None, "n2", 1, MAX_PING_SIZE).await
         }));
     }
     // Every one of them is inside the source, holding its bytes.
@@ -607,7 +618,7 @@ async fn pings_in_progress_hold_at_most_their_budget() {
         .expect("open")
         .forget();
     let body = expect_http(
-        client::ping(&server.addr, "n2", 1, MAX_PING_SIZE).await,
+        client::ping(&server.addr, None, "n2", 1, MAX_PING_SIZE).await,
         503,
     );
     assert!(body.contains("too many pings"), "{body}");
@@ -618,7 +629,7 @@ async fn pings_in_progress_hold_at_most_their_budget() {
     // The budget is back.
     go.add_permits(1);
     assert_eq!(
-        client::ping(&server.addr, "n2", 1, MAX_PING_SIZE)
+        client::ping(&server.addr, None, "n2", 1, MAX_PING_SIZE)
             .await
             .expect("ping")
             .ok,
@@ -654,4 +665,41 @@ async fn one_address_cannot_take_every_admin_connection() {
         .expect("read");
     assert!(answer.starts_with(b"HTTP/1.1 200 OK"));
     drop(idle);
+}
+
+#[tokio::test]
+async fn a_token_guards_every_route() {
+    let server = start_guarded(
+        Arc::new(Fake {
+            status: sample_status(),
+        }),
+        Some("s3cret"),
+    )
+    .await;
+    let body = expect_http(client::get_status(&server.addr, None).await, 401);
+    assert!(body.contains("token"), "{body}");
+    expect_http(client::get_status(&server.addr, Some("s3cres")).await, 401);
+    expect_http(client::get_metrics(&server.addr, Some("")).await, 401);
+    expect_http(client::ping(&server.addr, None, "n2", 1, 1).await, 401);
+    let answer = raw_get(&server.addr, "GET", "/status").await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{answer}"
+    );
+    assert_eq!(
+        client::get_status(&server.addr, Some("s3cret"))
+            .await
+            .expect("status"),
+        sample_status()
+    );
+    assert_eq!(
+        client::ping(&server.addr, Some("s3cret"), "n2", 2, 8)
+            .await
+            .expect("ping")
+            .ok,
+        2
+    );
 }

@@ -125,6 +125,10 @@ pub struct NodeConfig {
     /// endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin: Option<SocketAddr>,
+    /// A secret every admin request must carry (`Authorization: Bearer <token>`); none means
+    /// no check. Required when `admin` is not a loopback address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<String>,
     /// The cluster secret; both ends of every connection must know it (not empty; the default
     /// is refused unless the node listens on a loopback address).
     pub cookie: String,
@@ -144,6 +148,7 @@ impl Default for NodeConfig {
             name: "maquis".into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin: None,
+            admin_token: None,
             cookie: DEFAULT_COOKIE.into(),
             peers: Vec::new(),
             mailbox_capacity: 1024,
@@ -171,6 +176,20 @@ impl NodeConfig {
                     self.listen
                 ),
             ));
+        }
+        if self.admin_token.as_deref() == Some("") {
+            return Err(invalid("node.admin_token", "must not be empty when set"));
+        }
+        if let Some(admin) = self.admin {
+            if !admin.ip().is_loopback() && self.admin_token.is_none() {
+                return Err(invalid(
+                    "node.admin_token",
+                    format!(
+                        "required when the admin endpoint listens on {admin}, which is not a \
+                         loopback address: set node.admin_token (MAQUIS_NODE_ADMIN_TOKEN)"
+                    ),
+                ));
+            }
         }
         if self.mailbox_capacity == 0 {
             return Err(invalid("node.mailbox_capacity", "must be at least 1"));

@@ -619,3 +619,21 @@ fn the_default_cookie_only_on_loopback_and_handshake_limits_in_range() {
     c.transport.unauthenticated_timeout_ms = 0;
     assert!(c.validate().is_err());
 }
+
+#[test]
+fn an_admin_endpoint_beyond_loopback_needs_a_token() {
+    let mut c = Config::new("n");
+    c.node.admin = Some("127.0.0.1:9000".parse().unwrap());
+    c.validate().unwrap();
+    c.node.admin = Some("0.0.0.0:9000".parse().unwrap());
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.starts_with("node.admin_token:"), "{err}");
+    assert!(err.contains("MAQUIS_NODE_ADMIN_TOKEN"), "{err}");
+    c.node.admin_token = Some("t0ken".into());
+    c.validate().unwrap();
+    c.node.admin_token = Some(String::new());
+    assert!(c.validate().is_err(), "an empty token is no token");
+    let c = Config::from_toml("[node]\nadmin = \"10.0.0.1:9000\"\nadmin_token = \"x\"\n").unwrap();
+    assert_eq!(c.node.admin_token.as_deref(), Some("x"));
+    c.validate().unwrap();
+}

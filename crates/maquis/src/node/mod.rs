@@ -194,10 +194,16 @@ impl Node {
         if let Some(listener) = admin {
             let source: Arc<dyn crate::admin::AdminSource> = Arc::new(node.clone());
             let stop = node.inner.router.shutdown.clone();
+            let token = node.inner.config.node.admin_token.clone();
             tokio::spawn(async move {
                 if let Err(e) =
-                    crate::admin::serve(listener, source, async move { stop.cancelled().await })
-                        .await
+                    crate::admin::serve(
+                        listener,
+                        source,
+                        token,
+                        async move { stop.cancelled().await },
+                    )
+                    .await
                 {
                     tracing::error!(error = %e, "admin server stopped");
                 }
