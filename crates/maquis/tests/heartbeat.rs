@@ -5,23 +5,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use common::*;
-use maquis::{LaneId, MembershipEvent, NodeId, OverlayKind};
-use maquis_proto::wire::handshake::{self, HandshakeDecoder, HandshakeMsg};
-use maquis_proto::wire::StreamDecoder;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use maquis::{MembershipEvent, NodeId, OverlayKind};
+use maquis_proto::wire::handshake::HandshakeMsg;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-
-async fn read_msg(s: &mut TcpStream) -> HandshakeMsg {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).await.unwrap();
-    let n = u32::from_be_bytes(len) as usize;
-    let mut buf = BytesMut::from(&len[..]);
-    buf.resize(4 + n, 0);
-    s.read_exact(&mut buf[4..]).await.unwrap();
-    HandshakeDecoder.decode(&mut buf).unwrap().unwrap()
-}
 
 /// A node "ghost" that passes the handshake on a's membership lane and then does only what the
 /// test makes it do. Its advertised address accepts connections and never answers, so its
@@ -35,44 +23,11 @@ async fn ghost(a: &maquis::Node, events: &mut Events) -> (TcpStream, tokio::task
             held.push(s);
         }
     });
-    let mut s = TcpStream::connect(a.addr()).await.unwrap();
-    let lane = LaneId::new("membership", 0);
-    let nonce = handshake::new_nonce();
-    let hello = HandshakeMsg::Hello {
-        magic: handshake::MAGIC,
-        version: handshake::VERSION,
-        node: ghost.clone(),
-        lane: lane.clone(),
-        nonce,
-        channels: vec![("membership".into(), 1), ("default".into(), 1)],
-        max_frame: 1 << 20,
-    };
-    s.write_all(&handshake::encode_handshake(&hello).unwrap())
-        .await
-        .unwrap();
-    let HandshakeMsg::Challenge {
-        node: acceptor,
-        nonce: theirs,
-        max_frame,
-    } = read_msg(&mut s).await
-    else {
-        panic!("expected a challenge")
-    };
+    let (mut s, transcript) = raw::hello(a.addr(), ghost, "membership").await;
     let cookie = b"test-cookie";
-    let transcript = handshake::Transcript {
-        dialer: ghost.clone(),
-        acceptor,
-        lane,
-        dialer_nonce: nonce,
-        acceptor_nonce: theirs,
-        dialer_max_frame: 1 << 20,
-        acceptor_max_frame: max_frame,
-    };
     let proof = transcript.dialer_proof(cookie);
-    s.write_all(&handshake::encode_handshake(&HandshakeMsg::Response { proof }).unwrap())
-        .await
-        .unwrap();
-    let HandshakeMsg::Accepted { proof } = read_msg(&mut s).await else {
+    raw::write_msg(&mut s, &HandshakeMsg::Response { proof }).await;
+    let HandshakeMsg::Accepted { proof } = raw::read_msg(&mut s).await else {
         panic!("expected the lane to be accepted")
     };
     assert!(transcript.verify_acceptor(cookie, &proof));

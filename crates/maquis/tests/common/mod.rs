@@ -1,6 +1,8 @@
 //! Helpers shared by the multi-node tests.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 
