@@ -30,7 +30,7 @@ async fn a_stranger_gets_nothing_to_test_cookie_guesses_against() {
         raw::read_msg(&mut s).await,
         HandshakeMsg::Rejected {
             code: RejectCode::Auth,
-            detail: "authentication failed".into(),
+            detail: "the proof of the cookie does not check".into(),
             proof: None,
         }
     );

@@ -355,7 +355,7 @@ impl Acceptor {
                     return AcceptorStep::Refuse {
                         reply: Some(HandshakeMsg::Rejected {
                             code: RejectCode::Auth,
-                            detail: "authentication failed".into(),
+                            detail: "the proof of the cookie does not check".into(),
                             proof: None,
                         }),
                         error: HandshakeError::Auth(dialer.to_string()),
@@ -534,7 +534,7 @@ mod tests {
             reply,
             Some(HandshakeMsg::Rejected {
                 code: RejectCode::Auth,
-                detail: "authentication failed".into(),
+                detail: "the proof of the cookie does not check".into(),
                 proof: None,
             })
         );

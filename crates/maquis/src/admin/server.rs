@@ -191,8 +191,8 @@ async fn serve_connection(
         let token = token.clone();
         async move {
             if let Some(token) = token {
-                if !authorized(&req, &token) {
-                    return Ok::<_, Infallible>(unauthorized());
+                if let Some(why) = authorized(&req, &token) {
+                    return Ok::<_, Infallible>(unauthorized(why));
                 }
             }
             Ok::<_, Infallible>(handle(req, source, pings).await)
@@ -227,24 +227,24 @@ async fn serve_connection(
 
 type Answer = Response<Full<Bytes>>;
 
-/// Whether the request carries `Authorization: Bearer <token>` (compared in constant time).
-fn authorized(req: &Request<Incoming>, token: &str) -> bool {
-    let Some(given) = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-    else {
-        return false;
+/// `None` if the request carries `Authorization: Bearer <token>` (the scheme in any case, the
+/// token compared in constant time), else why not.
+fn authorized(req: &Request<Incoming>, token: &str) -> Option<&'static str> {
+    let Some(value) = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes()) else {
+        return Some("this endpoint needs its token: Authorization: Bearer <token>");
+    };
+    let given = match value.split_at_checked(7) {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"bearer ") => rest,
+        _ => return Some("the Authorization header is not `Bearer <token>`"),
     };
     let want = token.as_bytes();
-    given.len() == want.len() && given.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+    let same =
+        given.len() == want.len() && given.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0;
+    (!same).then_some("wrong token")
 }
 
-fn unauthorized() -> Answer {
-    let mut response = text(
-        StatusCode::UNAUTHORIZED,
-        "this endpoint needs its token: Authorization: Bearer <token>",
-    );
+fn unauthorized(why: &'static str) -> Answer {
+    let mut response = text(StatusCode::UNAUTHORIZED, why);
     response
         .headers_mut()
         .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

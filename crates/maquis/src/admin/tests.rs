@@ -677,8 +677,16 @@ async fn a_token_guards_every_route() {
     )
     .await;
     let body = expect_http(client::get_status(&server.addr, None).await, 401);
-    assert!(body.contains("token"), "{body}");
-    expect_http(client::get_status(&server.addr, Some("s3cres")).await, 401);
+    assert!(body.contains("needs its token"), "{body}");
+    let body = expect_http(client::get_status(&server.addr, Some("s3cres")).await, 401);
+    assert!(body.contains("wrong token"), "{body}");
+    // The scheme's case does not matter.
+    let answer = raw(
+        &server.addr,
+        b"GET /status HTTP/1.1\r\nHost: x\r\nauthorization: bearer s3cret\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     expect_http(client::get_metrics(&server.addr, Some("")).await, 401);
     expect_http(client::ping(&server.addr, None, "n2", 1, 1).await, 401);
     let answer = raw_get(&server.addr, "GET", "/status").await;

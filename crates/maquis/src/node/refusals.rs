@@ -1,5 +1,7 @@
 //! The handshakes refused lately, by address and direction: what `/status` shows so that a
-//! wrong cookie or an incompatible configuration is visible without reading logs.
+//! wrong cookie or an incompatible configuration is visible without reading logs. A refusal
+//! by this node is counted by the other's IP address (each of its dials comes from another
+//! port); a refusal by the other node by the address this node dialed.
 //!
 //! The table holds at most [`MAX_REFUSALS`] entries; a refusal from a new address when it is
 //! full replaces the entry refused longest ago. Each entry keeps its count, the last reason and
@@ -24,20 +26,28 @@ struct Entry {
 /// Refused handshakes by (address, refused by this node).
 #[derive(Debug, Default)]
 pub(crate) struct Refusals {
-    table: Mutex<HashMap<(SocketAddr, bool), Entry>>,
+    table: Mutex<HashMap<(String, bool), Entry>>,
 }
 
 impl Refusals {
     /// Records a refusal at `now_us` (microseconds since the node started).
     pub(crate) fn record(&self, addr: SocketAddr, incoming: bool, reason: &str, now_us: u64) {
+        let key = if incoming {
+            (addr.ip().to_string(), true)
+        } else {
+            (addr.to_string(), false)
+        };
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if !t.contains_key(&(addr, incoming)) && t.len() >= MAX_REFUSALS {
-            let oldest = t.iter().min_by_key(|(_, e)| e.last_us).map(|(k, _)| *k);
+        if !t.contains_key(&key) && t.len() >= MAX_REFUSALS {
+            let oldest = t
+                .iter()
+                .min_by_key(|(_, e)| e.last_us)
+                .map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 t.remove(&k);
             }
         }
-        let e = t.entry((addr, incoming)).or_insert(Entry {
+        let e = t.entry(key).or_insert(Entry {
             count: 0,
             reason: String::new(),
             last_us: now_us,
@@ -55,7 +65,7 @@ impl Refusals {
         let mut v: Vec<_> = t
             .iter()
             .map(|((addr, incoming), e)| RefusalStatus {
-                addr: addr.to_string(),
+                addr: addr.clone(),
                 by_us: *incoming,
                 count: e.count,
                 reason: e.reason.clone(),
@@ -76,22 +86,30 @@ mod tests {
         let r = Refusals::default();
         let a: SocketAddr = "10.0.0.1:7000".parse().unwrap();
         r.record(a, true, "authentication failed", 1_000);
-        r.record(a, true, "authentication failed", 2_000);
+        // The same node dialing again, from another port: the same row.
+        r.record(
+            "10.0.0.1:41234".parse().unwrap(),
+            true,
+            "authentication failed",
+            2_000,
+        );
         r.record(a, false, "incompatible configuration", 3_000);
         let s = r.snapshot(5_000);
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].by_us, s[0].count, s[0].ago_ms), (false, 1, 2));
+        assert_eq!(s[0].addr, "10.0.0.1:7000");
         assert_eq!((s[1].by_us, s[1].count, s[1].ago_ms), (true, 2, 3));
-        for i in 0..(MAX_REFUSALS as u16 + 10) {
-            let addr = SocketAddr::from(([10, 0, 1, 1], 1000 + i));
-            r.record(addr, true, "x", 10_000 + 1_000 * u64::from(i));
+        assert_eq!(s[1].addr, "10.0.0.1");
+        for i in 0..(MAX_REFUSALS as u8 + 10) {
+            let addr = SocketAddr::from(([10, 0, 1, i], 7000));
+            r.record(addr, false, "x", 10_000 + 1_000 * u64::from(i));
         }
         let s = r.snapshot(100_000);
         assert_eq!(s.len(), MAX_REFUSALS, "bounded");
         assert!(
-            s.iter().all(|e| e.addr != a.to_string()),
+            s.iter().all(|e| !e.addr.starts_with("10.0.0.1")),
             "the oldest went first"
         );
-        assert_eq!(s[0].addr, "10.0.1.1:1041");
+        assert_eq!(s[0].addr, "10.0.1.41:7000");
     }
 }
