@@ -194,3 +194,32 @@ async fn refs_are_keys() {
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_actor_can_be_watched_by_name() {
+    let nodes = cluster("byname", 2, |c| c).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let limit = Duration::from_secs(5);
+    let actor = spawn_mortal(b);
+    b.register("mortal", &actor).unwrap();
+    let by_name = a.remote::<Life>("byname2", "mortal").unwrap();
+    let watch = a.monitor(&by_name);
+    // The watch is set up on the lane the ref's messages take, so it is in place first.
+    by_name.send(Life::Noop).await.unwrap();
+    by_name.send(Life::Stop).await.unwrap();
+    assert_eq!(
+        tokio::time::timeout(limit, watch).await.unwrap(),
+        DownReason::Stopped
+    );
+    // A name nobody has.
+    let nobody = a.remote::<Life>("byname2", "nobody").unwrap();
+    assert_eq!(
+        tokio::time::timeout(limit, a.monitor(&nobody))
+            .await
+            .unwrap(),
+        DownReason::NoProc
+    );
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}

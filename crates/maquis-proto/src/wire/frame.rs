@@ -128,19 +128,20 @@ pub enum ActorHeader {
         /// The fingerprint of the reply's type (0: unchecked or no payload).
         ty: u64,
     },
-    /// Asks the receiving node to report when actor `target` goes down.
+    /// Asks the receiving node to report when actor `target` goes down (a name is resolved
+    /// when the request arrives).
     Monitor {
-        /// The watching actor on the sending node.
+        /// The watch on the sending node.
         watch: u64,
-        /// The watched actor on the receiving node.
-        target: u64,
+        /// The watched actor on the receiving node, by id or by registered name.
+        target: Dest,
     },
     /// Cancels an [`ActorHeader::Monitor`].
     Demonitor {
-        /// The watching actor on the sending node.
+        /// The watch on the sending node.
         watch: u64,
-        /// The watched actor on the receiving node.
-        target: u64,
+        /// The watched actor on the receiving node, as in the `Monitor`.
+        target: Dest,
     },
     /// Reports that a monitored actor went down.
     Down {
@@ -335,10 +336,14 @@ mod tests {
                 ),
                 (any::<u64>(), status, any::<u64>())
                     .prop_map(|(call, status, ty)| ActorHeader::Reply { call, status, ty }),
-                (any::<u64>(), any::<u64>())
-                    .prop_map(|(watch, target)| ActorHeader::Monitor { watch, target }),
-                (any::<u64>(), any::<u64>())
-                    .prop_map(|(watch, target)| ActorHeader::Demonitor { watch, target }),
+                (any::<u64>(), any::<u64>()).prop_map(|(watch, id)| ActorHeader::Monitor {
+                    watch,
+                    target: Dest::Id(id)
+                }),
+                (any::<u64>(), ".{0,20}").prop_map(|(watch, name)| ActorHeader::Demonitor {
+                    watch,
+                    target: Dest::Name(name)
+                }),
                 (any::<u64>(), any::<u64>(), reason).prop_map(|(watch, target, reason)| {
                     ActorHeader::Down {
                         watch,

@@ -106,12 +106,13 @@ impl Actors {
 
     /// Sends a watch request on the lane the current actor's messages to `target` take, so a
     /// monitor set up before a send is in place when that message arrives.
-    pub(crate) fn send_monitor(&self, to: &NodeId, watch: u64, target: ActorId) {
-        self.send_watch(to, target, ActorHeader::Monitor { watch, target });
+    pub(crate) fn send_monitor(&self, to: &NodeId, watch: u64, target: Dest) {
+        let receiver = hash_of(&target);
+        self.send_watch(to, receiver, ActorHeader::Monitor { watch, target });
     }
 
-    fn send_watch(&self, to: &NodeId, target: ActorId, header: ActorHeader) {
-        let receiver = hash_of(&Dest::Id(target));
+    /// `receiver`: the hash of the watched actor's `Dest`, which picks the lane its messages take.
+    fn send_watch(&self, to: &NodeId, receiver: u64, header: ActorHeader) {
         self.router
             .send_ordered(to, current_actor(), receiver, header);
     }
@@ -120,14 +121,26 @@ impl Actors {
     pub(crate) fn demonitor(&self, watch: u64, target: &WatchTarget) {
         match target {
             WatchTarget::Local(id) => self.registry.unwatch(*id, watch),
-            WatchTarget::Actor(node, id) => {
+            WatchTarget::Actor(node, target) => {
                 if self.monitors.remove(watch).is_some() {
-                    self.send_watch(node, *id, ActorHeader::Demonitor { watch, target: *id });
+                    let header = ActorHeader::Demonitor {
+                        watch,
+                        target: target.clone(),
+                    };
+                    self.send_watch(node, hash_of(target), header);
                 }
             }
             WatchTarget::Node(_) => {
                 self.monitors.remove(watch);
             }
+        }
+    }
+
+    /// The local actor a `Dest` names now.
+    fn resolve(&self, to: &Dest) -> Option<ActorId> {
+        match to {
+            Dest::Id(id) => Some(*id),
+            Dest::Name(n) => self.registry.resolve(n),
         }
     }
 
@@ -226,12 +239,19 @@ impl Actors {
                     node: from.clone(),
                     watch,
                 };
-                if self.registry.watch(target, w).is_err() {
-                    self.router
-                        .send_down(from, watch, target, DownReason::NoProc);
+                match self.resolve(&target) {
+                    Some(id) if self.registry.watch(id, w).is_ok() => {}
+                    id => {
+                        let id = id.unwrap_or(0);
+                        self.router.send_down(from, watch, id, DownReason::NoProc);
+                    }
                 }
             }
-            ActorHeader::Demonitor { watch, target } => self.registry.unwatch(target, watch),
+            ActorHeader::Demonitor { watch, target } => {
+                if let Some(id) = self.resolve(&target) {
+                    self.registry.unwatch(id, watch);
+                }
+            }
             ActorHeader::Down { watch, reason, .. } => self.monitors.fire(watch, reason),
         }
     }

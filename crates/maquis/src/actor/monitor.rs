@@ -12,15 +12,15 @@ use tokio::sync::oneshot;
 use super::actors::Actors;
 use super::ActorId;
 use crate::id::NodeId;
-use crate::wire::frame::DownReason;
+use crate::wire::frame::{Dest, DownReason};
 
 /// What a remote (or node) monitor watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum WatchTarget {
     /// A whole node.
     Node(NodeId),
-    /// An actor on another node.
-    Actor(NodeId, ActorId),
+    /// An actor on another node, by id or by name.
+    Actor(NodeId, Dest),
     /// A local actor (its watcher sits in the registry).
     Local(ActorId),
 }

@@ -514,9 +514,10 @@ impl Node {
         ))
     }
 
-    /// Watches an actor: the monitor resolves when it stops (`Stopped`), does not exist
-    /// (`NoProc`), or its node goes down (`NodeDown`). Refs by name are resolved on the spot
-    /// for local actors; a remote ref by name resolves with `NoProc` (monitor an id ref).
+    /// Watches an actor: the monitor resolves when it stops (`Stopped`, `Panicked`), does not
+    /// exist (`NoProc`), or its node goes down (`NodeDown`). A ref by name is resolved when the
+    /// watch is set up (here for a local actor, on arrival at its node for a remote one): the
+    /// monitor watches the actor that has the name then.
     pub fn monitor<M: Message>(&self, actor: &ActorRef<M>) -> Monitor {
         let actors = &self.inner.actors;
         let watch = actors.monitors.next_id();
@@ -561,21 +562,11 @@ impl Node {
             };
         }
         let node = actor.node().clone();
-        let Some(id) = actor.id() else {
-            let _ = tx.send(DownReason::NoProc);
-            return Monitor {
-                rx,
-                watch,
-                target: WatchTarget::Actor(node, 0),
-                rt,
-                done: false,
-            };
-        };
-        let target = WatchTarget::Actor(node.clone(), id);
+        let target = WatchTarget::Actor(node.clone(), actor.to.clone());
         let reachable = self.watchable(&node);
         if reachable {
             actors.monitors.add(watch, target.clone(), tx);
-            actors.send_monitor(&node, watch, id);
+            actors.send_monitor(&node, watch, actor.to.clone());
         } else {
             let _ = tx.send(DownReason::NodeDown);
         }
