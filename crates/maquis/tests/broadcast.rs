@@ -94,3 +94,42 @@ async fn a_full_subscription_drops_the_oldest_and_counts() {
     a.shutdown().await;
     assert_eq!(slow.recv().await, None, "ends when the node stops");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_refuses_broadcasts_of_another_type() {
+    let nodes = cluster("bty", 2, |c| c).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    // Same shape on the wire as (String, u32), other names: postcard alone would decode it.
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Tagged {
+        who: String,
+        n: u32,
+    }
+    let mut pairs: Subscription<(String, u32)> = b.subscribe_topic("t");
+    let mut tagged: Subscription<Tagged> = b.subscribe_topic("t");
+    a.broadcast("t", &("a".to_string(), 1u32)).await.unwrap();
+    a.broadcast(
+        "t",
+        &Tagged {
+            who: "a".into(),
+            n: 2,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(next(&mut pairs).await, ("a".to_string(), 1));
+    assert_eq!(
+        next(&mut tagged).await,
+        Tagged {
+            who: "a".into(),
+            n: 2
+        }
+    );
+    // Each refused the other's message, before decoding it.
+    assert!(pairs.try_recv().is_none());
+    assert!(tagged.try_recv().is_none());
+    assert_eq!(b.counters().type_mismatch.get(), 2);
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}

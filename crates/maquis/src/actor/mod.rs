@@ -51,6 +51,7 @@ use serde::Serialize;
 pub use actor_ref::ActorRef;
 pub(crate) use actors::Actors;
 pub use call::ReplyTo;
+pub(crate) use fingerprint::{compatible, fingerprint};
 pub use monitor::Monitor;
 pub(crate) use monitor::WatchTarget;
 pub(crate) use scope::{decode_frame_in, decode_in, scope as scope_actor};

@@ -355,7 +355,9 @@ impl Node {
         if topic.as_str().starts_with(RESERVED_PREFIX) {
             return Err(BroadcastError::ReservedTopic(topic.to_string()));
         }
-        let payload = crate::encode(msg).map_err(|e| BroadcastError::Encode(e.to_string()))?;
+        // The message's type fingerprint first, so that subscribers of another type refuse it.
+        let mut payload = crate::actor::fingerprint::<M>().to_le_bytes().to_vec();
+        payload.extend(crate::encode(msg).map_err(|e| BroadcastError::Encode(e.to_string()))?);
         // The payload travels inside a protocol message: leave room for its envelope.
         let max = self
             .inner

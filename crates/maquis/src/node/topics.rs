@@ -14,8 +14,9 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 
 use super::inner::Inner;
-use crate::actor::{Actors, Message};
+use crate::actor::{compatible, fingerprint, Actors, Message};
 use crate::broadcast::Topic;
+use crate::throttle::Throttle;
 
 /// One subscriber's queue.
 pub(crate) struct SubQueue {
@@ -164,6 +165,25 @@ impl<M: Message> Subscription<M> {
     /// The next message if one is buffered, without waiting.
     pub fn try_recv(&mut self) -> Option<M> {
         while let Some(bytes) = self.queue.pop() {
+            // The sender's type fingerprint, then the message.
+            let sent = bytes
+                .get(..8)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(u64::from_le_bytes);
+            match sent {
+                Some(ty) if compatible(ty, fingerprint::<M>()) => {}
+                _ => {
+                    static WARN: Throttle = Throttle::new(std::time::Duration::from_secs(1));
+                    if let Some(actors) = self.actors.upgrade() {
+                        actors.router.counters.type_mismatch.inc();
+                    }
+                    if let Some(held) = WARN.allow() {
+                        tracing::warn!(topic = %self.topic, more_since_last = held, "broadcast of another type than the subscription takes; skipped");
+                    }
+                    continue;
+                }
+            }
+            let bytes = bytes.slice(8..);
             match crate::actor::decode_frame_in::<M>(&self.actors, &bytes) {
                 Ok(m) => return Some(m),
                 Err(e) => {
