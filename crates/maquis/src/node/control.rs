@@ -36,7 +36,6 @@ use crate::error::{ConnError, JoinError};
 use crate::id::{LaneId, NodeId, MEMBERSHIP_CHANNEL};
 use crate::membership::{Disconnect, Membership, MembershipEvent, Output, Protocol};
 use crate::overlay::Liveness;
-use crate::throttle::Throttle;
 use crate::transport::{conn, Host};
 use crate::wire::frame::Header;
 
@@ -438,7 +437,6 @@ fn spawn_dial(
         let min = Duration::from_millis(inner.config.transport.reconnect_min_ms);
         let max = Duration::from_millis(inner.config.transport.reconnect_max_ms);
         let mut delay = min;
-        let warn = Throttle::new(Duration::from_secs(60));
         let result = loop {
             let attempt = tokio::select! {
                 _ = inner.router.shutdown.cancelled() => return,
@@ -478,9 +476,8 @@ fn spawn_dial(
                         // A wrong cookie or configuration will not pass by itself: say so
                         // loudly (once a minute per contact), and go on trying, as the other
                         // node may be reconfigured.
-                        inner.on_refused(addr, false, &e.to_string());
-                        if let Some(held) = warn.allow() {
-                            tracing::warn!(%addr, reason = %e, more_since_last = held, "join refused; retrying");
+                        if let Some(refusals) = inner.on_refused(addr, false, &e.to_string()) {
+                            tracing::warn!(%addr, reason = %e, refusals, "join refused; retrying");
                         }
                     } else {
                         tracing::debug!(%addr, error = %e, "join attempt failed; retrying");
@@ -493,7 +490,8 @@ fn spawn_dial(
                 }
                 Err(e) => {
                     if e.is_refusal() {
-                        inner.on_refused(addr, false, &e.to_string());
+                        // The caller hears of it (and the control loop logs a failed join).
+                        let _ = inner.on_refused(addr, false, &e.to_string());
                     }
                     break Err(e.to_string());
                 }

@@ -61,9 +61,9 @@ impl Host for Inner {
         self.handle_frame(peer, frame).await
     }
 
-    fn on_refused(&self, addr: std::net::SocketAddr, incoming: bool, reason: &str) {
+    fn on_refused(&self, addr: std::net::SocketAddr, incoming: bool, reason: &str) -> Option<u64> {
         self.refusals
-            .record(addr, incoming, reason, self.router.now_us());
+            .record(addr, incoming, reason, self.router.now_us())
     }
 
     async fn on_lane(&self, event: LaneEvent) {

@@ -16,11 +16,19 @@ use crate::admin::RefusalStatus;
 /// Entries the table keeps.
 pub(crate) const MAX_REFUSALS: usize = 32;
 
+/// A warning about one entry at most this often: its first refusal, then a line a minute with
+/// the count since the last one.
+const LOG_EVERY_US: u64 = 60_000_000;
+
 #[derive(Debug)]
 struct Entry {
     count: u64,
     reason: String,
     last_us: u64,
+    /// When a warning about it was last logged.
+    logged_us: Option<u64>,
+    /// Refusals since then.
+    unlogged: u64,
 }
 
 /// Refused handshakes by (address, refused by this node).
@@ -30,8 +38,16 @@ pub(crate) struct Refusals {
 }
 
 impl Refusals {
-    /// Records a refusal at `now_us` (microseconds since the node started).
-    pub(crate) fn record(&self, addr: SocketAddr, incoming: bool, reason: &str, now_us: u64) {
+    /// Records a refusal at `now_us` (microseconds since the node started). `Some(n)` when a
+    /// warning about it is due — the first refusal of its address and direction, then at most
+    /// one a minute — with the refusals it covers.
+    pub(crate) fn record(
+        &self,
+        addr: SocketAddr,
+        incoming: bool,
+        reason: &str,
+        now_us: u64,
+    ) -> Option<u64> {
         let key = if incoming {
             (addr.ip().to_string(), true)
         } else {
@@ -51,12 +67,23 @@ impl Refusals {
             count: 0,
             reason: String::new(),
             last_us: now_us,
+            logged_us: None,
+            unlogged: 0,
         });
         e.count += 1;
+        e.unlogged += 1;
         e.last_us = now_us;
         if e.reason != reason {
             e.reason = reason.to_string();
         }
+        let due = e
+            .logged_us
+            .is_none_or(|at| now_us.saturating_sub(at) >= LOG_EVERY_US);
+        if !due {
+            return None;
+        }
+        e.logged_us = Some(now_us);
+        Some(std::mem::take(&mut e.unlogged))
     }
 
     /// The entries, the most recent first, with their age at `now_us`.
@@ -82,18 +109,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_persistent_refusal_is_warned_about_once_a_minute() {
+        let r = Refusals::default();
+        let a: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+        assert_eq!(r.record(a, true, "x", 0), Some(1));
+        // Every 2 s for a minute: nothing, then one line covering them.
+        let mut lines = Vec::new();
+        for i in 1..=31u64 {
+            lines.extend(r.record(a, true, "x", i * 2_000_000));
+        }
+        assert_eq!(
+            lines,
+            vec![30],
+            "one line at 60 s, for the 30 refusals since the first"
+        );
+    }
+
+    #[test]
     fn counts_by_address_and_keeps_the_newest_when_full() {
         let r = Refusals::default();
         let a: SocketAddr = "10.0.0.1:7000".parse().unwrap();
-        r.record(a, true, "authentication failed", 1_000);
-        // The same node dialing again, from another port: the same row.
-        r.record(
-            "10.0.0.1:41234".parse().unwrap(),
-            true,
-            "authentication failed",
-            2_000,
+        assert_eq!(r.record(a, true, "authentication failed", 1_000), Some(1));
+        // The same node dialing again, from another port: the same row, no new warning.
+        let again: SocketAddr = "10.0.0.1:41234".parse().unwrap();
+        assert_eq!(r.record(again, true, "authentication failed", 2_000), None);
+        assert_eq!(
+            r.record(a, false, "incompatible configuration", 3_000),
+            Some(1)
         );
-        r.record(a, false, "incompatible configuration", 3_000);
         let s = r.snapshot(5_000);
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].by_us, s[0].count, s[0].ago_ms), (false, 1, 2));

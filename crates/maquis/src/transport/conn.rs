@@ -123,11 +123,14 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote
             tracing::debug!(%remote, error = %e, "incoming connection closed during the handshake");
         }
         Err(e) => {
+            // One line per source a minute at most (the host counts), and one a second for all
+            // sources together.
             static WARN: Throttle = Throttle::new(Duration::from_secs(1));
             inner.counters().handshake_failures.inc();
-            inner.on_refused(remote, true, &e.to_string());
-            if let Some(held) = WARN.allow() {
-                tracing::warn!(%remote, reason = %e, more_since_last = held, "incoming connection refused");
+            if let Some(refusals) = inner.on_refused(remote, true, &e.to_string()) {
+                if let Some(held) = WARN.allow() {
+                    tracing::warn!(%remote, reason = %e, refusals, other_lines_held = held, "incoming connection refused");
+                }
             }
         }
     }

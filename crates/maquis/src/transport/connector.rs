@@ -68,9 +68,10 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
             Err(e) => {
                 if e.is_refusal() {
                     static WARN: Throttle = Throttle::new(Duration::from_secs(1));
-                    inner.on_refused(peer.id.addr, false, &e.to_string());
-                    if let Some(held) = WARN.allow() {
-                        tracing::warn!(peer = %peer.id, reason = %e, more_since_last = held, "peer refused the connection");
+                    if let Some(refusals) = inner.on_refused(peer.id.addr, false, &e.to_string()) {
+                        if let Some(held) = WARN.allow() {
+                            tracing::warn!(peer = %peer.id, reason = %e, refusals, other_lines_held = held, "peer refused the connection");
+                        }
                     }
                 } else {
                     tracing::debug!(peer = %peer.id, lane = %lane.id, error = %e, "dial failed");

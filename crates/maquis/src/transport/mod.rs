@@ -100,6 +100,8 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// A lane changed.
     fn on_lane(&self, event: LaneEvent) -> impl Future<Output = ()> + Send;
     /// A handshake with `addr` was refused (by this node when `incoming`, else by the other):
-    /// a wrong cookie, an incompatible configuration, a refusal with a reason.
-    fn on_refused(&self, addr: SocketAddr, incoming: bool, reason: &str);
+    /// a wrong cookie, an incompatible configuration, a refusal with a reason. `Some(n)` when
+    /// a warning about it is due, covering `n` refusals (the host keeps one address from
+    /// filling the log).
+    fn on_refused(&self, addr: SocketAddr, incoming: bool, reason: &str) -> Option<u64>;
 }
