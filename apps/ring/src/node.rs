@@ -1,7 +1,7 @@
 //! Starting a ring node and using it: [`Ring::start`] gives a [`RingNode`].
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,21 +19,8 @@ use crate::object::Clock;
 use crate::ring::RingState;
 use crate::vnode::{vnode_name, vnode_opts, VnodeMsg, VNODE_CHANNEL};
 
-/// A monotonically increasing counter.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds one.
-    pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The value.
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+/// A monotonically increasing counter (the runtime's).
+pub use maquis::Counter;
 
 /// Request counters of a ring node.
 #[derive(Debug, Default)]

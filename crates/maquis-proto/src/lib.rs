@@ -30,6 +30,17 @@ pub mod wire;
 /// The buffer is sized exactly by a first counting pass, so a large payload is copied once
 /// (a growing buffer would copy it several times).
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
+    encode_after(&[], value)
+}
+
+/// [`encode`], after `prefix` in the same buffer (a header that travels with the value, written
+/// without a second copy of the value).
+pub fn encode_after<T: serde::Serialize>(
+    prefix: &[u8],
+    value: &T,
+) -> Result<Vec<u8>, postcard::Error> {
     let size = postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default())?;
-    postcard::to_io(value, Vec::with_capacity(size))
+    let mut buf = Vec::with_capacity(prefix.len() + size);
+    buf.extend_from_slice(prefix);
+    postcard::to_io(value, buf)
 }

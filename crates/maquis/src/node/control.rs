@@ -71,6 +71,10 @@ impl Retry {
     }
 }
 
+/// How long a peer closed on purpose keeps its connections: its queued frames are written, and
+/// what it still sends is read, before they are cut.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 /// A request to the control loop.
 pub(crate) enum Control {
     Join {
@@ -333,7 +337,7 @@ fn execute(d: &mut Driver, m: &mut Membership) {
                 if let MembershipEvent::Down(n) = &ev {
                     if inner.router.liveness == Liveness::Membership {
                         inner.router.counters.peers_down.inc();
-                        tracing::info!(node = %inner.id.name, member = %n, "member down");
+                        tracing::info!(node = %inner.router.id.name, member = %n, "member down");
                     }
                 }
                 let _ = inner.events.send(ev);
@@ -390,12 +394,7 @@ fn peer_down(d: &mut Driver, m: &mut Membership, peer: &NodeId, reason: &str) {
         if bye {
             // The peer closed it because its views changed: what is queued for it (replies,
             // forwarded messages) is still written, its end reads until it cuts the connection.
-            p.close.cancel();
-            let abort = p.abort.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                abort.cancel();
-            });
+            p.close_then_cut(CLOSE_GRACE);
         } else {
             p.abort.cancel();
         }
@@ -414,13 +413,7 @@ fn close_peer(inner: &Inner, id: &NodeId) {
     let removed = inner.router.remove_peer(id);
     if let Some(p) = removed {
         inner.router.send_control(&p, &Header::Bye, Bytes::new());
-        p.close.cancel();
-        // Give the writers time to drain, then cut whatever is left.
-        let abort = p.abort.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            abort.cancel();
-        });
+        p.close_then_cut(CLOSE_GRACE);
     }
 }
 
@@ -443,7 +436,7 @@ fn spawn_dial(
                 r = conn::dial(&*inner, addr, &lane, None) => r,
             };
             match attempt {
-                Ok(dialed) if dialed.node.name != inner.id.name => {
+                Ok(dialed) if dialed.node.name != inner.router.id.name => {
                     let id = dialed.node;
                     match inner.peer_get_or_create(&id) {
                         Ok(peer) => {

@@ -18,7 +18,7 @@ use crate::wire::frame::Frame;
 
 impl Host for Inner {
     fn id(&self) -> &NodeId {
-        &self.id
+        &self.router.id
     }
 
     fn cookie(&self) -> &[u8] {

@@ -31,8 +31,6 @@ use crate::wire::frame::{Frame, Header};
 
 /// The shared state of a running node.
 pub(crate) struct Inner {
-    /// This node.
-    pub(crate) id: NodeId,
     pub(crate) config: Config,
     pub(crate) cookie: Vec<u8>,
     /// Peers, routes and the frame path.
@@ -126,7 +124,7 @@ impl Inner {
                 lane,
                 actor,
             } => {
-                if to.name == self.id.name {
+                if to.name == self.router.id.name {
                     return self.actors.handle_routed(&to, &from, actor, payload).await;
                 }
                 self.router

@@ -66,7 +66,7 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Node({})", self.inner.id)
+        write!(f, "Node({})", self.inner.router.id)
     }
 }
 
@@ -166,7 +166,6 @@ impl Node {
         ));
         let actors = Arc::new(Actors::new(router.clone(), config.node.mailbox_capacity));
         let inner = Arc::new(Inner {
-            id: id.clone(),
             cookie: config.node.cookie.as_bytes().to_vec(),
             router,
             actors,
@@ -236,12 +235,12 @@ impl Node {
 
     /// This node's identity.
     pub fn id(&self) -> &NodeId {
-        &self.inner.id
+        &self.inner.router.id
     }
 
     /// The address the node listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.inner.id.addr
+        self.inner.router.id.addr
     }
 
     /// The address the admin endpoint listens on, if it has one.
@@ -356,8 +355,9 @@ impl Node {
             return Err(BroadcastError::ReservedTopic(topic.to_string()));
         }
         // The message's type fingerprint first, so that subscribers of another type refuse it.
-        let mut payload = crate::actor::fingerprint::<M>().to_le_bytes().to_vec();
-        payload.extend(crate::encode(msg).map_err(|e| BroadcastError::Encode(e.to_string()))?);
+        let ty = crate::actor::fingerprint::<M>().to_le_bytes();
+        let payload = maquis_proto::encode_after(&ty, msg)
+            .map_err(|e| BroadcastError::Encode(e.to_string()))?;
         // The payload travels inside a protocol message: leave room for its envelope.
         let max = self
             .inner
@@ -436,7 +436,11 @@ impl Node {
     {
         let actors = &self.inner.actors;
         let (id, rx) = actors.add::<M>();
-        let me = ActorRef::new(self.inner.id.clone(), Dest::Id(id), Arc::downgrade(actors));
+        let me = ActorRef::new(
+            self.inner.router.id.clone(),
+            Dest::Id(id),
+            Arc::downgrade(actors),
+        );
         let fut = f(Inbox {
             rx,
             me: me.clone(),
@@ -500,7 +504,7 @@ impl Node {
     pub fn whereis<M: Message>(&self, name: &str) -> Option<ActorRef<M>> {
         let id = self.inner.actors.registry.resolve(name)?;
         Some(ActorRef::new(
-            self.inner.id.clone(),
+            self.inner.router.id.clone(),
             Dest::Id(id),
             Arc::downgrade(&self.inner.actors),
         ))

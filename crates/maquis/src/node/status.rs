@@ -65,10 +65,10 @@ impl Node {
             ),
         ]);
         Status {
-            name: inner.id.name.clone(),
-            incarnation: inner.id.incarnation,
+            name: inner.router.id.name.clone(),
+            incarnation: inner.router.id.incarnation,
             overlay: inner.overlay_name.to_string(),
-            listen: inner.id.addr.to_string(),
+            listen: inner.router.id.addr.to_string(),
             members: self.members().into_iter().map(|m| m.name).collect(),
             peers,
             counters,

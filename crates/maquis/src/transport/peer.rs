@@ -59,6 +59,17 @@ impl Peer {
         self.up.load(Ordering::Acquire)
     }
 
+    /// Closes gracefully (the writers write what is queued, then shut their side) and cuts
+    /// both directions after `grace`, however far they got.
+    pub(crate) fn close_then_cut(&self, grace: std::time::Duration) {
+        self.close.cancel();
+        let abort = self.abort.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            abort.cancel();
+        });
+    }
+
     /// The largest frame the peer accepts, as far as this node knows.
     pub(crate) fn max_frame(&self) -> usize {
         usize::try_from(self.max_frame.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
