@@ -142,6 +142,24 @@ pub enum RegisterError {
     NotLocal,
 }
 
+/// Why two actors could not be linked, or an actor could not be stopped.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LinkError {
+    /// The actor that links (or is stopped) must be an actor of this node.
+    #[error("the actor is not on this node")]
+    NotLocal,
+    /// One of the actors does not exist (a remote one that does not is reported later, by
+    /// stopping the local end with `DownReason::Linked`).
+    #[error("no such actor")]
+    NoProc,
+    /// The other actor's node is not reachable now.
+    #[error("the other actor's node is not reachable")]
+    NodeDown,
+    /// One of the actors already has as many watchers and links as a node keeps for one actor.
+    #[error("too many watchers and links on one actor")]
+    WatcherLimit,
+}
+
 /// Why a connection was closed during or after its handshake.
 #[derive(Debug, Error)]
 pub(crate) enum ConnError {

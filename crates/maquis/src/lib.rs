@@ -42,6 +42,7 @@ pub mod payload;
 mod per_source;
 mod process;
 mod router;
+pub mod supervisor;
 mod throttle;
 mod transport;
 
@@ -73,7 +74,9 @@ pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, ConfigError, OverlayKind};
 pub use counters::{Counter, Counters};
 pub use dispatch::SendOpts;
-pub use error::{BroadcastError, CallError, JoinError, RegisterError, SendError, StartError};
+pub use error::{
+    BroadcastError, CallError, JoinError, LinkError, RegisterError, SendError, StartError,
+};
 pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
 pub use node::{Actor, Context, Inbox, MembershipEvent, Node, Subscription};
 pub use payload::Payload;

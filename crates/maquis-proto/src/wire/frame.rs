@@ -41,6 +41,39 @@ pub enum DownReason {
     NodeDown,
     /// The watched actor panicked; the panic's message.
     Panicked(String),
+    /// The actor was told to stop from outside: by its supervisor or `Node::stop_actor`.
+    Shutdown,
+    /// A linked actor went down (for any reason but `Stopped`); which one and why.
+    Linked(String),
+    /// The actor gave up, with its reason (a supervisor whose children restarted more often
+    /// than its intensity allows).
+    Failed(String),
+    /// The watch or link was refused: the actor already has as many watchers and links as a
+    /// node keeps for one actor.
+    WatcherLimit,
+}
+
+impl DownReason {
+    /// Whether an actor linked to one that went down for this reason goes down too: every
+    /// reason but `Stopped` (a normal end) does.
+    pub fn propagates(&self) -> bool {
+        !matches!(self, DownReason::Stopped)
+    }
+}
+
+impl std::fmt::Display for DownReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DownReason::Stopped => f.write_str("stopped"),
+            DownReason::NoProc => f.write_str("no such actor"),
+            DownReason::NodeDown => f.write_str("its node went down"),
+            DownReason::Panicked(m) => write!(f, "panicked: {m}"),
+            DownReason::Shutdown => f.write_str("shut down"),
+            DownReason::Linked(m) => write!(f, "linked: {m}"),
+            DownReason::Failed(m) => write!(f, "failed: {m}"),
+            DownReason::WatcherLimit => f.write_str("too many watchers and links"),
+        }
+    }
 }
 
 /// The outcome of a call.
@@ -150,6 +183,34 @@ pub enum ActorHeader {
         /// The watched actor on the sending node.
         target: u64,
         /// Why it went down.
+        reason: DownReason,
+    },
+    /// Links actor `from` on the sending node with actor `to` on the receiving node: when
+    /// either goes down for a reason that [propagates](DownReason::propagates), the other is
+    /// stopped. The receiver answers a missing `to` with an `Exit` (`NoProc`).
+    Link {
+        /// The link's id on the sending node (the link's initiator).
+        link: u64,
+        /// The linking actor on the sending node.
+        from: u64,
+        /// The linked actor on the receiving node, by id or by registered name.
+        to: Dest,
+    },
+    /// Removes a link without stopping anyone.
+    Unlink {
+        /// The link's id on its initiator.
+        link: u64,
+        /// Whether the sender is the link's initiator.
+        initiator: bool,
+    },
+    /// The sender's end of a link went down; the receiver's end stops unless `reason` is
+    /// `Stopped`.
+    Exit {
+        /// The link's id on its initiator.
+        link: u64,
+        /// Whether the sender is the link's initiator.
+        initiator: bool,
+        /// Why the sender's end went down.
         reason: DownReason,
     },
 }
@@ -321,6 +382,11 @@ mod tests {
                 Just(DownReason::Stopped),
                 Just(DownReason::NoProc),
                 Just(DownReason::NodeDown),
+                ".{0,20}".prop_map(DownReason::Panicked),
+                Just(DownReason::Shutdown),
+                ".{0,20}".prop_map(DownReason::Linked),
+                ".{0,20}".prop_map(DownReason::Failed),
+                Just(DownReason::WatcherLimit),
             ];
             let node = (".{0,20}", any::<u64>(), any::<u16>()).prop_map(|(name, inc, port)| {
                 crate::id::NodeId::new(name, ([127, 0, 0, 1], port).into(), inc)
@@ -344,10 +410,26 @@ mod tests {
                     watch,
                     target: Dest::Name(name)
                 }),
-                (any::<u64>(), any::<u64>(), reason).prop_map(|(watch, target, reason)| {
+                (any::<u64>(), any::<u64>(), reason.clone()).prop_map(|(watch, target, reason)| {
                     ActorHeader::Down {
                         watch,
                         target,
+                        reason,
+                    }
+                }),
+                (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(link, from, to)| {
+                    ActorHeader::Link {
+                        link,
+                        from,
+                        to: Dest::Id(to),
+                    }
+                }),
+                (any::<u64>(), any::<bool>())
+                    .prop_map(|(link, initiator)| ActorHeader::Unlink { link, initiator }),
+                (any::<u64>(), any::<bool>(), reason).prop_map(|(link, initiator, reason)| {
+                    ActorHeader::Exit {
+                        link,
+                        initiator,
                         reason,
                     }
                 }),

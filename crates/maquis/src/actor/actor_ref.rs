@@ -118,6 +118,11 @@ impl<M: Message> ActorRef<M> {
         }
     }
 
+    /// The same address without its message type (for tables of refs of several types).
+    pub(crate) fn erase(self) -> ActorRef<()> {
+        ActorRef::new(self.node, self.to, self.rt)
+    }
+
     /// The node the actor lives on.
     pub fn node(&self) -> &NodeId {
         &self.node

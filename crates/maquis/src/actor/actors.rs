@@ -10,15 +10,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::call::{CallOutcome, PendingCalls};
 use super::fingerprint::{compatible, fingerprint};
 use super::monitor::{Monitors, WatchTarget};
-use super::registry::{Delivery, ErasedMailbox, Mailbox, Registry, RemoteMsg, Watcher};
+use super::registry::{
+    Delivery, ErasedMailbox, Link, LinkKey, LinkRefused, Mailbox, Registry, RemoteMsg, WatchKey,
+    Watcher,
+};
 use super::scope::current_actor;
 use super::{ActorId, Message};
 use crate::dispatch::hash_of;
+use crate::error::LinkError;
 use crate::id::NodeId;
 use crate::router::Router;
 use crate::wire::frame::{ActorHeader, Dest, DownReason, ReplyStatus};
@@ -55,24 +59,118 @@ impl Actors {
         &self.router.id
     }
 
-    /// A new actor's id and its mailbox (registered).
-    pub(crate) fn add<M: Message>(&self) -> (ActorId, mpsc::Receiver<Delivery<M>>) {
+    /// A new actor's id, its mailbox and the signal that tells its task to end (registered).
+    pub(crate) fn add<M: Message>(
+        &self,
+    ) -> (
+        ActorId,
+        mpsc::Receiver<Delivery<M>>,
+        oneshot::Receiver<DownReason>,
+    ) {
         let id = self.next_actor.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::channel(self.mailbox_capacity);
+        let (exit_tx, exit_rx) = oneshot::channel();
         let mailbox = Mailbox {
             tx,
             ty: fingerprint::<M>(),
         };
         self.registry
-            .insert(id, Arc::new(mailbox) as Arc<dyn ErasedMailbox>);
-        (id, rx)
+            .insert(id, Arc::new(mailbox) as Arc<dyn ErasedMailbox>, exit_tx);
+        (id, rx, exit_rx)
     }
 
-    /// An actor ended (`Stopped`, or `Panicked`): it leaves the registry and its watchers hear
-    /// why.
+    /// An actor ended: it leaves the registry, its watchers hear why, and the other ends of its
+    /// links stop too unless it ended normally (`Stopped`).
     pub(crate) fn remove(&self, id: ActorId, reason: DownReason) {
-        let watchers = self.registry.remove(id);
-        self.notify_stopped(id, watchers, reason);
+        let removed = self.registry.remove(id);
+        // What linked actors are told: the first cause, not a chain of links.
+        let linked = match &reason {
+            DownReason::Linked(why) => DownReason::Linked(why.clone()),
+            other => DownReason::Linked(format!("actor #{id} on {}: {other}", self.id())),
+        };
+        for link in removed.links {
+            match link {
+                Link::Local(other) => {
+                    if reason.propagates() {
+                        self.registry.kill(other, linked.clone());
+                    }
+                }
+                Link::Remote(key) => {
+                    let header = ActorHeader::Exit {
+                        link: key.link,
+                        initiator: key.initiator_here,
+                        reason: if reason.propagates() {
+                            linked.clone()
+                        } else {
+                            DownReason::Stopped
+                        },
+                    };
+                    self.send_link_frame(&key.node, key.link, header);
+                }
+            }
+        }
+        self.notify_stopped(id, removed.watchers, reason);
+    }
+
+    /// Stops a local actor with `reason` (its task ends at its next await); false if there
+    /// is no such actor or it is already stopping.
+    pub(crate) fn kill(&self, id: ActorId, reason: DownReason) -> bool {
+        self.registry.kill(id, reason)
+    }
+
+    /// Links local actor `a` with actor `b` (on this node when `b_node` is this node).
+    pub(crate) fn link(&self, a: ActorId, b_node: &NodeId, b: &Dest) -> Result<(), LinkError> {
+        if b_node == self.id() {
+            let b = self.resolve(b).ok_or(LinkError::NoProc)?;
+            return self.registry.link_local(a, b).map_err(|e| match e {
+                LinkRefused::NoProc(_) => LinkError::NoProc,
+                LinkRefused::Limit => LinkError::WatcherLimit,
+            });
+        }
+        let link = self.monitors.next_id();
+        let key = LinkKey {
+            node: b_node.clone(),
+            link,
+            initiator_here: true,
+        };
+        self.registry
+            .link_remote(a, key, b.clone())
+            .map_err(|e| match e {
+                LinkRefused::NoProc(_) => LinkError::NoProc,
+                LinkRefused::Limit => LinkError::WatcherLimit,
+            })?;
+        let header = ActorHeader::Link {
+            link,
+            from: a,
+            to: b.clone(),
+        };
+        self.send_link_frame(b_node, link, header);
+        Ok(())
+    }
+
+    /// Removes the links between local actor `a` and actor `b`; whether there was one.
+    pub(crate) fn unlink(&self, a: ActorId, b_node: &NodeId, b: &Dest) -> bool {
+        if b_node == self.id() {
+            return self
+                .resolve(b)
+                .is_some_and(|b| self.registry.unlink_local(a, b));
+        }
+        let keys = self.registry.remote_links_to(a, b_node, b);
+        for key in &keys {
+            self.registry.unlink_remote(key);
+            let header = ActorHeader::Unlink {
+                link: key.link,
+                initiator: key.initiator_here,
+            };
+            self.send_link_frame(b_node, key.link, header);
+        }
+        !keys.is_empty()
+    }
+
+    /// Sends a link frame on the lane every frame of link `link` to `to` takes, so that a
+    /// `Link` and the `Exit` or `Unlink` that follows it arrive in order.
+    fn send_link_frame(&self, to: &NodeId, link: u64, header: ActorHeader) {
+        self.router.send_ordered(to, link, link, header);
     }
 
     /// Every actor is gone and every call fails (the node stops).
@@ -97,10 +195,14 @@ impl Actors {
         }
     }
 
-    /// A node is down or gone: its monitors fire, its watchers are forgotten, calls to it fail.
+    /// A node is down or gone: its monitors fire, its watchers are forgotten, calls to it fail,
+    /// and the local actors linked with its actors stop.
     pub(crate) fn node_gone(&self, node: &NodeId) {
         self.monitors.node_down(node);
-        self.registry.forget_node(node);
+        for id in self.registry.forget_node(node) {
+            self.registry
+                .kill(id, DownReason::Linked(format!("node {node} went down")));
+        }
         self.calls.fail_node(node);
     }
 
@@ -120,7 +222,7 @@ impl Actors {
     /// Cancels a watch.
     pub(crate) fn demonitor(&self, watch: u64, target: &WatchTarget) {
         match target {
-            WatchTarget::Local(id) => self.registry.unwatch(*id, watch),
+            WatchTarget::Local(id) => self.registry.unwatch(*id, &WatchKey::Local(watch)),
             WatchTarget::Actor(node, target) => {
                 if self.monitors.remove(watch).is_some() {
                     let header = ActorHeader::Demonitor {
@@ -240,19 +342,75 @@ impl Actors {
                     watch,
                 };
                 match self.resolve(&target) {
-                    Some(id) if self.registry.watch(id, w).is_ok() => {}
-                    id => {
-                        let id = id.unwrap_or(0);
-                        self.router.send_down(from, watch, id, DownReason::NoProc);
+                    Some(id) => {
+                        if let Err((_, reason)) = self.registry.watch(id, w) {
+                            self.router.send_down(from, watch, id, reason);
+                        }
                     }
+                    None => self.router.send_down(from, watch, 0, DownReason::NoProc),
                 }
             }
             ActorHeader::Demonitor { watch, target } => {
                 if let Some(id) = self.resolve(&target) {
-                    self.registry.unwatch(id, watch);
+                    self.registry
+                        .unwatch(id, &WatchKey::Remote(from.clone(), watch));
                 }
             }
             ActorHeader::Down { watch, reason, .. } => self.monitors.fire(watch, reason),
+            ActorHeader::Link {
+                link,
+                from: peer,
+                to,
+            } => {
+                let key = LinkKey {
+                    node: from.clone(),
+                    link,
+                    initiator_here: false,
+                };
+                let refused = match self.resolve(&to) {
+                    Some(id) => match self.registry.link_remote(id, key, Dest::Id(peer)) {
+                        Ok(()) => None,
+                        Err(LinkRefused::NoProc(_)) => Some(DownReason::NoProc),
+                        Err(LinkRefused::Limit) => Some(DownReason::WatcherLimit),
+                    },
+                    None => Some(DownReason::NoProc),
+                };
+                if let Some(reason) = refused {
+                    let header = ActorHeader::Exit {
+                        link,
+                        initiator: false,
+                        reason: DownReason::Linked(format!("{to:?} on {}: {reason}", self.id())),
+                    };
+                    self.send_link_frame(from, link, header);
+                }
+            }
+            ActorHeader::Unlink { link, initiator } => {
+                self.registry.unlink_remote(&LinkKey {
+                    node: from.clone(),
+                    link,
+                    initiator_here: !initiator,
+                });
+            }
+            ActorHeader::Exit {
+                link,
+                initiator,
+                reason,
+            } => {
+                let key = LinkKey {
+                    node: from.clone(),
+                    link,
+                    initiator_here: !initiator,
+                };
+                if let Some(id) = self.registry.unlink_remote(&key) {
+                    if reason.propagates() {
+                        let reason = match reason {
+                            DownReason::Linked(why) => DownReason::Linked(why),
+                            other => DownReason::Linked(format!("an actor on {from}: {other}")),
+                        };
+                        self.registry.kill(id, reason);
+                    }
+                }
+            }
         }
     }
 }

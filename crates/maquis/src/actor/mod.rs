@@ -54,7 +54,9 @@ pub use call::ReplyTo;
 pub(crate) use fingerprint::{compatible, fingerprint};
 pub use monitor::Monitor;
 pub(crate) use monitor::WatchTarget;
-pub(crate) use scope::{decode_frame_in, decode_in, scope as scope_actor};
+pub(crate) use scope::{
+    adopting, decode_frame_in, decode_in, note_spawn, scope as scope_actor, Adopted,
+};
 
 /// An actor's id, unique on its node for the node's life.
 pub(crate) type ActorId = u64;

@@ -1,4 +1,8 @@
-//! The table of local actors: mailboxes by id, names, and who watches whom.
+//! The table of local actors: mailboxes by id, names, who watches whom, and links.
+//!
+//! One actor keeps at most [`MAX_WATCHERS_PER_ACTOR`] watchers and links together: past that
+//! a new watch or link is refused (`DownReason::WatcherLimit`), so that no peer can grow an
+//! actor's entry without bound.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -11,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{ActorId, Message};
 use crate::error::RegisterError;
 use crate::id::NodeId;
-use crate::wire::frame::DownReason;
+use crate::wire::frame::{Dest, DownReason};
 
 /// A message that arrived from another node, still encoded.
 pub(crate) struct RemoteMsg {
@@ -68,16 +72,81 @@ pub(crate) enum Watcher {
     },
 }
 
+/// How many watchers and links one actor can have (local and remote together).
+pub(crate) const MAX_WATCHERS_PER_ACTOR: usize = 65_536;
+
+/// One end of a link with an actor on another node: the other node, the link's id on the node
+/// that made it, and whether that is this node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct LinkKey {
+    pub(crate) node: NodeId,
+    pub(crate) link: u64,
+    pub(crate) initiator_here: bool,
+}
+
+/// The other end of one of an actor's links.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Link {
+    /// An actor of this node.
+    Local(ActorId),
+    /// An actor on another node.
+    Remote(LinkKey),
+}
+
+/// A watcher's identity: a local monitor's watch id, or another node's and its watch id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WatchKey {
+    Local(u64),
+    Remote(NodeId, u64),
+}
+
+/// What an actor left behind when it was removed.
+#[derive(Default)]
+pub(crate) struct Removed {
+    pub(crate) watchers: Vec<Watcher>,
+    pub(crate) links: Vec<Link>,
+}
+
+/// Why a link could not be made.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum LinkRefused {
+    /// No such actor (the named one).
+    NoProc(ActorId),
+    /// An actor has too many watchers and links.
+    Limit,
+}
+
+impl Watcher {
+    fn key(&self) -> WatchKey {
+        match self {
+            Watcher::Local { watch, .. } => WatchKey::Local(*watch),
+            Watcher::Remote { node, watch } => WatchKey::Remote(node.clone(), *watch),
+        }
+    }
+}
+
 struct Entry {
     mailbox: std::sync::Arc<dyn ErasedMailbox>,
     names: Vec<String>,
-    watchers: Vec<Watcher>,
+    watchers: HashMap<WatchKey, Watcher>,
+    /// The other ends, with a remote one's name as it was given when linking.
+    links: HashMap<Link, Option<Dest>>,
+    /// Tells the actor's task to end, with the reason its watchers get.
+    exit: Option<oneshot::Sender<DownReason>>,
+}
+
+impl Entry {
+    fn full(&self) -> bool {
+        self.watchers.len() + self.links.len() >= MAX_WATCHERS_PER_ACTOR
+    }
 }
 
 #[derive(Default)]
 struct Tables {
     actors: HashMap<ActorId, Entry>,
     names: HashMap<String, ActorId>,
+    /// The local end of every link with another node's actor.
+    remote_links: HashMap<LinkKey, ActorId>,
 }
 
 /// Local actors by id and by name.
@@ -91,34 +160,153 @@ impl Registry {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn insert(&self, id: ActorId, mailbox: std::sync::Arc<dyn ErasedMailbox>) {
+    /// Adds an actor; `exit` is how its task is told to end.
+    pub(crate) fn insert(
+        &self,
+        id: ActorId,
+        mailbox: std::sync::Arc<dyn ErasedMailbox>,
+        exit: oneshot::Sender<DownReason>,
+    ) {
         self.lock().actors.insert(
             id,
             Entry {
                 mailbox,
                 names: Vec::new(),
-                watchers: Vec::new(),
+                watchers: HashMap::new(),
+                links: HashMap::new(),
+                exit: Some(exit),
             },
         );
     }
 
-    /// Removes an actor and returns who watched it.
-    pub(crate) fn remove(&self, id: ActorId) -> Vec<Watcher> {
+    /// Removes an actor and returns who watched it and what it was linked with (the other
+    /// local ends of its links forget it; the caller tells them and the remote ends).
+    pub(crate) fn remove(&self, id: ActorId) -> Removed {
         let mut t = self.lock();
         let Some(entry) = t.actors.remove(&id) else {
-            return Vec::new();
+            return Removed::default();
         };
         for n in &entry.names {
             t.names.remove(n);
         }
-        entry.watchers
+        for link in entry.links.keys() {
+            match link {
+                Link::Local(other) => {
+                    if let Some(e) = t.actors.get_mut(other) {
+                        e.links.remove(&Link::Local(id));
+                    }
+                }
+                Link::Remote(key) => {
+                    t.remote_links.remove(key);
+                }
+            }
+        }
+        Removed {
+            watchers: entry.watchers.into_values().collect(),
+            links: entry.links.into_keys().collect(),
+        }
     }
 
     /// Removes every actor (node shutdown): their mailboxes close and they stop.
     pub(crate) fn clear(&self) -> Vec<(ActorId, Vec<Watcher>)> {
         let mut t = self.lock();
         t.names.clear();
-        t.actors.drain().map(|(id, e)| (id, e.watchers)).collect()
+        t.remote_links.clear();
+        t.actors
+            .drain()
+            .map(|(id, e)| (id, e.watchers.into_values().collect()))
+            .collect()
+    }
+
+    /// Tells an actor's task to end with `reason`; false if there is no such actor or it was
+    /// already told.
+    pub(crate) fn kill(&self, id: ActorId, reason: DownReason) -> bool {
+        let exit = self.lock().actors.get_mut(&id).and_then(|e| e.exit.take());
+        match exit {
+            Some(tx) => tx.send(reason).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Links two local actors (again: nothing changes).
+    pub(crate) fn link_local(&self, a: ActorId, b: ActorId) -> Result<(), LinkRefused> {
+        let mut t = self.lock();
+        for x in [a, b] {
+            let e = t.actors.get(&x).ok_or(LinkRefused::NoProc(x))?;
+            if e.links
+                .contains_key(&Link::Local(if x == a { b } else { a }))
+            {
+                return Ok(());
+            }
+            if e.full() {
+                return Err(LinkRefused::Limit);
+            }
+        }
+        if a == b {
+            return Ok(());
+        }
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(e) = t.actors.get_mut(&x) {
+                e.links.insert(Link::Local(y), None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the link between two local actors; whether there was one.
+    pub(crate) fn unlink_local(&self, a: ActorId, b: ActorId) -> bool {
+        let mut t = self.lock();
+        let mut found = false;
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(e) = t.actors.get_mut(&x) {
+                found |= e.links.remove(&Link::Local(y)).is_some();
+            }
+        }
+        found
+    }
+
+    /// Records the local end (actor `id`) of a link with another node's actor `peer`.
+    pub(crate) fn link_remote(
+        &self,
+        id: ActorId,
+        key: LinkKey,
+        peer: Dest,
+    ) -> Result<(), LinkRefused> {
+        let mut t = self.lock();
+        let e = t.actors.get_mut(&id).ok_or(LinkRefused::NoProc(id))?;
+        if e.full() {
+            return Err(LinkRefused::Limit);
+        }
+        e.links.insert(Link::Remote(key.clone()), Some(peer));
+        t.remote_links.insert(key, id);
+        Ok(())
+    }
+
+    /// Forgets the local end of a link with another node's actor; the actor it belonged to.
+    pub(crate) fn unlink_remote(&self, key: &LinkKey) -> Option<ActorId> {
+        let mut t = self.lock();
+        let id = t.remote_links.remove(key)?;
+        if let Some(e) = t.actors.get_mut(&id) {
+            e.links.remove(&Link::Remote(key.clone()));
+        }
+        Some(id)
+    }
+
+    /// The links of actor `id` with actor `peer` on `node` (as it was named when linking).
+    pub(crate) fn remote_links_to(&self, id: ActorId, node: &NodeId, peer: &Dest) -> Vec<LinkKey> {
+        let t = self.lock();
+        let Some(e) = t.actors.get(&id) else {
+            return Vec::new();
+        };
+        e.links
+            .iter()
+            .filter_map(|(l, p)| match l {
+                Link::Remote(key) if &key.node == node && p.as_ref() == Some(peer) => {
+                    Some(key.clone())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     pub(crate) fn by_id(&self, id: ActorId) -> Option<std::sync::Arc<dyn ErasedMailbox>> {
@@ -163,22 +351,23 @@ impl Registry {
         self.lock().actors.len()
     }
 
-    /// Adds a watcher; gives it back if the actor does not exist.
-    pub(crate) fn watch(&self, id: ActorId, w: Watcher) -> Result<(), Watcher> {
+    /// Adds a watcher; gives it back with the reason if the actor does not exist (`NoProc`)
+    /// or has too many (`WatcherLimit`).
+    pub(crate) fn watch(&self, id: ActorId, w: Watcher) -> Result<(), (Watcher, DownReason)> {
         match self.lock().actors.get_mut(&id) {
+            Some(e) if e.full() => Err((w, DownReason::WatcherLimit)),
             Some(e) => {
-                e.watchers.push(w);
+                e.watchers.insert(w.key(), w);
                 Ok(())
             }
-            None => Err(w),
+            None => Err((w, DownReason::NoProc)),
         }
     }
 
-    pub(crate) fn unwatch(&self, id: ActorId, watch: u64) {
+    /// Removes a watcher.
+    pub(crate) fn unwatch(&self, id: ActorId, key: &WatchKey) {
         if let Some(e) = self.lock().actors.get_mut(&id) {
-            e.watchers.retain(|w| match w {
-                Watcher::Local { watch: x, .. } | Watcher::Remote { watch: x, .. } => *x != watch,
-            });
+            e.watchers.remove(key);
         }
     }
 
@@ -189,18 +378,34 @@ impl Registry {
             .values()
             .map(|e| {
                 e.watchers
-                    .iter()
-                    .filter(|w| matches!(w, Watcher::Remote { .. }))
+                    .keys()
+                    .filter(|w| matches!(w, WatchKey::Remote(..)))
                     .count()
             })
             .sum()
     }
 
-    /// Forgets the watchers that live on a node that went away.
-    pub(crate) fn forget_node(&self, node: &NodeId) {
-        for e in self.lock().actors.values_mut() {
+    /// Links between local actors and other nodes' actors.
+    pub(crate) fn remote_links(&self) -> usize {
+        self.lock().remote_links.len()
+    }
+
+    /// Forgets the watchers and links that live on a node that went away; returns the local
+    /// actors that were linked with an actor there.
+    pub(crate) fn forget_node(&self, node: &NodeId) -> Vec<ActorId> {
+        let mut t = self.lock();
+        let mut linked = Vec::new();
+        for (id, e) in t.actors.iter_mut() {
             e.watchers
-                .retain(|w| !matches!(w, Watcher::Remote { node: n, .. } if n == node));
+                .retain(|w, _| !matches!(w, WatchKey::Remote(n, _) if n == node));
+            let before = e.links.len();
+            e.links
+                .retain(|l, _| !matches!(l, Link::Remote(key) if &key.node == node));
+            if e.links.len() != before {
+                linked.push(*id);
+            }
         }
+        t.remote_links.retain(|k, _| &k.node != node);
+        linked
     }
 }

@@ -56,3 +56,38 @@ pub(crate) fn decode_frame_in<T: serde::de::DeserializeOwned>(
 pub(crate) fn decode_node() -> Weak<Actors> {
     DECODE_NODE.with(|c| c.borrow().clone()).unwrap_or_default()
 }
+
+thread_local! {
+    static ADOPTING: RefCell<Option<Vec<Adopted>>> = const { RefCell::new(None) };
+}
+
+/// An actor spawned while a supervisor started a child, with the watch that tells when it
+/// ends (set before its task could run, so not even an instant end is missed).
+pub(crate) struct Adopted {
+    pub(crate) id: ActorId,
+    pub(crate) watch: u64,
+    pub(crate) down: tokio::sync::oneshot::Receiver<crate::wire::frame::DownReason>,
+}
+
+/// Runs `start` and returns, with its result, every actor spawned on this thread meanwhile
+/// (`start` is synchronous, so they are the ones it spawned).
+pub(crate) fn adopting<R>(start: impl FnOnce() -> R) -> (R, Vec<Adopted>) {
+    let prev = ADOPTING.with(|c| c.replace(Some(Vec::new())));
+    let out = start();
+    let adopted = ADOPTING.with(|c| std::mem::replace(&mut *c.borrow_mut(), prev));
+    (out, adopted.unwrap_or_default())
+}
+
+/// Called for each new actor before its task is spawned: under [`adopting`], watches it.
+pub(crate) fn note_spawn(actors: &Actors, id: ActorId) {
+    ADOPTING.with(|c| {
+        if let Some(list) = c.borrow_mut().as_mut() {
+            let (tx, down) = tokio::sync::oneshot::channel();
+            let watch = actors.monitors.next_id();
+            let w = super::registry::Watcher::Local { watch, tx };
+            if actors.registry.watch(id, w).is_ok() {
+                list.push(Adopted { id, watch, down });
+            }
+        }
+    });
+}

@@ -58,6 +58,25 @@ impl<M: Message> Inbox<M> {
     }
 }
 
+/// When an actor ends, the calls still in its mailbox fail at once instead of waiting for
+/// their timeout: a remote caller gets `NoProc`, a local request's [`crate::ReplyTo`] fails its
+/// call as it is dropped.
+impl<M> Drop for Inbox<M> {
+    fn drop(&mut self) {
+        self.rx.close();
+        let actors = self.me.rt.upgrade();
+        while let Ok(d) = self.rx.try_recv() {
+            if let (Delivery::Remote(r), Some(actors)) = (d, actors.as_ref()) {
+                if let Some(call) = r.call {
+                    actors
+                        .router
+                        .reply_status(&r.from_node, call, ReplyStatus::NoProc);
+                }
+            }
+        }
+    }
+}
+
 /// A typed actor: state plus a handler. Spawn it with [`Node::spawn`].
 pub trait Actor: Send + Sized + 'static {
     /// The messages it takes.
@@ -97,5 +116,10 @@ impl<M: Message> Context<M> {
     /// Stops the actor after the current message.
     pub fn stop(&mut self) {
         self.stop = true;
+    }
+
+    /// Links this actor with `other` (see [`Node::link`]).
+    pub fn link<N: Message>(&self, other: &ActorRef<N>) -> Result<(), crate::LinkError> {
+        self.node.link(&self.me, other)
     }
 }

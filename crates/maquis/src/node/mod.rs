@@ -48,7 +48,7 @@ use crate::broadcast::Topic;
 use crate::config::{Config, OverlayConfig, OverlayKind};
 use crate::counters::Counters;
 use crate::dispatch::Dispatcher;
-use crate::error::{BroadcastError, JoinError, RegisterError, StartError};
+use crate::error::{BroadcastError, JoinError, LinkError, RegisterError, StartError};
 use crate::id::NodeId;
 use crate::membership::{Membership, MembershipConfig, RESERVED_PREFIX};
 use crate::overlay::{ClientServer, FullMesh, HyParView, Liveness, Overlay, StaticOverlay};
@@ -428,24 +428,54 @@ impl Node {
     }
 
     /// Spawns an actor written as a receive loop over its [`Inbox`].
+    ///
+    /// The actor ends when `f`'s future returns (`DownReason::Stopped`), panics (`Panicked`,
+    /// the panic's message), or is stopped from outside ([`Node::stop_actor`], its supervisor:
+    /// `Shutdown`; a linked actor going down: `Linked`) — then at its next `.await`, dropping
+    /// its future: an actor stuck in blocking code cannot be stopped.
     pub fn spawn_fn<M, F, Fut>(&self, f: F) -> ActorRef<M>
     where
         M: Message,
         F: FnOnce(Inbox<M>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        self.spawn_with_exit(move |inbox, exit| {
+            let fut = f(inbox);
+            async move {
+                tokio::select! {
+                    biased;
+                    () = fut => DownReason::Stopped,
+                    // A dropped signal: the node stopped and removed the actor already.
+                    r = exit => r.unwrap_or(DownReason::Stopped),
+                }
+            }
+        })
+    }
+
+    /// Spawns an actor that handles its own exit signal: its future gets it and returns the
+    /// reason the actor ends with (a supervisor stops its children before it ends).
+    pub(crate) fn spawn_with_exit<M, F, Fut>(&self, f: F) -> ActorRef<M>
+    where
+        M: Message,
+        F: FnOnce(Inbox<M>, oneshot::Receiver<DownReason>) -> Fut,
+        Fut: Future<Output = DownReason> + Send + 'static,
+    {
         let actors = &self.inner.actors;
-        let (id, rx) = actors.add::<M>();
+        let (id, rx, exit) = actors.add::<M>();
+        crate::actor::note_spawn(actors, id);
         let me = ActorRef::new(
             self.inner.router.id.clone(),
             Dest::Id(id),
             Arc::downgrade(actors),
         );
-        let fut = f(Inbox {
-            rx,
-            me: me.clone(),
-            node: Arc::downgrade(&self.inner),
-        });
+        let fut = f(
+            Inbox {
+                rx,
+                me: me.clone(),
+                node: Arc::downgrade(&self.inner),
+            },
+            exit,
+        );
         let guard = StopGuard {
             actors: Arc::downgrade(actors),
             id,
@@ -456,13 +486,81 @@ impl Node {
             // task ends, however it ends.
             let mut guard = guard;
             // A panic stops this actor only: it becomes the reason its monitors get.
-            if let Err(panic) = std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-                let message = panic_message(panic.as_ref());
-                tracing::warn!(actor = id, %message, "actor panicked; it stops");
-                guard.reason = DownReason::Panicked(message);
+            match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+                Ok(reason) => guard.reason = reason,
+                Err(panic) => {
+                    let message = panic_message(panic.as_ref());
+                    tracing::warn!(actor = id, %message, "actor panicked; it stops");
+                    guard.reason = DownReason::Panicked(message);
+                }
             }
         }));
         me
+    }
+
+    /// The node's actors.
+    pub(crate) fn actors(&self) -> &Arc<Actors> {
+        &self.inner.actors
+    }
+
+    /// Stops a local actor from outside: it ends at its next `.await` with
+    /// `DownReason::Shutdown` (what its monitors, links and supervisor see).
+    pub fn stop_actor<M: Message>(&self, actor: &ActorRef<M>) -> Result<(), LinkError> {
+        let id = self.local_id(actor)?;
+        if self.inner.actors.kill(id, DownReason::Shutdown) {
+            Ok(())
+        } else {
+            Err(LinkError::NoProc)
+        }
+    }
+
+    /// Links local actor `a` with actor `b`, on this node or another: when either goes down for
+    /// any reason but a normal end (`DownReason::Stopped`), the other is stopped with
+    /// `DownReason::Linked` saying which actor went down and why; when a node goes down, the
+    /// local actors linked with its actors stop. A link cannot be trapped: to be told
+    /// instead of stopped, use a [`Node::monitor`].
+    ///
+    /// Errors: `a` is not a local actor (`NotLocal`), a local actor does not exist (`NoProc`),
+    /// `b`'s node is not reachable now (`NodeDown`), or an actor has too many watchers and
+    /// links (`WatcherLimit`). A remote `b` that does not exist is found out on its node: `a`
+    /// is then stopped (`Linked`, with `NoProc`), as if `b` had just gone down.
+    pub fn link<A: Message, B: Message>(
+        &self,
+        a: &ActorRef<A>,
+        b: &ActorRef<B>,
+    ) -> Result<(), LinkError> {
+        let a = self.local_id(a)?;
+        if !self.inner.router.is_local(b.node()).unwrap_or(false) && !self.watchable(b.node()) {
+            return Err(LinkError::NodeDown);
+        }
+        self.inner.actors.link(a, b.node(), &b.to)
+    }
+
+    /// Removes the link between local actor `a` and `b` (named as when linking); whether
+    /// there was one.
+    pub fn unlink<A: Message, B: Message>(&self, a: &ActorRef<A>, b: &ActorRef<B>) -> bool {
+        match self.local_id(a) {
+            Ok(a) => self.inner.actors.unlink(a, b.node(), &b.to),
+            Err(_) => false,
+        }
+    }
+
+    /// The id of a local actor named by a ref (by id or by a local name).
+    fn local_id<M: Message>(&self, actor: &ActorRef<M>) -> Result<u64, LinkError> {
+        match self.inner.router.is_local(actor.node()) {
+            Ok(true) => {}
+            _ => return Err(LinkError::NotLocal),
+        }
+        match (actor.id(), actor.name()) {
+            (Some(id), _) => Ok(id),
+            (None, Some(name)) => self
+                .inner
+                .actors
+                .registry
+                .resolve(name)
+                .ok_or(LinkError::NoProc),
+            (None, None) => Err(LinkError::NoProc),
+        }
     }
 
     /// Spawns a typed [`Actor`].
@@ -549,10 +647,10 @@ impl Node {
             let target = WatchTarget::Local(id.unwrap_or(0));
             match id {
                 Some(id) => {
-                    if let Err(Watcher::Local { tx, .. }) =
+                    if let Err((Watcher::Local { tx, .. }, reason)) =
                         actors.registry.watch(id, Watcher::Local { watch, tx })
                     {
-                        let _ = tx.send(DownReason::NoProc);
+                        let _ = tx.send(reason);
                     }
                 }
                 None => {
