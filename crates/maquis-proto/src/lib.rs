@@ -23,6 +23,7 @@ pub mod harness;
 pub mod id;
 pub mod membership;
 pub mod overlay;
+pub mod reliable;
 pub mod wire;
 
 /// Encodes a value the way messages travel (postcard).

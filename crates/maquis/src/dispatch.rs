@@ -22,6 +22,38 @@ pub struct SendOpts {
     /// (PARTISAN's partition keys). [`SendOpts::partition`] sets an index as is;
     /// [`SendOpts::partition_key`] hashes any value first.
     pub partition_key: Option<u64>,
+    /// Acknowledged delivery: the message is resent until the receiving node acknowledges
+    /// it, and handled once (see [`Acked`]). `None`: at most once.
+    pub acked: Option<Acked>,
+}
+
+/// How an acknowledged send ([`SendOpts::acked`]) resends and when it gives up.
+///
+/// `send_with` then returns once the receiving node has put the message in the actor's
+/// mailbox (`Ok`), found no such actor (`NoProc`) or one of another type (`TypeMismatch`), or
+/// when `give_up_after` has passed without an acknowledgement (`Unacknowledged`: the message
+/// may or may not have been handled). Resends wait `first_retry`, doubling up to `max_retry`.
+/// The receiving node handles each message once per sending node's incarnation, so resends
+/// never duplicate; acknowledged messages can overtake one another after a loss. Calls ignore
+/// it: a call's outcome is its reply or its timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acked {
+    /// The wait before the first resend (default 200 ms).
+    pub first_retry: std::time::Duration,
+    /// The longest wait between two resends (default 5 s).
+    pub max_retry: std::time::Duration,
+    /// How long to keep trying, the wait for room in the window included (default 30 s).
+    pub give_up_after: std::time::Duration,
+}
+
+impl Default for Acked {
+    fn default() -> Self {
+        Acked {
+            first_retry: std::time::Duration::from_millis(200),
+            max_retry: std::time::Duration::from_secs(5),
+            give_up_after: std::time::Duration::from_secs(30),
+        }
+    }
 }
 
 impl SendOpts {
@@ -36,6 +68,18 @@ impl SendOpts {
     /// Sets the channel.
     pub fn channel(mut self, channel: impl Into<String>) -> Self {
         self.channel = Some(channel.into());
+        self
+    }
+
+    /// Asks for acknowledged delivery with the default resends (see [`Acked`]).
+    pub fn acked(mut self) -> Self {
+        self.acked = Some(Acked::default());
+        self
+    }
+
+    /// Asks for acknowledged delivery with these resends.
+    pub fn acked_with(mut self, acked: Acked) -> Self {
+        self.acked = Some(acked);
         self
     }
 

@@ -43,6 +43,13 @@ pub enum SendError {
     /// The ref was decoded outside a node, or its node has stopped.
     #[error("the node behind this ref has stopped (or the ref was decoded outside a node)")]
     NodeStopped,
+    /// An acknowledged send got no acknowledgement within its `give_up_after`: the message
+    /// may or may not have been handled.
+    #[error("no acknowledgement within {after:?}: the message may or may not have been handled")]
+    Unacknowledged {
+        /// The send's `give_up_after`.
+        after: std::time::Duration,
+    },
 }
 
 /// Why a broadcast could not be sent.

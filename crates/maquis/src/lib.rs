@@ -73,7 +73,7 @@ pub use actor::{ActorRef, Message, Monitor, ReplyTo};
 pub use broadcast::Topic;
 pub use config::{ChannelConfig, Config, ConfigError, OverlayKind};
 pub use counters::{Counter, Counters};
-pub use dispatch::SendOpts;
+pub use dispatch::{Acked, SendOpts};
 pub use error::{
     BroadcastError, CallError, JoinError, LinkError, RegisterError, SendError, StartError,
 };

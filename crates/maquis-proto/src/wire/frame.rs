@@ -196,6 +196,31 @@ pub enum ActorHeader {
         /// The linked actor on the receiving node, by id or by registered name.
         to: Dest,
     },
+    /// An application message sent for acknowledged delivery: like `Send` (no call), with the
+    /// sender's sequence number for this node and its floor (see `crate::reliable`). The
+    /// receiver answers with an [`ActorHeader::Ack`], and handles a number once.
+    Reliable {
+        /// The target actor.
+        to: Dest,
+        /// The incarnation of the target node the sender meant; 0 means any.
+        incarnation: u64,
+        /// The fingerprint of the message's type (0: unchecked).
+        ty: u64,
+        /// The sender's session with this node: numbers count from 1 in each session.
+        session: u64,
+        /// The message's sequence number from the sending node to this one.
+        seq: u64,
+        /// The oldest number the sender still waits on.
+        floor: u64,
+    },
+    /// Acknowledges a [`ActorHeader::Reliable`]: `Ok` when it is in the actor's mailbox (now or
+    /// before), `NoProc` or `TypeMismatch` when it never will be.
+    Ack {
+        /// The acknowledged number.
+        seq: u64,
+        /// The outcome.
+        status: ReplyStatus,
+    },
     /// Removes a link without stopping anyone.
     Unlink {
         /// The link's id on its initiator.
@@ -400,7 +425,7 @@ mod tests {
                         ty,
                     }
                 ),
-                (any::<u64>(), status, any::<u64>())
+                (any::<u64>(), status.clone(), any::<u64>())
                     .prop_map(|(call, status, ty)| ActorHeader::Reply { call, status, ty }),
                 (any::<u64>(), any::<u64>()).prop_map(|(watch, id)| ActorHeader::Monitor {
                     watch,
@@ -426,6 +451,25 @@ mod tests {
                 }),
                 (any::<u64>(), any::<bool>())
                     .prop_map(|(link, initiator)| ActorHeader::Unlink { link, initiator }),
+                (
+                    any::<u64>(),
+                    any::<u64>(),
+                    any::<u64>(),
+                    any::<u64>(),
+                    any::<u64>()
+                )
+                    .prop_map(|(incarnation, ty, session, seq, floor)| {
+                        ActorHeader::Reliable {
+                            to: Dest::Name("r".into()),
+                            incarnation,
+                            ty,
+                            session,
+                            seq,
+                            floor,
+                        }
+                    }),
+                (any::<u64>(), status.clone())
+                    .prop_map(|(seq, status)| ActorHeader::Ack { seq, status }),
                 (any::<u64>(), any::<bool>(), reason).prop_map(|(link, initiator, reason)| {
                     ActorHeader::Exit {
                         link,

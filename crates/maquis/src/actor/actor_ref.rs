@@ -153,9 +153,41 @@ impl<M: Message> ActorRef<M> {
         self.send_with(msg, &SendOpts::default()).await
     }
 
-    /// Sends with options (channel, partition key).
+    /// Sends with options (channel, partition key, acknowledged delivery).
+    ///
+    /// With [`SendOpts::acked`], a message to another node returns once that node has put it in
+    /// the actor's mailbox, or with why not (`NoProc`, `TypeMismatch`, `Unacknowledged`); see
+    /// [`crate::Acked`]. A local message is put in the mailbox directly either way.
     pub async fn send_with(&self, msg: M, opts: &SendOpts) -> Result<(), SendError> {
+        if let Some(policy) = opts.acked {
+            return self.send_acked(msg, opts, policy, true).await;
+        }
         self.deliver(msg, opts, None, true).await
+    }
+
+    async fn send_acked(
+        &self,
+        msg: M,
+        opts: &SendOpts,
+        policy: crate::dispatch::Acked,
+        wait: bool,
+    ) -> Result<(), SendError> {
+        let rt = self.runtime()?;
+        if rt.router.is_local(&self.node)? {
+            return self.deliver(msg, opts, None, wait).await;
+        }
+        let payload = crate::encode(&msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let send = super::reliable::AckedSend {
+            node: &self.node,
+            to: self.to.clone(),
+            ty: fingerprint::<M>(),
+            payload: bytes::Bytes::from(payload),
+            opts,
+            policy,
+            sender: current_actor(),
+            receiver: hash_of(&self.to),
+        };
+        rt.send_acked(send, wait).await
     }
 
     /// Sends without waiting: fails with [`SendError::Backpressure`] when the mailbox or the
@@ -164,8 +196,15 @@ impl<M: Message> ActorRef<M> {
         self.try_send_with(msg, &SendOpts::default())
     }
 
-    /// [`ActorRef::try_send`] with options.
+    /// [`ActorRef::try_send`] with options. With [`SendOpts::acked`] the message is queued for
+    /// acknowledged delivery without waiting for its outcome (`Backpressure` when the window
+    /// to that node is full); a give-up is then counted in `acked_given_up` and logged.
     pub fn try_send_with(&self, msg: M, opts: &SendOpts) -> Result<(), SendError> {
+        if let Some(policy) = opts.acked {
+            // Nothing in it waits: without `wait`, the future is ready at its first poll.
+            return futures::FutureExt::now_or_never(self.send_acked(msg, opts, policy, false))
+                .unwrap_or(Err(SendError::Backpressure("acknowledged-delivery window")));
+        }
         let rt = self.runtime()?;
         if rt.router.is_local(&self.node)? {
             return self

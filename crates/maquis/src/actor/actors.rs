@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use maquis_proto::reliable::Verdict;
 use tokio::sync::{mpsc, oneshot};
 
 use super::call::{CallOutcome, PendingCalls};
@@ -19,9 +20,10 @@ use super::registry::{
     Delivery, ErasedMailbox, Link, LinkKey, LinkRefused, Mailbox, Registry, RemoteMsg, WatchKey,
     Watcher,
 };
+use super::reliable::Reliable;
 use super::scope::current_actor;
 use super::{ActorId, Message};
-use crate::dispatch::hash_of;
+use crate::dispatch::{hash_of, SendOpts};
 use crate::error::LinkError;
 use crate::id::NodeId;
 use crate::router::Router;
@@ -37,6 +39,8 @@ pub(crate) struct Actors {
     pub(crate) calls: PendingCalls,
     /// Watches of remote actors and nodes.
     pub(crate) monitors: Monitors,
+    /// Acknowledged delivery: what waits for an acknowledgement, what was handled.
+    pub(crate) reliable: Reliable,
     next_actor: AtomicU64,
     mailbox_capacity: usize,
 }
@@ -49,6 +53,7 @@ impl Actors {
             registry: Registry::default(),
             calls: PendingCalls::default(),
             monitors: Monitors::default(),
+            reliable: Reliable::default(),
             next_actor: AtomicU64::new(0),
             mailbox_capacity,
         }
@@ -179,6 +184,7 @@ impl Actors {
             self.notify_stopped(id, watchers, DownReason::Stopped);
         }
         self.calls.fail_all("the node stopped");
+        self.reliable.fail_all();
     }
 
     /// Tells local and remote watchers that an actor stopped, and why.
@@ -204,6 +210,7 @@ impl Actors {
                 .kill(id, DownReason::Linked(format!("node {node} went down")));
         }
         self.calls.fail_node(node);
+        self.reliable.node_gone(node);
     }
 
     /// Sends a watch request on the lane the current actor's messages to `target` take, so a
@@ -246,6 +253,58 @@ impl Actors {
         }
     }
 
+    /// Puts a message that arrived from `from` into its actor's mailbox (waiting for room):
+    /// `Ok`, or why not — no such actor (`NoProc`, counted in `unknown_actor`), another type
+    /// (`TypeMismatch`, counted and logged; refused before decoding).
+    async fn push(
+        &self,
+        from: &NodeId,
+        to: &Dest,
+        ty: u64,
+        payload: Bytes,
+        call: Option<u64>,
+    ) -> ReplyStatus {
+        let counters = &self.router.counters;
+        let mailbox = match to {
+            Dest::Id(id) => self.registry.by_id(*id),
+            Dest::Name(n) => self
+                .registry
+                .resolve(n)
+                .and_then(|id| self.registry.by_id(id)),
+        };
+        if let Some(mb) = mailbox.as_ref().filter(|mb| !compatible(ty, mb.ty())) {
+            let n = counters.type_mismatch.inc_get();
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    %from,
+                    actor = ?to,
+                    sent = format_args!("{ty:016x}"),
+                    takes = format_args!("{:016x}", mb.ty()),
+                    refused_so_far = n,
+                    "message of another type than the actor takes refused"
+                );
+            }
+            return ReplyStatus::TypeMismatch;
+        }
+        let delivered = match mailbox {
+            Some(mb) => mb
+                .push_remote(RemoteMsg {
+                    payload,
+                    from_node: from.clone(),
+                    call,
+                })
+                .await
+                .is_ok(),
+            None => false,
+        };
+        if delivered {
+            ReplyStatus::Ok
+        } else {
+            counters.unknown_actor.inc();
+            ReplyStatus::NoProc
+        }
+    }
+
     /// A routed frame whose destination is this node's name: delivered if it is for this
     /// incarnation, else dropped (a call gets `NoProc`).
     pub(crate) async fn handle_routed(
@@ -282,48 +341,55 @@ impl Actors {
                     }
                     return;
                 }
-                let mailbox = match &to {
-                    Dest::Id(id) => self.registry.by_id(*id),
-                    Dest::Name(n) => self
-                        .registry
-                        .resolve(n)
-                        .and_then(|id| self.registry.by_id(id)),
-                };
-                if let Some(mb) = mailbox.as_ref().filter(|mb| !compatible(ty, mb.ty())) {
-                    let n = counters.type_mismatch.inc_get();
-                    if n.is_power_of_two() {
-                        tracing::warn!(
-                            %from,
-                            actor = ?to,
-                            sent = format_args!("{ty:016x}"),
-                            takes = format_args!("{:016x}", mb.ty()),
-                            refused_so_far = n,
-                            "message of another type than the actor takes refused"
-                        );
-                    }
-                    if let Some(call) = call {
-                        self.router
-                            .reply_status(from, call, ReplyStatus::TypeMismatch);
-                    }
-                    return;
+                let status = self.push(from, &to, ty, payload, call).await;
+                if let (Some(call), false) = (call, status == ReplyStatus::Ok) {
+                    self.router.reply_status(from, call, status);
                 }
-                let delivered = match mailbox {
-                    Some(mb) => mb
-                        .push_remote(RemoteMsg {
-                            payload,
-                            from_node: from.clone(),
-                            call,
-                        })
-                        .await
-                        .is_ok(),
-                    None => false,
-                };
-                if !delivered {
-                    counters.unknown_actor.inc();
-                    if let Some(call) = call {
-                        self.router.reply_status(from, call, ReplyStatus::NoProc);
+            }
+            ActorHeader::Reliable {
+                to,
+                incarnation,
+                ty,
+                session,
+                seq,
+                floor,
+            } => {
+                let status = if incarnation != 0 && incarnation != self.id().incarnation {
+                    counters.stale_target.inc();
+                    ReplyStatus::NoProc
+                } else {
+                    match self.reliable.check(from, session, seq, floor) {
+                        Verdict::Invalid => {
+                            counters.acked_invalid.inc();
+                            return;
+                        }
+                        Verdict::Duplicate => {
+                            counters.acked_duplicates.inc();
+                            ReplyStatus::Ok
+                        }
+                        Verdict::New => {
+                            let status = self.push(from, &to, ty, payload, None).await;
+                            if status != ReplyStatus::Ok {
+                                self.reliable.unsee(from, session, seq);
+                            }
+                            status
+                        }
                     }
+                };
+                let header = ActorHeader::Ack { seq, status };
+                if let Err(e) = self.router.try_send_frame(
+                    from,
+                    &SendOpts::default(),
+                    0,
+                    seq,
+                    header,
+                    Bytes::new(),
+                ) {
+                    tracing::debug!(%from, seq, error = %e, "acknowledgement dropped");
                 }
+            }
+            ActorHeader::Ack { seq, status } => {
+                self.reliable.on_ack(from, seq, status);
             }
             ActorHeader::Reply { call, status, ty } => {
                 let outcome = match status {

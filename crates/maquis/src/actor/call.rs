@@ -240,6 +240,7 @@ impl<R: Message> ReplyTo<R> {
         let opts = SendOpts {
             channel: self.channel.clone(),
             partition_key: self.partition_key,
+            acked: None,
         };
         rt.router
             .send_frame(

@@ -43,6 +43,7 @@ mod call;
 mod fingerprint;
 mod monitor;
 pub(crate) mod registry;
+mod reliable;
 mod scope;
 
 use serde::de::DeserializeOwned;
@@ -54,6 +55,7 @@ pub use call::ReplyTo;
 pub(crate) use fingerprint::{compatible, fingerprint};
 pub use monitor::Monitor;
 pub(crate) use monitor::WatchTarget;
+pub(crate) use reliable::run_timers as run_reliable_timers;
 pub(crate) use scope::{
     adopting, decode_frame_in, decode_in, note_spawn, scope as scope_actor, Adopted,
 };

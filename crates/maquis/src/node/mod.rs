@@ -189,6 +189,10 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner()) = Some(accept);
         tokio::spawn(control::run(inner.clone(), machine, control_rx));
         tokio::spawn(heartbeats(inner.clone()));
+        tokio::spawn(crate::actor::run_reliable_timers(
+            inner.actors.clone(),
+            inner.router.shutdown.clone(),
+        ));
         let node = Node { inner };
         if let Some(listener) = admin {
             let source: Arc<dyn crate::admin::AdminSource> = Arc::new(node.clone());

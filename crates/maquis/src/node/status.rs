@@ -56,6 +56,10 @@ impl Node {
                 inner.actors.registry.remote_watchers() as u64,
             ),
             (
+                "unacked".to_string(),
+                inner.actors.reliable.unacked() as u64,
+            ),
+            (
                 "remote_links".to_string(),
                 inner.actors.registry.remote_links() as u64,
             ),
