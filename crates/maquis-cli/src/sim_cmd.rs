@@ -26,6 +26,11 @@ pub struct SimArgs {
     /// at least 1 s).
     #[arg(long)]
     pub member_heartbeat_ms: Option<u64>,
+    /// Peer-to-peer: how long a node accused of being down is suspected before it is declared
+    /// down, in milliseconds (`broadcast.suspicion_ms`; 0: no accusations, a crashed node goes
+    /// when its heartbeats are overdue).
+    #[arg(long, default_value_t = 1000)]
+    pub suspicion_ms: u64,
     /// Messages routed at the end, between random live nodes (0: no routing phase).
     #[arg(long, default_value_t = 1000)]
     pub routed: usize,
@@ -76,6 +81,7 @@ impl SimArgs {
             .member_heartbeat_ms
             .map(std::time::Duration::from_millis);
         suite.routed_sends = self.routed;
+        suite.suspicion = std::time::Duration::from_millis(self.suspicion_ms);
         suite
     }
 }

@@ -46,6 +46,17 @@ pub struct Report {
     pub routed_unreachable: u64,
     /// Routed messages lost with a connection or a crashed node.
     pub routed_lost: u64,
+    /// Massive failure: per crashed node, the time from the crash until every node that
+    /// counted it a member then (and is alive at the end) reported it down; the median over
+    /// the crashed nodes, in ms (`None`: no crash detected).
+    pub detect_p50_ms: Option<f64>,
+    /// The same, the slowest crashed node.
+    pub detect_max_ms: Option<f64>,
+    /// Crashed nodes that some node counting them a member never reported down.
+    pub undetected: usize,
+    /// `Down` events, over the whole run, about nodes that never crashed (false positives;
+    /// each node reporting one counts).
+    pub false_downs: u64,
     /// Wall-clock time of the run.
     pub wall_ms: u64,
     /// Peak resident memory of the process so far (VmHWM), in KiB.
@@ -63,9 +74,9 @@ impl Report {
     pub fn header() -> String {
         "| scenario | overlay | nodes | live | components | isolated | symmetry | delivery_first | \
          delivery_mean_100 | delivery_last | rmr | ldh | healing_periods | routed_delivery | \
-         routed drops (no route / hop limit / unreachable / lost) | messages | grafts | prunes | \
-         wall_ms | peak_rss_kb |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+         routed drops (no route / hop limit / unreachable / lost) | detect p50 / max ms | \
+         undetected | false_downs | messages | grafts | prunes | wall_ms | peak_rss_kb |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
             .to_string()
     }
 
@@ -77,8 +88,9 @@ impl Report {
         let routed = self
             .routed_delivery
             .map_or("-".to_string(), |r| format!("{:.4}", r));
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         format!(
-            "| {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.1} | {} | {} | {} / {} / {} / {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.1} | {} | {} | {} / {} / {} / {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
             self.name,
             self.overlay,
             self.nodes,
@@ -97,6 +109,10 @@ impl Report {
             self.routed_hop_limit,
             self.routed_unreachable,
             self.routed_lost,
+            ms(self.detect_p50_ms),
+            ms(self.detect_max_ms),
+            self.undetected,
+            self.false_downs,
             self.messages,
             self.grafts,
             self.prunes,

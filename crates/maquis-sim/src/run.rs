@@ -1,5 +1,6 @@
 //! The timeline of a scenario, and the metrics computed from it.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rand::seq::SliceRandom;
@@ -42,13 +43,73 @@ impl World {
         self.random_live_except(None)
     }
 
-    fn crash_fraction(&mut self, fraction: f64) {
+    /// Crashes that fraction of the live nodes; returns them, with the live nodes that counted
+    /// each a member just before.
+    fn crash_fraction(&mut self, fraction: f64) -> (Vec<u32>, Vec<Vec<u32>>) {
         let mut live = self.live();
         let k = ((live.len() as f64) * fraction.clamp(0.0, 1.0)).round() as usize;
         let (victims, _) = live.partial_shuffle(&mut self.rng, k);
+        let victims = victims.to_vec();
+        let watchers = self.watchers_of(&victims);
         for &v in victims.iter() {
             self.net.crash(v);
         }
+        (victims, watchers)
+    }
+
+    /// For each node, the live nodes that count it a member now.
+    fn watchers_of(&self, victims: &[u32]) -> Vec<Vec<u32>> {
+        let live = self.live();
+        victims
+            .iter()
+            .map(|&v| {
+                live.iter()
+                    .copied()
+                    .filter(|&o| {
+                        o != v
+                            && self
+                                .net
+                                .node(o)
+                                .machine
+                                .members()
+                                .iter()
+                                .any(|m| m.index == v)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// For nodes crashed at `t1`: per crashed node, the time until every node that counted it a
+    /// member then and is alive at the end reported it down (`None` if one never did), in ms.
+    fn detection(&self, victims: &[u32], watchers: &[Vec<u32>], t1: Micros) -> Vec<Option<f64>> {
+        let mut first: HashMap<(u32, u32), Micros> = HashMap::new();
+        for &(at, by, who) in &self.net.observer.downs {
+            if at >= t1 {
+                first.entry((by, who)).or_insert(at);
+            }
+        }
+        victims
+            .iter()
+            .zip(watchers)
+            .map(|(&v, watchers)| {
+                watchers
+                    .iter()
+                    .filter(|&&o| self.alive(o as usize))
+                    .map(|&o| first.get(&(o, v)).map(|&at| (at - t1) as f64 / 1000.0))
+                    .try_fold(0.0f64, |m, d| d.map(|d| m.max(d)))
+            })
+            .collect()
+    }
+
+    /// `Down` events about nodes that never crashed (alive at the end).
+    fn false_downs(&self) -> u64 {
+        self.net
+            .observer
+            .downs
+            .iter()
+            .filter(|(_, _, who)| self.alive(*who as usize))
+            .count() as u64
     }
 
     fn join_new(&mut self) {
@@ -113,10 +174,11 @@ pub fn run(s: &Scenario) -> Report {
     // The fault.
     let t1 = w.now();
     let mut acts: Vec<(Micros, Act)> = Vec::new();
+    let (mut victims, mut watchers) = (Vec::new(), Vec::new());
     let (t_measure, t_heal) = match s.fault {
         Fault::None => (t1, t1),
         Fault::MassiveFailure { fraction } => {
-            w.crash_fraction(fraction);
+            (victims, watchers) = w.crash_fraction(fraction);
             (t1, t1)
         }
         Fault::Churn { periods, .. } => {
@@ -163,7 +225,9 @@ pub fn run(s: &Scenario) -> Report {
                 let g = w.net.graph();
                 connected[k as usize] = g.components == 1;
             }
-            Act::ChurnCrash => w.crash_fraction(churn_per_period as f64 / s.nodes as f64),
+            Act::ChurnCrash => {
+                w.crash_fraction(churn_per_period as f64 / s.nodes as f64);
+            }
             Act::ChurnJoin => w.join_new(),
         }
     }
@@ -243,8 +307,20 @@ pub fn run(s: &Scenario) -> Report {
         }
     }
 
+    // Failure detection: how long until every live node reported each crashed one down.
+    let detected = w.detection(&victims, &watchers, t1);
+    let mut times: Vec<f64> = detected.iter().flatten().copied().collect();
+    times.sort_by(f64::total_cmp);
+    let pick = |q: f64| {
+        (!times.is_empty()).then(|| times[((times.len() - 1) as f64 * q).round() as usize])
+    };
+
     let g = w.net.graph();
     Report {
+        detect_p50_ms: pick(0.5),
+        detect_max_ms: pick(1.0),
+        undetected: detected.iter().filter(|d| d.is_none()).count(),
+        false_downs: w.false_downs(),
         name: s.name.clone(),
         overlay: s.overlay.name().to_string(),
         nodes: w.len(),

@@ -89,6 +89,9 @@ pub struct Scenario {
     pub jitter: Duration,
     /// Time until a connection's failure (crash, partition, unreachable dial) is noticed.
     pub detect: Duration,
+    /// How long a node accused of being down is suspected before it is declared down
+    /// (`broadcast.suspicion_ms`).
+    pub suspicion: Duration,
     /// Time between two joins during the bootstrap.
     pub join_every: Duration,
     /// Shuffle periods between the last join and the warm-up broadcasts.
@@ -140,6 +143,7 @@ impl Scenario {
             latency: ms(5),
             jitter: ms(10),
             detect: ms(200),
+            suspicion: ms(1000),
             join_every: ms(5),
             stabilize_periods: 10,
             warmup_broadcasts: 20,
@@ -188,6 +192,7 @@ impl Scenario {
             member_timeout,
             refresh_every: (every / 2).max(Duration::from_millis(500)),
             linger: self.detect.max(Duration::from_secs(1)),
+            suspicion: self.suspicion,
         }
     }
 

@@ -140,6 +140,8 @@ pub struct Suite {
     pub member_heartbeat: Option<std::time::Duration>,
     /// Routed messages in the routing phase (0: none).
     pub routed_sends: usize,
+    /// How long an accused node is suspected ([`Scenario::suspicion`]; zero: no accusations).
+    pub suspicion: std::time::Duration,
 }
 
 impl Suite {
@@ -159,6 +161,7 @@ impl Suite {
             overlay: SimOverlay::PeerToPeer,
             member_heartbeat: None,
             routed_sends: 1000,
+            suspicion: std::time::Duration::from_secs(1),
         }
     }
 
@@ -244,6 +247,7 @@ impl Suite {
             s.overlay = self.overlay.clone();
             s.member_heartbeat = self.member_heartbeat;
             s.routed_sends = self.routed_sends;
+            s.suspicion = self.suspicion;
         }
         Ok(all)
     }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use maquis_proto::broadcast::{PlumtreeMsg, Topic};
 use maquis_proto::harness::{Micros, NetConfig, Network, Observer, RoutedOutcome, SimId};
-use maquis_proto::membership::{MembershipConfig, Output, Protocol};
+use maquis_proto::membership::{MembershipConfig, MembershipEvent, Output, Protocol};
 use maquis_proto::overlay::{
     ClientServer, ClientServerConfig, DynOverlay, Erased, FullMesh, HyParView, Role,
 };
@@ -38,6 +38,8 @@ pub(crate) struct Watch {
     pub prunes: u64,
     pub grafts: u64,
     pub routed: HashMap<RoutedOutcome, u64>,
+    /// Every `Down` event: (when, the node that reported it, the node reported down).
+    pub downs: Vec<(Micros, u32, u32)>,
 }
 
 /// The first byte of an encoded Plumtree message is its variant (postcard): GOSSIP 0, …,
@@ -52,7 +54,11 @@ fn index_of(payload: &[u8]) -> Option<usize> {
 }
 
 impl Observer for Watch {
-    fn on_output(&mut self, _now: Micros, node: u32, output: &Output<SimId>) {
+    fn on_output(&mut self, now: Micros, node: u32, output: &Output<SimId>) {
+        if let Output::Event(MembershipEvent::Down(x)) = output {
+            self.downs.push((now, node, x.index));
+            return;
+        }
         if let Output::Deliver {
             topic,
             payload,

@@ -250,6 +250,26 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         }
     }
 
+    /// Sends a heartbeat now, between the periodic ones (a node that hears it is suspected
+    /// answers with one); nothing if heartbeats are off.
+    pub fn beat_now(&mut self, out: &mut Out<P>) {
+        if self.hb_on {
+            self.beat(out);
+        }
+    }
+
+    fn beat(&mut self, out: &mut Out<P>) {
+        self.hb_seq = self.hb_seq.wrapping_add(1);
+        let (origin, seq) = (self.me.clone(), self.hb_seq);
+        let beat = PlumtreeMsg::Heartbeat {
+            origin: origin.clone(),
+            seq,
+            round: 1,
+        };
+        self.eager_push(beat, None, out);
+        self.lazy_push(Key::Beat { origin, seq }, 1, None, out);
+    }
+
     /// Stops this node's heartbeats (relaying others' goes on).
     pub fn stop_heartbeats(&mut self) {
         self.hb_on = false;
@@ -300,15 +320,7 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 self.hb_timer = false;
                 self.expire(now);
                 if self.hb_on {
-                    self.hb_seq = self.hb_seq.wrapping_add(1);
-                    let (origin, seq) = (self.me.clone(), self.hb_seq);
-                    let beat = PlumtreeMsg::Heartbeat {
-                        origin: origin.clone(),
-                        seq,
-                        round: 1,
-                    };
-                    self.eager_push(beat, None, out);
-                    self.lazy_push(Key::Beat { origin, seq }, 1, None, out);
+                    self.beat(out);
                     self.hb_timer = true;
                     let every = self.cfg.heartbeat_every;
                     out.push(PlumtreeEffect::SetTimer(PlumtreeTimer::Heartbeat, every));

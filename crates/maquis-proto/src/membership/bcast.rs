@@ -6,6 +6,15 @@
 //! came from) tell which nodes are alive and how to reach them. A node that leaves broadcasts a
 //! notice first, so that every member reports it `Left` at once; routes from before a departure
 //! are ignored until a newer heartbeat of that node arrives (it joined again).
+//!
+//! A node that loses its connection to a neighbour without a goodbye *accuses* it: a down
+//! notice (the neighbour and the newest heartbeat number heard from it) to every member. A
+//! member that has heard a newer heartbeat ignores the notice; the others *suspect* the node
+//! for the suspicion time and then declare it down, unless a newer heartbeat arrives first.
+//! The accused node, if it is alive, refutes it with a heartbeat: at once when it loses the
+//! connection itself (its peer, if alive, accuses it in turn), and again when it hears a
+//! notice about itself. So a crash is reported everywhere within the suspicion time instead of the
+//! member timeout, while a node that only lost one connection stays a member.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,6 +31,18 @@ pub const RESERVED_PREFIX: &str = "$maquis/";
 
 /// The topic of leave notices: the payload is the leaving node and its last heartbeat number.
 pub(super) const LEAVE_TOPIC: &str = "$maquis/left";
+
+/// The topic of down notices: the accused node and the newest heartbeat number its accuser
+/// heard from it.
+pub(super) const DOWN_TOPIC: &str = "$maquis/down";
+
+/// A node suspected down: the heartbeat number it was accused with, and when it is declared
+/// down unless a newer one arrives.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Suspicion {
+    seq: u32,
+    until: Duration,
+}
 
 pub(super) type PtOut<P> = Vec<PlumtreeEffect<P>>;
 
@@ -40,6 +61,9 @@ pub(super) struct Bcast<P> {
     former: HashMap<P, Duration>,
     /// This node left (and has not joined again): it keeps no former neighbours.
     quiet: bool,
+    /// Nodes accused of being down, until they are declared down or refute it. Only nodes
+    /// this node hears from (or heard from) are suspected, so it holds at most the members.
+    suspects: HashMap<P, Suspicion>,
 }
 
 impl<P: PeerId> Bcast<P> {
@@ -51,6 +75,7 @@ impl<P: PeerId> Bcast<P> {
             left: Vec::new(),
             former: HashMap::new(),
             quiet: false,
+            suspects: HashMap::new(),
         }
     }
 
@@ -135,11 +160,85 @@ impl<P: PeerId> Bcast<P> {
         std::mem::take(&mut self.left)
     }
 
+    /// Accuses `node` of being down (its connection was lost without a goodbye): a notice to
+    /// every member, this node included.
+    pub fn accuse(&mut self, node: &P, now: Duration, out: &mut PtOut<P>) {
+        if self.quiet || self.departed.contains_key(node) || self.suspects.contains_key(node) {
+            return;
+        }
+        let notice = (node.clone(), self.pt.route_seq(node).unwrap_or(0));
+        if let Ok(bytes) = crate::encode(&notice) {
+            self.pt
+                .broadcast(Topic::from(DOWN_TOPIC), Bytes::from(bytes), now, out);
+        }
+    }
+
+    /// A down notice arrived (the payload of a broadcast on [`DOWN_TOPIC`]): the node is
+    /// suspected until `now + suspicion`. Returns whether it accuses this node (which should
+    /// then refute it with a heartbeat).
+    pub fn on_down_notice(
+        &mut self,
+        payload: &[u8],
+        now: Duration,
+        suspicion: Duration,
+    ) -> Result<bool, postcard::Error> {
+        let (node, seq) = postcard::from_bytes::<(P, u32)>(payload)?;
+        if node == *self.pt.me() {
+            return Ok(true);
+        }
+        let heard = self.pt.route_seq(&node);
+        let known = heard.is_some() || self.former.contains_key(&node);
+        if !known || heard.is_some_and(|s| s > seq) || self.departed.contains_key(&node) {
+            // Never a member here, alive since the accusation, or gone already.
+            return Ok(false);
+        }
+        let until = now + suspicion;
+        self.suspects
+            .entry(node)
+            .and_modify(|s| s.seq = s.seq.max(seq))
+            .or_insert(Suspicion { seq, until });
+        Ok(false)
+    }
+
+    /// When the next suspicion ends, if any.
+    pub fn next_suspicion_end(&self) -> Option<Duration> {
+        self.suspects.values().map(|s| s.until).min()
+    }
+
+    /// This node refutes an accusation: a heartbeat now.
+    pub fn refute(&mut self, out: &mut PtOut<P>) {
+        self.pt.beat_now(out);
+    }
+
+    /// Ends the suspicions that are over: a suspect heard from since is cleared, one whose
+    /// time is up is declared down (gone like a departed node, without a notice of its own).
+    fn judge_suspects(&mut self, now: Duration) {
+        let pt = &self.pt;
+        let mut down = Vec::new();
+        self.suspects.retain(|node, s| {
+            if pt.route_seq(node).is_some_and(|h| h > s.seq) {
+                return false;
+            }
+            if now >= s.until {
+                down.push((node.clone(), s.seq));
+                return false;
+            }
+            true
+        });
+        for (node, seq) in down {
+            self.former.remove(&node);
+            let known = self.pt.route_seq(&node).unwrap_or(0);
+            let e = self.departed.entry(node).or_insert(0);
+            *e = (*e).max(seq).max(known);
+        }
+    }
+
     /// `(destination, neighbour to go through)` for every node heard from within `max_age`,
     /// except the departed; a former neighbour without a route goes through itself (which
     /// makes it a member, not reachable).
     pub fn routes(&mut self, max_age: Duration, now: Duration) -> Vec<(P, P)> {
         self.pt.expire(now);
+        self.judge_suspects(now);
         self.former
             .retain(|_, at| now.saturating_sub(*at) <= max_age);
         let pt = &self.pt;

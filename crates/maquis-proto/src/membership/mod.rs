@@ -44,7 +44,7 @@ use bytes::Bytes;
 pub use bcast::RESERVED_PREFIX;
 pub use router::{forward, next_hop, Direct, NextHop, NoHop};
 
-use self::bcast::{Bcast, PtOut, LEAVE_TOPIC};
+use self::bcast::{Bcast, PtOut, DOWN_TOPIC, LEAVE_TOPIC};
 use self::timers::Timers;
 use crate::broadcast::{
     Plumtree, PlumtreeConfig, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic,
@@ -82,6 +82,10 @@ pub struct MembershipConfig {
     /// How long a connection the overlay no longer needs, but that is still coming up, is
     /// given to connect (so what was queued for it goes out) before it is closed.
     pub linger: Duration,
+    /// With member heartbeats: how long a node accused of being down (a neighbour lost its
+    /// connection to it) is suspected before it is declared down, unless it is heard from.
+    /// Zero: nobody is accused; a node goes when its heartbeats are `member_timeout` overdue.
+    pub suspicion: Duration,
 }
 
 impl Default for MembershipConfig {
@@ -97,6 +101,7 @@ impl Default for MembershipConfig {
             member_timeout,
             refresh_every: Duration::from_secs(1),
             linger: Duration::from_secs(5),
+            suspicion: Duration::from_secs(1),
         }
     }
 }
@@ -202,6 +207,8 @@ enum Timer<P> {
     /// A connection the overlay dropped while it was still coming up.
     Linger(P),
     Refresh,
+    /// The earliest end of a suspicion.
+    Suspicion,
 }
 
 /// The membership of one node. See the [module documentation](self).
@@ -385,6 +392,14 @@ impl<P: PeerId> Membership<P> {
         if self.liveness == Liveness::Connection {
             self.out.push_back(Output::Gone(peer.clone()));
         }
+        if why == Disconnect::Lost && self.heartbeats && !self.cfg.suspicion.is_zero() {
+            // A crash, a cut, or a node too slow to answer link heartbeats: every member
+            // suspects it now rather than when its heartbeats are overdue. If the peer is
+            // alive it accuses this node in turn: a heartbeat now refutes that in advance.
+            self.bcast.accuse(peer, now, &mut self.pt_out);
+            self.bcast.refute(&mut self.pt_out);
+            self.flush(now);
+        }
         let fx = self.overlay.on_connection(peer, false);
         self.apply(now, fx);
     }
@@ -454,6 +469,10 @@ impl<P: PeerId> Membership<P> {
                         .set(Timer::Refresh, now + self.cfg.refresh_every);
                     self.settle(now, true);
                 }
+                Timer::Suspicion => {
+                    self.settle(now, true);
+                    self.arm_suspicion();
+                }
             }
         }
     }
@@ -497,6 +516,16 @@ impl<P: PeerId> Membership<P> {
         self.settle(now, false);
     }
 
+    /// Sets the suspicion timer to the earliest end of a suspicion (or cancels it).
+    fn arm_suspicion(&mut self) {
+        match self.bcast.next_suspicion_end() {
+            Some(t) => self.timers.set(Timer::Suspicion, t),
+            None => {
+                self.timers.cancel(&Timer::Suspicion);
+            }
+        }
+    }
+
     /// `Membership` liveness: the overlay no longer needs a connection. One whose membership
     /// lane is up is closed at once (its queued frames are written first); one still
     /// connecting is closed once it connects (or after `linger`), so that a message queued for
@@ -531,6 +560,7 @@ impl<P: PeerId> Membership<P> {
     /// Carries out Plumtree's effects.
     fn flush(&mut self, now: Duration) {
         let mut left_notice = false;
+        let mut refute = false;
         for e in std::mem::take(&mut self.pt_out) {
             match e {
                 PlumtreeEffect::Send(to, msg) => match crate::encode(&msg) {
@@ -547,7 +577,18 @@ impl<P: PeerId> Membership<P> {
                     hops,
                     ..
                 } => {
-                    if topic.as_str() == LEAVE_TOPIC {
+                    if topic.as_str() == DOWN_TOPIC {
+                        match self.bcast.on_down_notice(&payload, now, self.cfg.suspicion) {
+                            Ok(me) => {
+                                refute |= me;
+                                self.arm_suspicion();
+                            }
+                            Err(e) => self.out.push_back(Output::Malformed {
+                                what: "down notice",
+                                error: e.to_string(),
+                            }),
+                        }
+                    } else if topic.as_str() == LEAVE_TOPIC {
                         match self.bcast.on_leave_notice(&payload) {
                             Ok(()) => left_notice = true,
                             Err(e) => self.out.push_back(Output::Malformed {
@@ -567,6 +608,10 @@ impl<P: PeerId> Membership<P> {
                     self.timers.set(Timer::Plumtree(t), now + after)
                 }
             }
+        }
+        if refute {
+            self.bcast.refute(&mut self.pt_out);
+            self.flush(now);
         }
         if left_notice {
             let left = self.bcast.take_left();

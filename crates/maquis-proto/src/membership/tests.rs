@@ -197,3 +197,126 @@ fn a_closed_connection_is_no_longer_a_neighbour() {
     assert!(!m.is_up(&id("b")));
     assert_eq!(m.neighbors(), &[id("c")]);
 }
+
+/// Accusations on the peer-to-peer overlay, in a simulated network.
+mod accusations {
+    use crate::harness::{Micros, NetConfig, Network, Observer, SimId};
+    use crate::membership::{MembershipConfig, MembershipEvent, Output};
+    use crate::overlay::{Erased, HyParView, HyParViewConfig};
+    use std::time::Duration;
+
+    /// Every `Down` event: (when, by whom, about whom).
+    #[derive(Default)]
+    struct Downs(Vec<(Micros, u32, u32)>);
+
+    impl Observer for Downs {
+        fn on_output(&mut self, now: Micros, node: u32, output: &Output<SimId>) {
+            if let Output::Event(MembershipEvent::Down(x)) = output {
+                self.0.push((now, node, x.index));
+            }
+        }
+    }
+
+    const N: u32 = 30;
+
+    /// `N` nodes, a heartbeat every 4 s (as a large cluster's nodes send them: rarely), a
+    /// member timeout of 20 s, settled.
+    fn network(suspicion: Duration) -> Network<Downs> {
+        let mut net = Network::new(NetConfig::default(), Downs::default());
+        let mut cfg = MembershipConfig {
+            suspicion,
+            member_timeout: Duration::from_secs(20),
+            ..MembershipConfig::default()
+        };
+        cfg.plumtree.heartbeat_every = Duration::from_secs(4);
+        cfg.plumtree.route_ttl = cfg.member_timeout;
+        for i in 0..N {
+            let id = net.next_id();
+            let overlay = Erased(HyParView::new(id, HyParViewConfig::default()));
+            let node = net.spawn(Box::new(overlay), cfg.clone());
+            if i > 0 {
+                net.join(node, i / 2);
+            }
+            net.run_for(Duration::from_millis(50));
+        }
+        net.run_for(Duration::from_secs(20));
+        for i in 0..N {
+            assert_eq!(net.node(i).machine.members().len(), N as usize, "settled");
+        }
+        net
+    }
+
+    fn downs_of(net: &Network<Downs>, who: u32, since: Micros) -> Vec<(Micros, u32)> {
+        net.observer
+            .0
+            .iter()
+            .filter(|(at, _, x)| *x == who && *at >= since)
+            .map(|(at, by, _)| (*at - since, *by))
+            .collect()
+    }
+
+    #[test]
+    fn a_crash_is_reported_everywhere_within_the_suspicion_not_the_member_timeout() {
+        let mut net = network(Duration::from_secs(1));
+        let t = net.now();
+        net.crash(7);
+        net.run_for(Duration::from_secs(3));
+        let downs = downs_of(&net, 7, t);
+        let reporters: std::collections::BTreeSet<u32> = downs.iter().map(|(_, by)| *by).collect();
+        assert_eq!(
+            reporters.len(),
+            N as usize - 1,
+            "every live node: {downs:?}"
+        );
+        let slowest = downs.iter().map(|(at, _)| *at).max().unwrap();
+        // Noticed after 200 ms, suspected for 1 s: well under 2 s, against 20 s.
+        assert!(slowest < 2_000_000, "slowest report after {slowest} µs");
+    }
+
+    #[test]
+    fn without_suspicion_a_crash_waits_for_the_member_timeout() {
+        let mut net = network(Duration::ZERO);
+        let t = net.now();
+        net.crash(7);
+        net.run_for(Duration::from_secs(3));
+        let early: Vec<_> = downs_of(&net, 7, t)
+            .into_iter()
+            .filter(|(_, by)| {
+                // Its neighbours lost their connections: the overlay's own view may drop it.
+                !net.node(*by).machine.neighbors().is_empty()
+            })
+            .collect();
+        assert!(
+            early.len() < N as usize - 1,
+            "not everyone knew within 3 s: {early:?}"
+        );
+        net.run_for(Duration::from_secs(20));
+        assert_eq!(
+            downs_of(&net, 7, t).len(),
+            N as usize - 1,
+            "everyone after the timeout"
+        );
+    }
+
+    #[test]
+    fn a_node_that_lost_one_connection_refutes_and_stays_a_member() {
+        let mut net = network(Duration::from_secs(1));
+        let (a, b) = (0..N)
+            .flat_map(|a| (0..N).map(move |b| (a, b)))
+            .find(|&(a, b)| a != b && net.connected(a, b))
+            .expect("a link");
+        let t = net.now();
+        net.break_link(a, b);
+        net.run_for(Duration::from_secs(5));
+        let wrong: Vec<_> = net
+            .observer
+            .0
+            .iter()
+            .filter(|(at, _, _)| *at >= t)
+            .collect();
+        assert!(wrong.is_empty(), "nobody is declared down: {wrong:?}");
+        for i in 0..N {
+            assert_eq!(net.node(i).machine.members().len(), N as usize);
+        }
+    }
+}

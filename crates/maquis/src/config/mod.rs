@@ -822,6 +822,11 @@ pub struct BroadcastConfig {
     /// A member not heard from for this long is dropped from the members (`Down`), in
     /// milliseconds.
     pub member_timeout_ms: u64,
+    /// Peer-to-peer: a member accused of being down (a neighbour lost its connection to it
+    /// without a goodbye) is declared down after this long unless it is heard from, in
+    /// milliseconds; 0: nobody is accused (a member goes when `member_timeout_ms` passes
+    /// without its heartbeat).
+    pub suspicion_ms: u64,
     /// Routed messages are dropped after this many hops (routes follow the heartbeat trees,
     /// 20–30 hops deep at 200–1,000 nodes in the simulator).
     pub hop_limit: u16,
@@ -836,6 +841,7 @@ impl Default for BroadcastConfig {
         BroadcastConfig {
             member_heartbeat_ms: ms(m.plumtree.heartbeat_every),
             member_timeout_ms: ms(m.member_timeout),
+            suspicion_ms: ms(m.suspicion),
             hop_limit: DEFAULT_HOP_LIMIT,
             subscription_capacity: 1024,
         }
@@ -854,6 +860,12 @@ impl BroadcastConfig {
         if self.hop_limit == 0 {
             return Err(invalid("broadcast.hop_limit", "must be at least 1"));
         }
+        if self.suspicion_ms >= self.member_timeout_ms {
+            return Err(invalid(
+                "broadcast.suspicion_ms",
+                "must be below member_timeout_ms",
+            ));
+        }
         if self.subscription_capacity == 0 {
             return Err(invalid(
                 "broadcast.subscription_capacity",
@@ -861,6 +873,11 @@ impl BroadcastConfig {
             ));
         }
         Ok(())
+    }
+
+    /// How long an accused member is suspected.
+    pub fn suspicion(&self) -> Duration {
+        Duration::from_millis(self.suspicion_ms)
     }
 
     /// How long a member whose heartbeats stopped stays a member.

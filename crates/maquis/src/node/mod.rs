@@ -149,6 +149,7 @@ impl Node {
                 member_timeout: config.broadcast.member_timeout(),
                 refresh_every: config.transport.heartbeat_interval(),
                 linger: Duration::from_millis(config.transport.handshake_timeout_ms),
+                suspicion: config.broadcast.suspicion(),
             },
         );
         let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
