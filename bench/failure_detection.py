@@ -6,7 +6,8 @@ a quiet period in which any other `Down` or `Left` is a false positive.
     cargo build --release -p maquis-cli
     python3 bench/failure_detection.py --nodes 8 --overlay peer-to-peer --rounds 5 --out DIR
 
-Writes DIR/results.json and DIR/README.md. Times are measured from the SIGKILL to the line's
+The nodes take `MAQUIS_*` variables from the environment (for instance
+`MAQUIS_BROADCAST_SUSPICION_MS=0` to measure without accusations). Writes DIR/results.json. Times are measured from the SIGKILL to the line's
 arrival at this script (each node's stdout is a pipe read by its own thread).
 """
 import argparse
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 BIN = os.path.join(os.path.dirname(__file__), "..", "target", "release", "maquis")
 
@@ -28,11 +30,13 @@ class Proc:
     def __init__(self, name, args):
         self.name = name
         self.p = subprocess.Popen(
-            [BIN, "node", "--name", name, "--listen", "127.0.0.1:0", "--cookie", "fd-bench"] + args,
+            [BIN, "node", "--name", name, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+             "--cookie", "fd-bench"] + args,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
         self.lines = []  # (monotonic time, line)
         self.cv = threading.Condition()
         self.addr = None
+        self.admin = None
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -43,6 +47,9 @@ class Proc:
                     m = re.search(r"listening on (\S+)", line)
                     if m:
                         self.addr = m.group(1)
+                m = re.search(r"admin on (http://\S+)", line)
+                if m:
+                    self.admin = m.group(1)
                 self.lines.append((now, line.strip()))
                 self.cv.notify_all()
 
@@ -69,9 +76,11 @@ def event_of(line):
     return (m.group(1), m.group(2)) if m else None
 
 
-def members_up(proc, names):
-    ups = {e[1] for _, l in proc.lines if (e := event_of(l)) and e[0] == "Up"}
-    return names <= ups
+def members(proc):
+    """The node's members, as its admin endpoint's /status lists them."""
+    with urllib.request.urlopen(proc.admin + "/status", timeout=2) as r:
+        status = json.load(r)
+    return {m["name"] if isinstance(m, dict) else m for m in status["members"]}
 
 
 def one_round(args, r):
@@ -86,17 +95,15 @@ def one_round(args, r):
             if i > 0:
                 a += ["--join", procs[0].addr]
             p = Proc(n, a)
-            if p.wait_for(lambda l: "listening on" in l, 10) is None:
+            if p.wait_for(lambda l: "admin on" in l, 10) is None:
                 raise RuntimeError(f"{n} did not start")
             procs.append(p)
         deadline = time.monotonic() + 60
         for p in procs:
-            others = set(names) - {p.name}
-            while not members_up(p, others):
+            while not set(names) <= members(p):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{p.name} does not see everyone")
-                with p.cv:
-                    p.cv.wait(0.5)
+                    raise RuntimeError(f"{p.name} does not see everyone: {members(p)}")
+                time.sleep(0.2)
         victim = procs[args.victim]
         t0 = time.monotonic()
         victim.kill()
@@ -157,6 +164,7 @@ def main():
         "detect_ms_max": max(all_t) if all_t else None,
         "missed": missed, "false_positives": false,
         "machine": machine(), "command": " ".join(sys.argv),
+        "env": {k: v for k, v in os.environ.items() if k.startswith("MAQUIS_")},
     }
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"summary": summary, "rounds": rounds}, f, indent=1)
