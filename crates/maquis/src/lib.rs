@@ -43,6 +43,7 @@ mod per_source;
 mod process;
 mod router;
 mod throttle;
+mod tls;
 mod transport;
 
 /// Overlays: the [`Overlay`](overlay::Overlay) trait to write your own (see
