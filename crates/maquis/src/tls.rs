@@ -239,24 +239,29 @@ impl Tls {
 }
 
 /// Checks that the end-entity certificate of `certs` (a peer's chain, already verified against
-/// the CAs) names the node `name`: `name` is a DNS name among its subject alternative names
-/// (compared as DNS names are, ignoring case).
+/// the CAs) names the node `name`: `name` is a DNS name in lower case, among its subject
+/// alternative names.
 pub(crate) fn check_name(certs: Option<&[CertificateDer<'_>]>, name: &str) -> Result<(), String> {
     let Some(end_entity) = certs.and_then(|c| c.first()) else {
         return Err("it presented no certificate".into());
     };
-    let dns = DnsName::try_from(name)
-        .map_err(|_| format!("{name:?} is not a DNS name, so no certificate can name it"))?;
+    if !is_certificate_name(name) {
+        return Err(format!(
+            "{name:?} is not a DNS name in lower case, so no certificate names it"
+        ));
+    }
+    let dns = DnsName::try_from(name).map_err(|_| format!("{name:?} is not a DNS name"))?;
     let parsed = ParsedCertificate::try_from(end_entity)
         .map_err(|e| format!("its certificate cannot be parsed: {e}"))?;
     rustls::client::verify_server_name(&parsed, &ServerName::DnsName(dns))
         .map_err(|_| format!("its TLS certificate does not name {name}"))
 }
 
-/// Whether `name` can be named by a certificate (a DNS name: letters, digits, `-` and `_` in
-/// labels of at most 63 bytes, separated by dots).
-pub(crate) fn is_dns_name(name: &str) -> bool {
-    DnsName::try_from(name).is_ok()
+/// Whether a certificate can name the node `name`: a DNS name (letters, digits, `-` and `_` in
+/// labels of at most 63 bytes, separated by dots) in lower case. Certificates' names compare
+/// ignoring case, so a node named `A` could otherwise act with the certificate of a node `a`.
+pub(crate) fn is_certificate_name(name: &str) -> bool {
+    DnsName::try_from(name).is_ok() && !name.bytes().any(|b| b.is_ascii_uppercase())
 }
 
 /// A certificate error in the words of this configuration.

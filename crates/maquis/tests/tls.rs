@@ -266,32 +266,39 @@ async fn a_certificate_of_another_name_is_refused_from_a_dialer() {
     b.join_wait(a.addr(), Duration::from_secs(5)).await.unwrap();
     let b_id = b.id().clone();
     // Someone with a certificate of the cluster's CA for "nm-m", and the cookie, claims to be
-    // a new incarnation of nm-b.
-    let impostor = NodeId::new("nm-b", "127.0.0.1:9".parse().unwrap(), u64::MAX);
-    let mut s = tls_client(a.addr(), &ca, "nm-m", "nm-a").await;
-    let hello = HandshakeMsg::Hello {
-        magic: handshake::MAGIC,
-        version: handshake::VERSION,
-        node: impostor,
-        lane: maquis::LaneId::new("membership", 0),
-        nonce: handshake::new_nonce(),
-        channels: vec![("membership".into(), 1), ("default".into(), 1)],
-        max_frame: raw::MAX_FRAME,
-    };
-    raw::write_msg(&mut s, &hello).await;
-    match raw::read_msg(&mut s).await {
-        HandshakeMsg::Rejected { code, detail, .. } => {
-            assert_eq!(code, RejectCode::Refused);
-            assert!(detail.contains("does not name nm-b"), "{detail}");
+    // a new incarnation of nm-b; and someone with nm-b's own name in its certificate claims
+    // to be NM-B (certificates compare names ignoring case, node names do not).
+    for (san, claims, words) in [
+        ("nm-m", "nm-b", "does not name nm-b"),
+        ("nm-b", "NM-B", "not a DNS name in lower case"),
+    ] {
+        let impostor = NodeId::new(claims, "127.0.0.1:9".parse().unwrap(), u64::MAX);
+        let mut s = tls_client(a.addr(), &ca, san, "nm-a").await;
+        let hello = HandshakeMsg::Hello {
+            magic: handshake::MAGIC,
+            version: handshake::VERSION,
+            node: impostor,
+            lane: maquis::LaneId::new("membership", 0),
+            nonce: handshake::new_nonce(),
+            channels: vec![("membership".into(), 1), ("default".into(), 1)],
+            max_frame: raw::MAX_FRAME,
+        };
+        raw::write_msg(&mut s, &hello).await;
+        match raw::read_msg(&mut s).await {
+            HandshakeMsg::Rejected { code, detail, .. } => {
+                assert_eq!(code, RejectCode::Refused);
+                assert!(detail.contains(words), "{detail}");
+            }
+            other => panic!("{claims}: expected a refusal, got {other:?}"),
         }
-        other => panic!("expected a refusal, got {other:?}"),
+        until("the refusal is counted", Duration::from_secs(5), || {
+            let ok = refused_with(&a, true, words);
+            async move { ok }
+        })
+        .await;
     }
-    until("the refusal is counted", Duration::from_secs(5), || {
-        let ok = a.counters().handshake_failures.get() >= 1
-            && refused_with(&a, true, "does not name nm-b");
-        async move { ok }
-    })
-    .await;
+    assert!(a.counters().handshake_failures.get() >= 2);
+    assert!(a.member("NM-B").is_none());
     assert_eq!(a.member("nm-b"), Some(b_id), "nm-b keeps its place");
     a.shutdown().await;
     b.shutdown().await;
@@ -529,14 +536,16 @@ async fn bad_tls_files_are_refused_naming_the_key_and_the_file() {
         TlsFileError::WrongName("cfg-a".into())
     );
 
-    // A name no certificate can carry.
-    let mut cfg = good.clone();
-    cfg.node.name = "not a dns name".into();
-    let err = config_error(cfg).await;
-    assert!(
-        matches!(&err, ConfigError::Invalid { key, .. } if key == "node.name"),
-        "{err:?}"
-    );
+    // Names no certificate can carry: not a DNS name, or not in lower case (certificates
+    // compare names ignoring case).
+    for name in ["not a dns name", "Cfg-A"] {
+        let cfg = with_tls(config(name), &dir, &ca, name, &ca.pem);
+        let err = config_error(cfg).await;
+        assert!(
+            matches!(&err, ConfigError::Invalid { key, .. } if key == "node.name"),
+            "{name}: {err:?}"
+        );
+    }
 
     // The files come from the environment as every option does; with TLS off they are not
     // read.

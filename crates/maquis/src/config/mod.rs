@@ -1100,13 +1100,13 @@ impl Config {
             "transport.tls_ca",
             "the PEM CA certificates peers must chain to",
         )?;
-        if !crate::tls::is_dns_name(&self.node.name) {
+        if !crate::tls::is_certificate_name(&self.node.name) {
             return Err(invalid(
                 "node.name",
                 format!(
-                    "{:?} is not a DNS name (letters, digits, '-' and '_', labels of at most \
-                     63 bytes joined by dots), which transport.tls needs: a certificate names \
-                     its node by a DNS subject alternative name",
+                    "{:?} is not a DNS name in lower case (letters, digits, '-' and '_', labels \
+                     of at most 63 bytes joined by dots), which transport.tls needs: a \
+                     certificate names its node by a DNS subject alternative name",
                     self.node.name
                 ),
             ));
