@@ -87,9 +87,24 @@ async fn nodes_of_one_ca_join_send_and_call() {
         .await
         .unwrap();
     assert_eq!(n, 42);
-    // A large message crosses many TLS records.
-    let big = b.remote::<Vec<u8>>("tls-a", "echo").unwrap();
-    big.send(vec![7; 1 << 20]).await.unwrap();
+    // Large messages cross many TLS records, more than the socket takes at once; each
+    // arrives without a later write to push it out.
+    let (big_tx, mut big_rx) = tokio::sync::mpsc::unbounded_channel();
+    let big_sink = a.spawn_fn(move |mut inbox: maquis::Inbox<Vec<u8>>| async move {
+        while let Some(m) = inbox.recv().await {
+            let _ = big_tx.send(m);
+        }
+    });
+    a.register("big", &big_sink).unwrap();
+    let to_big = b.remote::<Vec<u8>>("tls-a", "big").unwrap();
+    for i in 0..4u8 {
+        to_big.send(vec![i; 4 << 20]).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), big_rx.recv())
+            .await
+            .expect("the large message arrives")
+            .unwrap();
+        assert!(got.len() == 4 << 20 && got.iter().all(|&x| x == i));
+    }
     assert_eq!(a.counters().handshake_failures.get(), 0);
     assert_eq!(b.counters().handshake_failures.get(), 0);
     a.shutdown().await;

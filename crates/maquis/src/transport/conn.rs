@@ -81,6 +81,7 @@ const READ_BUFFER: usize = 64 * 1024;
 async fn write_msg(s: &mut Stream, msg: &HandshakeMsg) -> Result<(), ConnError> {
     let buf = handshake::encode_handshake(msg)?;
     s.write_all(&buf).await?;
+    s.flush().await?;
     Ok(())
 }
 

@@ -430,6 +430,9 @@ async fn write_batch(w: &mut WriteHalf, batch: &mut [OutFrame]) -> std::io::Resu
     }
     chunks.retain(|c| !c.is_empty());
     write_all_vectored(w, &mut chunks).await?;
+    // TLS keeps the records it could not hand to the socket yet; they must go now, not with
+    // the next batch (plain TCP has nothing to flush).
+    w.flush().await?;
     Ok(total)
 }
 
