@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 out = Path(sys.argv[1])
 cells = json.loads((out / "results.json").read_text())
 grid = [c for c in cells if c["series"] == "grid"]
-order = ["erlang", "single", "parallel", "affinity", "raw-tcp"]
+order = ["erlang", "single", "single-tls", "parallel", "parallel-tls", "affinity", "affinity-tls", "raw-tcp"]
 configs = [c for c in order if any(x["config"] == c for x in grid)]
 
 

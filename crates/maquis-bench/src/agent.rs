@@ -39,6 +39,10 @@ pub struct NodeOpts {
     /// Cluster secret.
     #[arg(long, default_value = "maquis-bench")]
     pub cookie: String,
+    /// TLS on every lane, with the certificates of this directory: `ca.crt`, and
+    /// `<node name>.crt` and `.key` (`crate::certs` writes them).
+    #[arg(long)]
+    pub tls_dir: Option<std::path::PathBuf>,
 }
 
 impl NodeOpts {
@@ -51,6 +55,12 @@ impl NodeOpts {
             .affinity(affinity);
         c.transport.lane_queue_bytes = 64 * 1024 * 1024;
         c.node.mailbox_capacity = 256;
+        if let Some(dir) = &self.tls_dir {
+            c.transport.tls = true;
+            c.transport.tls_cert = Some(dir.join(format!("{name}.crt")));
+            c.transport.tls_key = Some(dir.join(format!("{name}.key")));
+            c.transport.tls_ca = Some(dir.join("ca.crt"));
+        }
         Ok(c)
     }
 }

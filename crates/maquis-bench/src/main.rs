@@ -32,6 +32,7 @@
 //! stops the children and deletes the emulated hosts ([`teardown`]).
 
 pub mod agent;
+pub mod certs;
 pub mod clients;
 pub mod clients_agent;
 pub mod commands;

@@ -46,6 +46,11 @@ pub struct MicroArgs {
     /// Skip the connection-count sweep (Fig. 2).
     #[arg(long)]
     pub no_sweep: bool,
+    /// Also run each Maquis configuration with TLS on every lane (`single-tls`,
+    /// `parallel-tls`, `affinity-tls`; certificates made for the run in OUT/tls), and report
+    /// the CPU per message of both.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// One measured cell, as written to results.json.
@@ -57,7 +62,8 @@ pub struct Cell {
     pub payload_bytes: usize,
     /// Concurrent actors.
     pub actors: usize,
-    /// erlang, single, parallel, affinity or raw-tcp.
+    /// erlang, single, parallel, affinity or raw-tcp; a Maquis configuration with `-tls` runs
+    /// with TLS on every lane.
     pub config: String,
     /// Connections per peer (lanes of the default channel; raw-tcp: sockets).
     pub parallelism: u16,
@@ -88,6 +94,18 @@ const SERVER_PORT: u16 = 9400;
 pub const WARMUP_S: f64 = 1.0;
 const COOKIE: &str = "maquis-bench-micro";
 const ALL_CONFIGS: [&str; 5] = ["erlang", "single", "parallel", "affinity", "raw-tcp"];
+/// The configurations that run Maquis nodes (each also exists as `<name>-tls`).
+const MAQUIS_CONFIGS: [&str; 3] = ["single", "parallel", "affinity"];
+/// The suffix of a configuration with TLS on every lane.
+pub const TLS_SUFFIX: &str = "-tls";
+
+/// A configuration's name without `-tls`, and whether it had it.
+pub fn split_tls(config: &str) -> (&str, bool) {
+    match config.strip_suffix(TLS_SUFFIX) {
+        Some(base) if MAQUIS_CONFIGS.contains(&base) => (base, true),
+        _ => (config, false),
+    }
+}
 
 struct Plan {
     rtts: Vec<u64>,
@@ -113,10 +131,12 @@ fn plan(a: &MicroArgs) -> Result<Plan, String> {
         } else {
             vec![1024, 512 * 1024, 8 * 1024 * 1024]
         }),
-        configs: a
-            .configs
-            .clone()
-            .unwrap_or(ALL_CONFIGS.iter().map(|s| s.to_string()).collect()),
+        configs: with_tls_twins(
+            a.configs
+                .clone()
+                .unwrap_or(ALL_CONFIGS.iter().map(|s| s.to_string()).collect()),
+            a.tls,
+        ),
         messages: a.messages.unwrap_or(if q { 2_000 } else { 10_000 }),
         cell_seconds: a.cell_seconds.unwrap_or(if q { 3.0 } else { 10.0 }),
         sweep: if a.no_sweep {
@@ -130,11 +150,12 @@ fn plan(a: &MicroArgs) -> Result<Plan, String> {
     if let Some(bad) = p
         .configs
         .iter()
-        .find(|c| !ALL_CONFIGS.contains(&c.as_str()))
+        .find(|c| !ALL_CONFIGS.contains(&split_tls(c).0))
     {
         return Err(format!(
-            "unknown configuration {bad:?} (known: {})",
-            ALL_CONFIGS.join(",")
+            "unknown configuration {bad:?} (known: {}, and {}-tls for the Maquis ones)",
+            ALL_CONFIGS.join(","),
+            MAQUIS_CONFIGS.join("-tls,")
         ));
     }
     if p.rtts.iter().any(|&r| r == 0 || r > 1000) || p.actors.iter().any(|&n| n == 0 || n > 1024) {
@@ -149,6 +170,22 @@ fn plan(a: &MicroArgs) -> Result<Plan, String> {
     Ok(p)
 }
 
+/// `configs`, with `--tls` each Maquis configuration followed by its TLS twin (unless listed).
+fn with_tls_twins(configs: Vec<String>, tls: bool) -> Vec<String> {
+    if !tls {
+        return configs;
+    }
+    let mut out = Vec::new();
+    for c in &configs {
+        out.push(c.clone());
+        let twin = format!("{c}{TLS_SUFFIX}");
+        if MAQUIS_CONFIGS.contains(&c.as_str()) && !configs.contains(&twin) {
+            out.push(twin);
+        }
+    }
+    out
+}
+
 /// Runs the benchmark; returns the cells measured.
 pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     let plan = plan(args)?;
@@ -156,6 +193,14 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let erlang_dir = if plan.configs.iter().any(|c| c == "erlang") {
         Some(crate::erlang::prepare(&args.out)?)
+    } else {
+        None
+    };
+    let tls_dir = if plan.configs.iter().any(|c| split_tls(c).1) {
+        Some(crate::certs::write(
+            &args.out.join("tls"),
+            &["bench-server", "bench-client"],
+        )?)
     } else {
         None
     };
@@ -189,8 +234,9 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 client_ip: &client_ip,
                 log: &log,
                 erlang_dir: erlang_dir.as_deref(),
+                tls_dir: tls_dir.as_deref(),
             };
-            let parallelism = match config.as_str() {
+            let parallelism = match split_tls(config).0 {
                 "single" | "erlang" => 1,
                 _ => 16,
             };
@@ -224,6 +270,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 client_ip: &client_ip,
                 log: &log,
                 erlang_dir: None,
+                tls_dir: None,
             };
             for &p in &plan.sweep {
                 let mut server = setup.server("affinity", p)?;
@@ -292,6 +339,7 @@ struct Setup<'a> {
     client_ip: &'a str,
     log: &'a File,
     erlang_dir: Option<&'a Path>,
+    tls_dir: Option<&'a Path>,
 }
 
 impl Setup<'_> {
@@ -306,6 +354,18 @@ impl Setup<'_> {
         let mut c = self.net.command(host, self.exe);
         c.env("RUST_LOG", crate::stats::agent_log_filter());
         c
+    }
+
+    /// The options of a Maquis agent that follow from `config`: affinity, and TLS for a
+    /// `-tls` configuration.
+    fn maquis_opts(&self, c: &mut Command, config: &str) -> Result<(), String> {
+        let (base, tls) = split_tls(config);
+        c.args(["--affinity", if base == "affinity" { "on" } else { "off" }]);
+        if tls {
+            let dir = self.tls_dir.ok_or("no certificates were made for TLS")?;
+            c.arg("--tls-dir").arg(dir);
+        }
+        Ok(())
     }
 
     fn server(&self, config: &str, parallelism: u16) -> Result<Proc, String> {
@@ -334,11 +394,8 @@ impl Setup<'_> {
                 let mut c = self.agent_cmd(1);
                 c.args(["agent", "micro-server", "--listen", self.server_addr])
                     .args(["--parallelism", &parallelism.to_string()])
-                    .args([
-                        "--affinity",
-                        if config == "affinity" { "on" } else { "off" },
-                    ])
                     .args(["--cookie", COOKIE, "--actors", "128"]);
+                self.maquis_opts(&mut c, config)?;
                 c
             }
         };
@@ -419,16 +476,13 @@ impl Setup<'_> {
                 ])
                 .args(["--server", self.server_addr, "--cookie", COOKIE])
                 .args(["--parallelism", &parallelism.to_string()])
-                .args([
-                    "--affinity",
-                    if config == "affinity" { "on" } else { "off" },
-                ])
                 .args(["--actors", &actors.to_string(), "--size", &size.to_string()])
                 .args(["--messages", &messages, "--limit-s", &limit.to_string()])
                 .args(["--warmup-s", &WARMUP_S.to_string()]);
                 if echo {
                     c.arg("--echo");
                 }
+                self.maquis_opts(&mut c, config)?;
                 c
             }
         };
@@ -461,5 +515,49 @@ impl Setup<'_> {
             },
             series: series.to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        micro: MicroArgs,
+    }
+
+    fn plan_of(args: &[&str]) -> Result<Plan, String> {
+        let cli = Cli::try_parse_from(std::iter::once("micro").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        plan(&cli.micro)
+    }
+
+    #[test]
+    fn tls_adds_a_twin_of_each_maquis_configuration() {
+        let p = plan_of(&["--tls"]).unwrap();
+        assert_eq!(
+            p.configs,
+            [
+                "erlang",
+                "single",
+                "single-tls",
+                "parallel",
+                "parallel-tls",
+                "affinity",
+                "affinity-tls",
+                "raw-tcp"
+            ]
+        );
+        let p = plan_of(&["--tls", "--configs", "affinity,raw-tcp"]).unwrap();
+        assert_eq!(p.configs, ["affinity", "affinity-tls", "raw-tcp"]);
+        let p = plan_of(&["--configs", "affinity-tls"]).unwrap();
+        assert_eq!(p.configs, ["affinity-tls"]);
+        assert!(plan_of(&["--configs", "raw-tcp-tls"]).is_err());
+        assert!(plan_of(&["--configs", "erlang-tls"]).is_err());
+        assert_eq!(split_tls("affinity-tls"), ("affinity", true));
+        assert_eq!(split_tls("raw-tcp"), ("raw-tcp", false));
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use maquis_netem::NetemStats;
 
-use crate::micro::{Cell, MicroArgs};
+use crate::micro::{split_tls, Cell, MicroArgs};
 
 /// The machine, as every committed result must describe it.
 pub fn machine() -> String {
@@ -110,7 +110,12 @@ pub fn write(
         args.messages.map(|m| m.to_string()).unwrap_or_else(|| if args.quick { "2000".into() } else { "10000".into() }),
         args.cell_seconds.unwrap_or(if args.quick { 3.0 } else { 10.0 })
     );
-    let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, actor i sends with partition key i (lane i mod 16, replies on the same lane); `raw-tcp` plain TCP over 16 connections, no runtime.\n");
+    let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, actor i sends with partition key i (lane i mod 16, replies on the same lane); `raw-tcp` plain TCP over 16 connections, no runtime{}.\n",
+        if configs.iter().any(|c| split_tls(c).1) {
+            "; `<configuration>-tls` the same Maquis configuration with TLS on every lane (`transport.tls`: TLS 1.3, rustls with ring and its default cipher suites, mutual authentication with certificates of one CA made for the run)"
+        } else {
+            ""
+        });
     let _ = writeln!(r, "## Link emulator\n");
     let _ = writeln!(r, "| RTT | packets | Gbit/s (active) | lateness p50 | p99 | max | warnings |\n|---|---|---|---|---|---|---|");
     for (rtt, s) in netem {
@@ -212,6 +217,7 @@ pub fn write(
             }
         }
     }
+    tls_section(&mut r, cells, &configs, &rtts, &sizes, &actors);
     let sweep: Vec<&Cell> = cells.iter().filter(|c| c.series == "sweep").collect();
     if !sweep.is_empty() {
         let _ = writeln!(
@@ -304,10 +310,156 @@ pub fn write(
     Ok(())
 }
 
+/// The cost of TLS: for each Maquis configuration that ran with and without it, the CPU per
+/// message of both, summed up per payload size (mean over the RTTs and actor counts where both
+/// ran), then cell by cell.
+fn tls_section(
+    r: &mut String,
+    cells: &[Cell],
+    configs: &[String],
+    rtts: &[u64],
+    sizes: &[usize],
+    actors: &[usize],
+) {
+    let pairs: Vec<(&str, &str)> = configs
+        .iter()
+        .filter_map(|c| {
+            let (base, tls) = split_tls(c);
+            (tls && configs.iter().any(|p| p == base)).then_some((base, c.as_str()))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let _ = writeln!(r, "\n## TLS: CPU per message\n");
+    let _ = writeln!(
+        r,
+        "CPU time of both processes per message (one round trip: the message and its reply), in µs, with plain TCP lanes and with TLS on every lane. Per payload size, the mean over the cells (RTT × actors) where both ran:\n"
+    );
+    for &size in sizes {
+        for &(plain, tls) in &pairs {
+            let both: Vec<(f64, f64)> = rtts
+                .iter()
+                .flat_map(|&rtt| actors.iter().map(move |&n| (rtt, n)))
+                .filter_map(|(rtt, n)| {
+                    let p = find(cells, rtt, size, n, plain)?;
+                    let t = find(cells, rtt, size, n, tls)?;
+                    (p.messages > 0 && t.messages > 0)
+                        .then_some((p.cpu_us_per_msg, t.cpu_us_per_msg))
+                })
+                .collect();
+            if both.is_empty() {
+                continue;
+            }
+            let n = both.len() as f64;
+            let p = both.iter().map(|b| b.0).sum::<f64>() / n;
+            let t = both.iter().map(|b| b.1).sum::<f64>() / n;
+            let _ = writeln!(
+                r,
+                "- CPU per message, {}, {plain}: plaintext {p:.1} µs, TLS {t:.1} µs ({:+.1} µs, {} of plaintext; {} cells)",
+                human(size),
+                t - p,
+                ratio(t, p),
+                both.len()
+            );
+        }
+    }
+    let _ = writeln!(
+        r,
+        "\n| RTT | payload | actors | configuration | plaintext µs | TLS µs | TLS − plaintext | plaintext ops/s | TLS ops/s |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for &rtt in rtts {
+        for &size in sizes {
+            for &n in actors {
+                for &(plain, tls) in &pairs {
+                    if let (Some(p), Some(t)) = (
+                        find(cells, rtt, size, n, plain),
+                        find(cells, rtt, size, n, tls),
+                    ) {
+                        let _ = writeln!(
+                            r,
+                            "| {rtt} ms | {} | {n} | {plain} | {:.1} | {:.1} | {:+.1} | {:.1} | {:.1} |",
+                            human(size),
+                            p.cpu_us_per_msg,
+                            t.cpu_us_per_msg,
+                            t.cpu_us_per_msg - p.cpu_us_per_msg,
+                            p.ops_per_s,
+                            t.ops_per_s
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The plotting script, built into the binary.
 const PLOT_PY: &str = include_str!("../../../bench/plot_micro.py");
 
 /// Draws the PNG plots with Python's matplotlib (installed with pip when missing).
 fn plot(out: &Path) -> Result<Vec<String>, String> {
     crate::plot::run(out, "plot_micro.py", PLOT_PY, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(config: &str, size: usize, actors: usize, cpu: f64) -> Cell {
+        Cell {
+            rtt_ms: 1,
+            payload_bytes: size,
+            actors,
+            config: config.into(),
+            parallelism: 16,
+            echo: false,
+            ops_per_s: 1000.0,
+            p50_us: 1000,
+            p99_us: 2000,
+            max_us: 3000,
+            messages: 100,
+            errors: 0,
+            seconds: 3.0,
+            cpu_us_per_msg: cpu,
+            series: "grid".into(),
+        }
+    }
+
+    #[test]
+    fn the_tls_section_sets_tls_beside_plaintext() {
+        let cells = vec![
+            cell("affinity", 1024, 16, 10.0),
+            cell("affinity-tls", 1024, 16, 14.0),
+            cell("affinity", 1024, 128, 12.0),
+            cell("affinity-tls", 1024, 128, 16.0),
+            cell("single", 1024, 16, 9.0),
+        ];
+        let configs: Vec<String> = ["single", "affinity", "affinity-tls"]
+            .map(String::from)
+            .to_vec();
+        let mut r = String::new();
+        tls_section(&mut r, &cells, &configs, &[1], &[1024], &[16, 128]);
+        assert!(
+            r.contains(
+                "- CPU per message, 1 KiB, affinity: plaintext 11.0 µs, TLS 15.0 µs (+4.0 µs, \
+                 1.36× of plaintext; 2 cells)"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.contains("| 1 ms | 1 KiB | 128 | affinity | 12.0 | 16.0 | +4.0 |"),
+            "{r}"
+        );
+        assert!(!r.contains("single"), "no TLS twin ran: {r}");
+        let mut none = String::new();
+        tls_section(
+            &mut none,
+            &cells,
+            &["affinity".to_string()],
+            &[1],
+            &[1024],
+            &[16],
+        );
+        assert!(none.is_empty());
+    }
 }

@@ -172,7 +172,17 @@ pub enum LinkError {
 pub(crate) enum ConnError {
     /// I/O on the socket failed.
     #[error("io: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+    /// The TLS handshake failed, or the other end's certificate does not name the node it
+    /// says it is.
+    #[error("TLS: {reason}")]
+    Tls {
+        /// What went wrong.
+        reason: String,
+        /// Whether this node refused the other's TLS (its certificate, its name, bytes that
+        /// are not TLS), rather than the other refusing this node's (an alert received).
+        by_us: bool,
+    },
     /// Bad bytes on the wire.
     #[error("wire: {0}")]
     Wire(#[from] WireError),
@@ -203,7 +213,29 @@ impl ConnError {
     pub(crate) fn is_refusal(&self) -> bool {
         matches!(
             self,
-            ConnError::Auth(_) | ConnError::Incompatible(_) | ConnError::Rejected(_)
+            ConnError::Auth(_)
+                | ConnError::Incompatible(_)
+                | ConnError::Rejected(_)
+                | ConnError::Tls { .. }
         )
+    }
+
+    /// Whether this node refused the connection it dialed (the acceptor's certificate or
+    /// name), rather than the acceptor refusing it.
+    pub(crate) fn refused_here(&self) -> bool {
+        matches!(self, ConnError::Tls { by_us: true, .. })
+    }
+}
+
+impl From<std::io::Error> for ConnError {
+    /// An I/O error, or a TLS error that a TLS stream reports as one.
+    fn from(e: std::io::Error) -> Self {
+        match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            Some(tls) => ConnError::Tls {
+                reason: crate::tls::describe(tls),
+                by_us: !matches!(tls, rustls::Error::AlertReceived(_)),
+            },
+            None => ConnError::Io(e),
+        }
     }
 }

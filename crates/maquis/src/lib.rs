@@ -44,6 +44,7 @@ mod process;
 mod router;
 pub mod supervisor;
 mod throttle;
+mod tls;
 mod transport;
 
 /// Overlays: the [`Overlay`](overlay::Overlay) trait to write your own (see

@@ -43,6 +43,7 @@ mod readme_tests;
 mod tests;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -52,6 +53,8 @@ use thiserror::Error;
 use crate::id::{DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
 use crate::membership::{MembershipConfig, DEFAULT_HOP_LIMIT};
 use crate::overlay::{ClientServerConfig, HyParViewConfig, Role, MAX_SERVERS_PER_CLIENT};
+pub use crate::tls::TlsFileError;
+use crate::tls::{LoadError, Tls, TlsFile, TlsPaths};
 
 /// A bad configuration.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -80,6 +83,26 @@ pub enum ConfigError {
     /// A `MAQUIS_*` environment variable that names no option.
     #[error("unknown variable {0} (a typo?)")]
     UnknownVariable(String),
+    /// `transport.tls` is on and one of its files is not set.
+    #[error("{key} is required when transport.tls is on ({what})")]
+    TlsMissing {
+        /// The option's dotted key: `transport.tls_cert`, `transport.tls_key` or
+        /// `transport.tls_ca`.
+        key: String,
+        /// What the file holds.
+        what: &'static str,
+    },
+    /// One of the TLS files cannot be used.
+    #[error("{key} = {}: {problem}", path.display())]
+    TlsFile {
+        /// The option's dotted key: `transport.tls_cert`, `transport.tls_key` or
+        /// `transport.tls_ca`.
+        key: String,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: TlsFileError,
+    },
 }
 
 fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
@@ -242,8 +265,27 @@ pub struct TransportConfig {
     /// hold every slot.
     pub max_pending_handshakes_per_source: usize,
     /// An incoming connection that has not proved the cookie within this is closed, in
-    /// milliseconds (at most `handshake_timeout_ms`).
+    /// milliseconds (at most `handshake_timeout_ms`); with `tls`, the TLS handshake counts
+    /// in it.
     pub unauthenticated_timeout_ms: u64,
+    /// Mutual TLS on every lane (`on`/`off` as for `affinity`): each node presents
+    /// `tls_cert` and requires the other's certificate to chain to `tls_ca` and to name the
+    /// node it says it is; the cookie handshake then runs inside TLS. Every node of a cluster
+    /// must agree.
+    #[serde(deserialize_with = "de_switch")]
+    pub tls: bool,
+    /// The node's certificate chain, PEM (its own certificate first, then any
+    /// intermediates); it must name `node.name` as a DNS subject alternative name, chain to
+    /// `tls_ca` and allow both server and client authentication. Required with `tls`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert`, PEM (PKCS#8, PKCS#1 or SEC1). Required with `tls`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA certificates, PEM, that every peer's certificate must chain to. Required with
+    /// `tls`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl Default for TransportConfig {
@@ -263,6 +305,10 @@ impl Default for TransportConfig {
             max_pending_handshakes: 128,
             max_pending_handshakes_per_source: 32,
             unauthenticated_timeout_ms: 1000,
+            tls: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
         }
     }
 }
@@ -1032,12 +1078,79 @@ impl Config {
         toml::to_string(self).unwrap_or_default()
     }
 
-    /// Checks ranges and names of every section; [`crate::Node::start`] calls it.
+    /// Checks ranges and names of every section, and with `transport.tls` reads and checks
+    /// the TLS files; [`crate::Node::start`] calls it.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.checked().map(|_| ())
+    }
+
+    /// [`Config::validate`], returning the TLS configuration `transport.tls` asks for.
+    pub(crate) fn checked(&self) -> Result<Option<Tls>, ConfigError> {
         self.node.validate()?;
         self.transport.validate()?;
         self.overlay.validate()?;
-        self.broadcast.validate()
+        self.broadcast.validate()?;
+        self.load_tls()
+    }
+
+    /// The TLS configuration of the node, read from `transport.tls_cert`, `tls_key` and
+    /// `tls_ca` (`None` when `transport.tls` is off).
+    fn load_tls(&self) -> Result<Option<Tls>, ConfigError> {
+        let t = &self.transport;
+        if !t.tls {
+            return Ok(None);
+        }
+        let required = |v: &Option<PathBuf>, key: &str, what| {
+            v.clone().ok_or_else(|| ConfigError::TlsMissing {
+                key: key.into(),
+                what,
+            })
+        };
+        let cert = required(
+            &t.tls_cert,
+            "transport.tls_cert",
+            "the node's PEM certificate chain",
+        )?;
+        let key = required(&t.tls_key, "transport.tls_key", "its PEM private key")?;
+        let ca = required(
+            &t.tls_ca,
+            "transport.tls_ca",
+            "the PEM CA certificates peers must chain to",
+        )?;
+        if !crate::tls::is_certificate_name(&self.node.name) {
+            return Err(invalid(
+                "node.name",
+                format!(
+                    "{:?} is not a DNS name in lower case (letters, digits, '-' and '_', labels \
+                     of at most 63 bytes joined by dots), which transport.tls needs: a \
+                     certificate names its node by a DNS subject alternative name",
+                    self.node.name
+                ),
+            ));
+        }
+        let paths = TlsPaths {
+            cert: &cert,
+            key: &key,
+            ca: &ca,
+        };
+        Tls::load(&paths, &self.node.name).map(Some).map_err(
+            |LoadError {
+                 file,
+                 path,
+                 problem,
+             }| {
+                let key = match file {
+                    TlsFile::Cert => "transport.tls_cert",
+                    TlsFile::Key => "transport.tls_key",
+                    TlsFile::Ca => "transport.tls_ca",
+                };
+                ConfigError::TlsFile {
+                    key: key.into(),
+                    path,
+                    problem,
+                }
+            },
+        )
     }
 }
 

@@ -469,7 +469,9 @@ fn spawn_dial(
                         // A wrong cookie or configuration will not pass by itself: say so
                         // loudly (once a minute per contact), and go on trying, as the other
                         // node may be reconfigured.
-                        if let Some(refusals) = inner.on_refused(addr, false, &e.to_string()) {
+                        if let Some(refusals) =
+                            inner.on_refused(addr, e.refused_here(), &e.to_string())
+                        {
                             tracing::warn!(%addr, reason = %e, refusals, "join refused; retrying");
                         }
                     } else {
@@ -484,7 +486,7 @@ fn spawn_dial(
                 Err(e) => {
                     if e.is_refusal() {
                         // The caller hears of it (and the control loop logs a failed join).
-                        let _ = inner.on_refused(addr, false, &e.to_string());
+                        let _ = inner.on_refused(addr, e.refused_here(), &e.to_string());
                     }
                     break Err(e.to_string());
                 }

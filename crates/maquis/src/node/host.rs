@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::counters::Counters;
 use crate::dispatch::Dispatcher;
 use crate::id::NodeId;
+use crate::tls::Tls;
 use crate::transport::{Host, LaneEvent, Peer, PeerRefused};
 use crate::wire::frame::Frame;
 
@@ -23,6 +24,10 @@ impl Host for Inner {
 
     fn cookie(&self) -> &[u8] {
         &self.cookie
+    }
+
+    fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     fn config(&self) -> &Config {
@@ -61,9 +66,9 @@ impl Host for Inner {
         self.handle_frame(peer, frame).await
     }
 
-    fn on_refused(&self, addr: std::net::SocketAddr, incoming: bool, reason: &str) -> Option<u64> {
+    fn on_refused(&self, addr: std::net::SocketAddr, by_us: bool, reason: &str) -> Option<u64> {
         self.refusals
-            .record(addr, incoming, reason, self.router.now_us())
+            .record(addr, by_us, reason, self.router.now_us())
     }
 
     async fn on_lane(&self, event: LaneEvent) {

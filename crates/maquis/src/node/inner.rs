@@ -33,6 +33,8 @@ use crate::wire::frame::{Frame, Header};
 pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) cookie: Vec<u8>,
+    /// The TLS configurations, when `transport.tls` is on.
+    pub(crate) tls: Option<crate::tls::Tls>,
     /// Peers, routes and the frame path.
     pub(crate) router: Arc<Router>,
     /// The node's actors.

@@ -2,7 +2,7 @@
 //!
 //! # What `Node::start` starts
 //!
-//! It validates the configuration, binds the listen and admin sockets, makes the incarnation
+//! It validates the configuration (reading the TLS files when `transport.tls` is on), binds the listen and admin sockets, makes the incarnation
 //! (microseconds since the Unix epoch), builds the overlay and the membership machine around
 //! it, and spawns:
 //!
@@ -106,7 +106,7 @@ impl Node {
         config: Config,
         make: impl FnOnce(NodeId, &Config) -> Box<dyn DynOverlay>,
     ) -> Result<Node, StartError> {
-        config.validate()?;
+        let tls = config.checked()?;
         let listener = TcpListener::bind(config.node.listen)
             .await
             .map_err(|source| StartError::Bind {
@@ -168,6 +168,7 @@ impl Node {
         let actors = Arc::new(Actors::new(router.clone(), config.node.mailbox_capacity));
         let inner = Arc::new(Inner {
             cookie: config.node.cookie.as_bytes().to_vec(),
+            tls,
             router,
             actors,
             overlay_name,

@@ -44,11 +44,11 @@ impl Refusals {
     pub(crate) fn record(
         &self,
         addr: SocketAddr,
-        incoming: bool,
+        by_us: bool,
         reason: &str,
         now_us: u64,
     ) -> Option<u64> {
-        let key = if incoming {
+        let key = if by_us {
             (addr.ip().to_string(), true)
         } else {
             (addr.to_string(), false)
@@ -91,9 +91,9 @@ impl Refusals {
         let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let mut v: Vec<_> = t
             .iter()
-            .map(|((addr, incoming), e)| RefusalStatus {
+            .map(|((addr, by_us), e)| RefusalStatus {
                 addr: addr.clone(),
-                by_us: *incoming,
+                by_us: *by_us,
                 count: e.count,
                 reason: e.reason.clone(),
                 ago_ms: now_us.saturating_sub(e.last_us) / 1000,

@@ -1,5 +1,19 @@
-//! One connection's life: the handshake (both roles), installing it on its lane, and the reader
-//! that hands frames on until the connection dies.
+//! One connection's life: TLS when it is on, the handshake (both roles), installing it on its
+//! lane, and the reader that hands frames on until the connection dies.
+//!
+//! # TLS
+//!
+//! With `transport.tls` on, both roles wrap the TCP connection in TLS ([`crate::tls`]) before the
+//! handshake, and everything below runs inside it ([`Stream`]). The acceptor's TLS handshake
+//! counts in its unauthenticated stage (below), so a source that opens TCP and never finishes
+//! TLS holds its handshake slot no longer than one that never proves the cookie. The TLS layer
+//! checks the other end's certificate chain; the name it must carry is checked here, as soon as
+//! the handshake tells it: the acceptor checks the dialer's certificate against the node of its
+//! `Hello` (and refuses with `Refused`), the dialer the acceptor's against the node of its
+//! `Challenge` (before it sends its proof). A TLS failure is a `ConnError::Tls`, a refusal like a
+//! wrong cookie: counted, listed and logged. Without TLS, bytes that look like a TLS record where
+//! a handshake message's length should be are refused as `Incompatible` ("the other node speaks
+//! TLS").
 //!
 //! # Handshake
 //!
@@ -42,8 +56,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::StreamExt;
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio_util::codec::{Decoder, FramedRead};
 
@@ -51,20 +65,23 @@ use crate::wire::StreamDecoder;
 
 use super::lane::{ConnInfo, Offer};
 use super::peer::{Peer, PeerRefused};
+use super::stream::{ReadHalf, Stream};
 use super::{Host, LaneEvent};
 use crate::error::ConnError;
 use crate::id::{LaneId, NodeId};
 use crate::throttle::Throttle;
 use crate::wire::frame::FrameDecoder;
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
+use crate::wire::WireError;
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
 
 /// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
 const READ_BUFFER: usize = 64 * 1024;
 
-async fn write_msg(s: &mut TcpStream, msg: &HandshakeMsg) -> Result<(), ConnError> {
+async fn write_msg(s: &mut Stream, msg: &HandshakeMsg) -> Result<(), ConnError> {
     let buf = handshake::encode_handshake(msg)?;
     s.write_all(&buf).await?;
+    s.flush().await?;
     Ok(())
 }
 
@@ -84,13 +101,25 @@ impl<D: StreamDecoder> Decoder for Codec<D> {
     }
 }
 
+/// Whether the first bytes read are those of a TLS record (a handshake or an alert, of TLS
+/// 1.0 to 1.3) rather than a handshake message's length, which is at most 16 KiB and so
+/// starts with a zero byte.
+fn looks_like_tls(first: &[u8; 4]) -> bool {
+    matches!(first[0], 0x15 | 0x16) && first[1] == 0x03 && first[2] <= 0x04
+}
+
 /// Reads exactly one handshake message (never more bytes than it spans, so nothing that
 /// follows the handshake is lost).
-async fn read_msg(s: &mut TcpStream) -> Result<HandshakeMsg, ConnError> {
+async fn read_msg(s: &mut Stream) -> Result<HandshakeMsg, ConnError> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await?;
     let n = u32::from_be_bytes(len) as usize;
     if n > MAX_HANDSHAKE_FRAME {
+        if looks_like_tls(&len) {
+            return Err(ConnError::Incompatible(
+                "the other node speaks TLS, and transport.tls is off on this node".into(),
+            ));
+        }
         return Err(ConnError::Protocol(format!(
             "handshake message of {n} bytes"
         )));
@@ -104,16 +133,21 @@ async fn read_msg(s: &mut TcpStream) -> Result<HandshakeMsg, ConnError> {
         .ok_or_else(|| ConnError::Protocol("truncated handshake message".into()))
 }
 
-/// Serves an incoming connection: handshake, lane decision, then reading.
-pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    let limit = std::time::Duration::from_millis(inner.config().transport.handshake_timeout_ms);
-    let result = match tokio::time::timeout(limit, accept_handshake(&inner, &mut stream)).await {
+/// Serves an incoming connection: TLS (when on), handshake, lane decision, then reading.
+pub(crate) async fn accept<H: Host>(inner: Arc<H>, tcp: TcpStream, remote: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
+    let transport = &inner.config().transport;
+    let limit = Duration::from_millis(transport.handshake_timeout_ms);
+    // Until the dialer has proved the cookie (and, with TLS, shown its certificate first), it
+    // gets only a short time.
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(transport.unauthenticated_timeout_ms);
+    let result = match tokio::time::timeout(limit, accept_handshake(&inner, tcp, deadline)).await {
         Ok(r) => r,
         Err(_) => Err(ConnError::Timeout),
     };
     match result {
-        Ok(Some((peer, slot, max_frame))) => {
+        Ok(Some((peer, slot, max_frame, stream))) => {
             install(&inner, &peer, slot, stream, false, max_frame).await
         }
         Ok(None) => {}
@@ -136,10 +170,26 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, mut stream: TcpStream, remote
     }
 }
 
+/// An accepted connection, the peer and lane slot it serves, and the largest frame the peer
+/// takes.
+type Accepted = (Arc<Peer>, usize, u64, Stream);
+
 async fn accept_handshake<H: Host>(
     inner: &Arc<H>,
-    s: &mut TcpStream,
-) -> Result<Option<(Arc<Peer>, usize, u64)>, ConnError> {
+    tcp: TcpStream,
+    deadline: tokio::time::Instant,
+) -> Result<Option<Accepted>, ConnError> {
+    let mut stream = match inner.tls() {
+        None => Stream::Plain(tcp),
+        Some(tls) => {
+            let handshake = tokio_rustls::TlsAcceptor::from(tls.server.clone()).accept(tcp);
+            let tls = tokio::time::timeout_at(deadline, handshake)
+                .await
+                .map_err(|_| ConnError::Protocol("no TLS handshake in time".into()))??;
+            Stream::Tls(Box::new(tls.into()))
+        }
+    };
+    let s = &mut stream;
     let me = inner.id();
     let mut acc = Acceptor::new(
         me.clone(),
@@ -148,14 +198,21 @@ async fn accept_handshake<H: Host>(
         inner.config().transport.max_frame_bytes as u64,
         handshake::new_nonce(),
     );
-    // Until the dialer has proved the cookie, it gets only a short time.
-    let unauthenticated =
-        Duration::from_millis(inner.config().transport.unauthenticated_timeout_ms);
-    let deadline = tokio::time::Instant::now() + unauthenticated;
     let (dialer, lane, max_frame) = loop {
         let msg = tokio::time::timeout_at(deadline, read_msg(s))
             .await
             .map_err(|_| ConnError::Protocol("no proof of the cookie in time".into()))??;
+        if let HandshakeMsg::Hello { node, .. } = &msg {
+            // With TLS, the dialer's certificate must name the node it says it is.
+            if let Err(why) = s.check_peer_name(&node.name) {
+                let (reply, _) = acc.reject(RejectCode::Refused, why.clone());
+                let _ = write_msg(s, &reply).await;
+                return Err(ConnError::Tls {
+                    reason: format!("{node}: {why}"),
+                    by_us: true,
+                });
+            }
+        }
         match acc.handle(msg) {
             AcceptorStep::Send(msg) => {
                 if inner.shutdown().is_cancelled() {
@@ -211,7 +268,7 @@ async fn accept_handshake<H: Host>(
                 .accept()
                 .ok_or_else(|| ConnError::Protocol("accepted an unauthenticated dialer".into()))?;
             write_msg(s, &accepted).await?;
-            Ok(Some((peer, slot, max_frame)))
+            Ok(Some((peer, slot, max_frame, stream)))
         }
         Offer::Reject(why) => {
             let (reply, _) = acc.reject(RejectCode::Superseded, why.to_string());
@@ -254,7 +311,7 @@ pub(crate) struct Dialed {
     /// The largest frame it accepts.
     pub(crate) max_frame: u64,
     /// The connection.
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: Stream,
 }
 
 /// Dials `addr` for `lane` and runs the dialer's side of the handshake. With `expect`, the
@@ -278,8 +335,17 @@ async fn dial_inner<H: Host>(
     lane: &LaneId,
     expect: Option<&NodeId>,
 ) -> Result<Dialed, ConnError> {
-    let mut s = TcpStream::connect(addr).await?;
-    s.set_nodelay(true)?;
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let mut s = match inner.tls() {
+        None => Stream::Plain(tcp),
+        Some(tls) => {
+            // The chain is verified here, the name once the acceptor says who it is.
+            let name = ServerName::IpAddress(addr.ip().into());
+            let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
+            Stream::Tls(Box::new(connector.connect(name, tcp).await?.into()))
+        }
+    };
     let (mut d, hello) = Dialer::new(
         inner.id().clone(),
         lane.clone(),
@@ -292,6 +358,14 @@ async fn dial_inner<H: Host>(
     write_msg(&mut s, &hello).await?;
     loop {
         let msg = read_msg(&mut s).await?;
+        if let HandshakeMsg::Challenge { node, .. } = &msg {
+            // With TLS, the acceptor's certificate must name the node it says it is.
+            s.check_peer_name(&node.name)
+                .map_err(|why| ConnError::Tls {
+                    reason: format!("{node}: {why}"),
+                    by_us: true,
+                })?;
+        }
         match d.handle(msg) {
             Ok(DialerStep::Send(msg)) => write_msg(&mut s, &msg).await?,
             Ok(DialerStep::Established {
@@ -315,7 +389,7 @@ pub(crate) async fn install<H: Host>(
     inner: &Arc<H>,
     peer: &Arc<Peer>,
     slot: usize,
-    stream: TcpStream,
+    stream: Stream,
     dialed_by_me: bool,
     max_frame: u64,
 ) {
@@ -347,7 +421,7 @@ async fn read_loop<H: Host>(
     inner: Arc<H>,
     peer: Arc<Peer>,
     slot: usize,
-    read: OwnedReadHalf,
+    read: ReadHalf,
     info: ConnInfo,
 ) {
     let lane = peer.lanes[slot].clone();
@@ -368,6 +442,11 @@ async fn read_loop<H: Host>(
             Some(Ok(frame)) => {
                 lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
                 inner.on_frame(&peer, frame).await;
+            }
+            Some(Err(WireError::Io(e))) if !is_tls_error(&e) => {
+                // The connection ended without a clean close (reset, or TLS cut short): lost,
+                // not bad data.
+                break e.to_string();
             }
             Some(Err(e)) => {
                 inner.counters().bad_frames.inc();
@@ -390,11 +469,17 @@ async fn read_loop<H: Host>(
     }
 }
 
-/// A read half that adds every byte it reads to its lane's `bytes_in`.
+/// Whether a read failed on bad TLS data (a record that does not decrypt, say) rather than
+/// the connection ending.
+fn is_tls_error(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
+}
+
 /// The read half, counting bytes per lane; every byte that arrives also shows the peer alive
 /// (a large frame takes a while to arrive, and a peer that sends one is not silent).
 struct Counted<H> {
-    inner: OwnedReadHalf,
+    inner: ReadHalf,
     lane: Arc<super::lane::Lane>,
     node: Arc<H>,
     peer: Arc<Peer>,

@@ -68,9 +68,14 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
             Err(e) => {
                 if e.is_refusal() {
                     static WARN: Throttle = Throttle::new(Duration::from_secs(1));
-                    if let Some(refusals) = inner.on_refused(peer.id.addr, false, &e.to_string()) {
+                    let here = e.refused_here();
+                    if let Some(refusals) = inner.on_refused(peer.id.addr, here, &e.to_string()) {
                         if let Some(held) = WARN.allow() {
-                            tracing::warn!(peer = %peer.id, reason = %e, refusals, other_lines_held = held, "peer refused the connection");
+                            if here {
+                                tracing::warn!(peer = %peer.id, reason = %e, refusals, other_lines_held = held, "connection to the peer refused");
+                            } else {
+                                tracing::warn!(peer = %peer.id, reason = %e, refusals, other_lines_held = held, "peer refused the connection");
+                            }
                         }
                     }
                 } else {

@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::stream::WriteHalf;
 use crate::error::SendError;
 use crate::id::LaneId;
 
@@ -105,7 +105,7 @@ pub(crate) struct LaneState {
 /// A write half handed to the lane's writer.
 pub(crate) struct ConnHandle {
     /// Where frames are written.
-    pub writer: OwnedWriteHalf,
+    pub writer: WriteHalf,
     /// Fires when the connection dies (either half).
     pub cancel: CancellationToken,
     /// The largest frame the other end accepts (from the handshake).
@@ -270,7 +270,7 @@ impl Lane {
     pub(crate) fn install(
         &self,
         info: ConnInfo,
-        writer: OwnedWriteHalf,
+        writer: WriteHalf,
         max_frame: usize,
     ) -> Option<u64> {
         let old = {
@@ -411,7 +411,7 @@ fn drop_too_large(lane: &Lane, batch: &mut Vec<OutFrame>, max_frame: usize) {
 }
 
 /// Writes a batch with as few syscalls as possible; returns the bytes written.
-async fn write_batch(w: &mut OwnedWriteHalf, batch: &mut [OutFrame]) -> std::io::Result<usize> {
+async fn write_batch(w: &mut WriteHalf, batch: &mut [OutFrame]) -> std::io::Result<usize> {
     let mut chunks: Vec<Bytes> = Vec::with_capacity(batch.len() + 1);
     let mut small = BytesMut::new();
     let mut total = 0;
@@ -430,10 +430,13 @@ async fn write_batch(w: &mut OwnedWriteHalf, batch: &mut [OutFrame]) -> std::io:
     }
     chunks.retain(|c| !c.is_empty());
     write_all_vectored(w, &mut chunks).await?;
+    // TLS keeps the records it could not hand to the socket yet; they must go now, not with
+    // the next batch (plain TCP has nothing to flush).
+    w.flush().await?;
     Ok(total)
 }
 
-async fn write_all_vectored(w: &mut OwnedWriteHalf, chunks: &mut [Bytes]) -> std::io::Result<()> {
+async fn write_all_vectored(w: &mut WriteHalf, chunks: &mut [Bytes]) -> std::io::Result<()> {
     let mut first = 0;
     while first < chunks.len() {
         let slices: Vec<IoSlice<'_>> = chunks[first..]
@@ -567,7 +570,7 @@ mod tests {
             dialed_by_me: true,
             cancel: CancellationToken::new(),
         };
-        lane.install(info, write_half, 100);
+        lane.install(info, write_half.into(), 100);
         let mut got = [0u8; 16];
         server.read_exact(&mut got).await.unwrap();
         assert_eq!(&got[..6], &[0, 0, 0, 12, b'h', b'd']);
@@ -596,7 +599,7 @@ mod tests {
             dialed_by_me: true,
             cancel: cancel.clone(),
         };
-        lane.install(info, write_half, usize::MAX);
+        lane.install(info, write_half.into(), usize::MAX);
         let writer = tokio::spawn(run_writer(
             lane.clone(),
             task,

@@ -1,5 +1,5 @@
-//! Transport: one TCP connection per lane, handshakes, writers that batch, readers that hand
-//! frames on, and dialers that reconnect with backoff.
+//! Transport: one TCP connection per lane (TLS over it when `transport.tls` is on), handshakes,
+//! writers that batch, readers that hand frames on, and dialers that reconnect with backoff.
 //!
 //! The transport knows nothing of actors or membership: it serves a [`Host`] (the node), which
 //! gives it its identity and settings, the peer a connection belongs to, and takes the frames
@@ -10,7 +10,7 @@
 //! A [`Peer`] (one per remote node incarnation) has a fixed table of lanes: slot 0 is `membership`
 //! (one lane), then `default`, then the configured channels, each with its lane count
 //! (`TransportConfig::channel_specs`, `Dispatcher`). A lane (`lane::Lane`) is one TCP connection at
-//! a time, used in both directions; its outbound queue and writer task outlive connections, so
+//! a time (plain or TLS, `stream::Stream`), used in both directions; its outbound queue and writer task outlive connections, so
 //! frames queued while it is down wait for the next connection. The writer (`lane::run_writer`)
 //! takes up to 256 frames at once and writes them with vectored writes: headers and payloads up to
 //! 16 KiB are copied into one buffer, larger payloads are written from their own.
@@ -39,6 +39,7 @@ pub(crate) mod connector;
 pub(crate) mod lane;
 pub(crate) mod listener;
 pub(crate) mod peer;
+pub(crate) mod stream;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -54,6 +55,7 @@ use crate::config::Config;
 use crate::counters::Counters;
 use crate::dispatch::Dispatcher;
 use crate::id::NodeId;
+use crate::tls::Tls;
 use crate::wire::frame::Frame;
 
 /// A change of one lane that the host hears of.
@@ -77,6 +79,8 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn id(&self) -> &NodeId;
     /// The cluster cookie.
     fn cookie(&self) -> &[u8];
+    /// The TLS configurations, when `transport.tls` is on.
+    fn tls(&self) -> Option<&Tls>;
     /// Timeouts, frame limit, reconnection backoff.
     fn config(&self) -> &Config;
     /// The channel table and lane slots.
@@ -99,9 +103,10 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn on_frame(&self, peer: &Arc<Peer>, frame: Frame) -> impl Future<Output = ()> + Send;
     /// A lane changed.
     fn on_lane(&self, event: LaneEvent) -> impl Future<Output = ()> + Send;
-    /// A handshake with `addr` was refused (by this node when `incoming`, else by the other):
-    /// a wrong cookie, an incompatible configuration, a refusal with a reason. `Some(n)` when
-    /// a warning about it is due, covering `n` refusals (the host keeps one address from
+    /// A handshake with `addr` was refused, by this node when `by_us` (every refusal of an
+    /// incoming connection counts as this node's), else by the other: a wrong cookie, an
+    /// incompatible configuration, a certificate refused, a refusal with a reason. `Some(n)`
+    /// when a warning about it is due, covering `n` refusals (the host keeps one address from
     /// filling the log).
-    fn on_refused(&self, addr: SocketAddr, incoming: bool, reason: &str) -> Option<u64>;
+    fn on_refused(&self, addr: SocketAddr, by_us: bool, reason: &str) -> Option<u64>;
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod raw;
+pub mod tls;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -6,14 +6,14 @@ use bytes::BytesMut;
 use maquis::{LaneId, NodeId};
 use maquis_proto::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, Transcript};
 use maquis_proto::wire::StreamDecoder;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The frame limit the hand-made dialer announces.
 pub const MAX_FRAME: u64 = 1 << 20;
 
 /// Reads one handshake message.
-pub async fn read_msg(s: &mut TcpStream) -> HandshakeMsg {
+pub async fn read_msg<S: AsyncRead + Unpin>(s: &mut S) -> HandshakeMsg {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).await.unwrap();
     let n = u32::from_be_bytes(len) as usize;
@@ -24,7 +24,7 @@ pub async fn read_msg(s: &mut TcpStream) -> HandshakeMsg {
 }
 
 /// Writes one handshake message.
-pub async fn write_msg(s: &mut TcpStream, msg: &HandshakeMsg) {
+pub async fn write_msg<S: AsyncWrite + Unpin>(s: &mut S, msg: &HandshakeMsg) {
     s.write_all(&handshake::encode_handshake(msg).unwrap())
         .await
         .unwrap();
@@ -33,7 +33,16 @@ pub async fn write_msg(s: &mut TcpStream, msg: &HandshakeMsg) {
 /// Connects to `to` as node `me` for `lane` (index 0), sends the `Hello` and reads the
 /// `Challenge`; returns the connection and the transcript both proofs are over.
 pub async fn hello(to: SocketAddr, me: NodeId, lane: &str) -> (TcpStream, Transcript) {
-    let mut s = TcpStream::connect(to).await.unwrap();
+    let s = TcpStream::connect(to).await.unwrap();
+    hello_on(s, me, lane).await
+}
+
+/// [`hello`] over a connection already open (e.g. TLS).
+pub async fn hello_on<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    me: NodeId,
+    lane: &str,
+) -> (S, Transcript) {
     let lane = LaneId::new(lane, 0);
     let nonce = handshake::new_nonce();
     let msg = HandshakeMsg::Hello {

@@ -1,0 +1,161 @@
+//! A lane's connection as bytes: plain TCP, or TLS over TCP, and its two halves.
+//!
+//! The handshake runs on the whole [`Stream`]; [`Stream::into_split`] then gives the reader its
+//! [`ReadHalf`] and the lane's writer its [`WriteHalf`]. A plain connection splits into tokio's
+//! own TCP halves (no lock, the same types as without TLS support), a TLS connection into the
+//! halves of `tokio::io::split`, which share the TLS state behind a lock. Either way the
+//! halves are one enum each, so the reader, the writer and their vectored writes have one code
+//! path and the plain path pays one branch per call.
+
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+/// A TLS connection over TCP (either role).
+pub(crate) type TlsTcp = tokio_rustls::TlsStream<TcpStream>;
+
+/// A connection, during its handshake.
+pub(crate) enum Stream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP (boxed: the TLS state is large, and the plain variant should not carry it).
+    Tls(Box<TlsTcp>),
+}
+
+impl Stream {
+    /// With TLS, checks that the other end's certificate names the node `name` (see
+    /// [`crate::tls`]); a plain connection has no certificate to check.
+    pub(crate) fn check_peer_name(&self, name: &str) -> Result<(), String> {
+        match self {
+            Stream::Plain(_) => Ok(()),
+            Stream::Tls(s) => crate::tls::check_name(s.get_ref().1.peer_certificates(), name),
+        }
+    }
+
+    /// The read and write halves.
+    pub(crate) fn into_split(self) -> (ReadHalf, WriteHalf) {
+        match self {
+            Stream::Plain(s) => {
+                let (r, w) = s.into_split();
+                (ReadHalf::Plain(r), WriteHalf::Plain(w))
+            }
+            Stream::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                (ReadHalf::Tls(r), WriteHalf::Tls(w))
+            }
+        }
+    }
+}
+
+/// The read half of a connection.
+pub(crate) enum ReadHalf {
+    /// Of plain TCP.
+    Plain(OwnedReadHalf),
+    /// Of TLS.
+    Tls(tokio::io::ReadHalf<TlsTcp>),
+}
+
+/// The write half of a connection.
+pub(crate) enum WriteHalf {
+    /// Of plain TCP.
+    Plain(OwnedWriteHalf),
+    /// Of TLS.
+    Tls(tokio::io::WriteHalf<TlsTcp>),
+}
+
+impl From<OwnedWriteHalf> for WriteHalf {
+    fn from(w: OwnedWriteHalf) -> Self {
+        WriteHalf::Plain(w)
+    }
+}
+
+/// Forwards a call to whichever variant `$self` is.
+macro_rules! either {
+    ($self:expr, $s:ident => $call:expr) => {
+        match $self.get_mut() {
+            Self::Plain($s) => {
+                let $s = Pin::new($s);
+                $call
+            }
+            Self::Tls($s) => {
+                let $s = Pin::new($s);
+                $call
+            }
+        }
+    };
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        either!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        either!(self, s => s.poll_write(cx, buf))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        either!(self, s => s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        either!(self, s => s.poll_shutdown(cx))
+    }
+}
+
+impl AsyncRead for ReadHalf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        either!(self, s => s.poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for WriteHalf {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        either!(self, s => s.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        either!(self, s => s.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            WriteHalf::Plain(s) => s.is_write_vectored(),
+            WriteHalf::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        either!(self, s => s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        either!(self, s => s.poll_shutdown(cx))
+    }
+}
