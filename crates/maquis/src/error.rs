@@ -23,7 +23,8 @@ pub enum SendError {
         /// The incarnation the node has now.
         current: u64,
     },
-    /// The local actor does not exist (stopped, or never existed).
+    /// The actor does not exist (stopped, or never existed): a local target, or the answer to
+    /// an acknowledged send.
     #[error("no such actor")]
     NoProc,
     /// The local actor exists but takes another message type.
