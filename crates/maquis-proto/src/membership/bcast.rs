@@ -7,8 +7,8 @@
 //! notice first, so that every member reports it `Left` at once; routes from before a departure
 //! are ignored until a newer heartbeat of that node arrives (it joined again).
 //!
-//! A node that loses its connection to a neighbour without a goodbye *accuses* it: a down
-//! notice (the neighbour and the newest heartbeat number heard from it) to every member. A
+//! A node that loses its connection to a neighbour without a goodbye *accuses* it (after a
+//! wait of its own, and only if no other neighbour's notice came first): a down notice (the neighbour and the newest heartbeat number heard from it) to every member. A
 //! member that has heard a newer heartbeat ignores the notice; the others *suspect* the node
 //! for the suspicion time and then declare it down, unless a newer heartbeat arrives first.
 //! The accused node, if it is alive, refutes it with a heartbeat as soon as it hears the notice

@@ -209,6 +209,8 @@ enum Timer<P> {
     Refresh,
     /// The earliest end of a suspicion.
     Suspicion,
+    /// An accusation of this peer waiting for its turn (see `handle_disconnected`).
+    Accuse(P),
 }
 
 /// The membership of one node. See the [module documentation](self).
@@ -371,6 +373,7 @@ impl<P: PeerId> Membership<P> {
     /// A peer's membership lane connected (the first time for this incarnation).
     pub fn handle_connected(&mut self, now: Duration, peer: &P) {
         self.up.insert(peer.clone());
+        self.timers.cancel(&Timer::Accuse(peer.clone()));
         let fx = self.overlay.on_connection(peer, true);
         self.apply(now, fx);
         if self.unneeded.remove(peer) {
@@ -398,8 +401,13 @@ impl<P: PeerId> Membership<P> {
             // refute the accusation its peer may make in turn before it hears it: heartbeats
             // from every node that lost a connection, sent while a massive failure has broken
             // the broadcast tree, cost the simulator's routes a third of their deliveries.)
-            self.bcast.accuse(peer, now, &mut self.pt_out);
-            self.flush(now);
+            // Every neighbour of a crashed node loses its connection at once; each waits a
+            // time of its own (a hash of the pair, below half the suspicion) and accuses only
+            // if nobody's notice has arrived meanwhile, so that one notice, not one per
+            // neighbour, crosses the broadcast tree the crash has just broken. A connection
+            // that comes back meanwhile cancels it.
+            let wait = jitter(&self.me, peer, self.cfg.suspicion / 2);
+            self.timers.set(Timer::Accuse(peer.clone()), now + wait);
         }
         let fx = self.overlay.on_connection(peer, false);
         self.apply(now, fx);
@@ -473,6 +481,10 @@ impl<P: PeerId> Membership<P> {
                 Timer::Suspicion => {
                     self.settle(now, true);
                     self.arm_suspicion();
+                }
+                Timer::Accuse(peer) => {
+                    self.bcast.accuse(&peer, now, &mut self.pt_out);
+                    self.flush(now);
                 }
             }
         }
@@ -769,6 +781,20 @@ impl<P: PeerId> Membership<P> {
         self.members = now;
         true
     }
+}
+
+/// A wait in `[0, max)` that differs from one (accuser, accused) pair to another and is the
+/// same every time for one pair (the simulator stays deterministic).
+fn jitter<P: std::hash::Hash>(me: &P, peer: &P, max: Duration) -> Duration {
+    use std::hash::{DefaultHasher, Hasher};
+    let max_us = max.as_micros() as u64;
+    if max_us == 0 {
+        return Duration::ZERO;
+    }
+    let mut h = DefaultHasher::new();
+    me.hash(&mut h);
+    peer.hash(&mut h);
+    Duration::from_micros(h.finish() % max_us)
 }
 
 #[cfg(test)]

@@ -200,19 +200,34 @@ fn a_closed_connection_is_no_longer_a_neighbour() {
 
 /// Accusations on the peer-to-peer overlay, in a simulated network.
 mod accusations {
+    use crate::broadcast::PlumtreeMsg;
     use crate::harness::{Micros, NetConfig, Network, Observer, SimId};
-    use crate::membership::{MembershipConfig, MembershipEvent, Output};
+    use crate::membership::{MembershipConfig, MembershipEvent, Output, Protocol};
     use crate::overlay::{Erased, HyParView, HyParViewConfig};
     use std::time::Duration;
 
-    /// Every `Down` event: (when, by whom, about whom).
+    /// Every `Down` event: (when, by whom, about whom), and the ids of the down notices seen
+    /// on the wire.
     #[derive(Default)]
-    struct Downs(Vec<(Micros, u32, u32)>);
+    struct Downs(Vec<(Micros, u32, u32)>, std::collections::BTreeSet<String>);
 
     impl Observer for Downs {
         fn on_output(&mut self, now: Micros, node: u32, output: &Output<SimId>) {
             if let Output::Event(MembershipEvent::Down(x)) = output {
                 self.0.push((now, node, x.index));
+            }
+        }
+
+        fn on_message(&mut self, _from: u32, _to: u32, protocol: Protocol, payload: &[u8]) {
+            if protocol != Protocol::Broadcast {
+                return;
+            }
+            if let Ok(PlumtreeMsg::<SimId>::Gossip { id, topic, .. }) =
+                postcard::from_bytes(payload)
+            {
+                if topic.as_str() == super::super::bcast::DOWN_TOPIC {
+                    self.1.insert(format!("{id:?}"));
+                }
             }
         }
     }
@@ -258,6 +273,7 @@ mod accusations {
     #[test]
     fn a_crash_is_reported_everywhere_within_the_suspicion_not_the_member_timeout() {
         let mut net = network(Duration::from_secs(1));
+        let neighbours = (0..N).filter(|&i| i != 7 && net.connected(i, 7)).count();
         let t = net.now();
         net.crash(7);
         net.run_for(Duration::from_secs(3));
@@ -269,6 +285,15 @@ mod accusations {
             "every live node: {downs:?}"
         );
         let slowest = downs.iter().map(|(at, _)| *at).max().unwrap();
+        // Each neighbour of the crashed node lost its connection; the first notice silenced
+        // the others.
+        // Each of its neighbours lost its connection; the first notice silenced the others.
+        let notices = net.observer.1.len();
+        assert!(neighbours >= 3, "{neighbours} neighbours");
+        assert!(
+            (1..=2).contains(&notices),
+            "{notices} notices from {neighbours} neighbours"
+        );
         // Noticed after 200 ms, suspected for 1 s: well under 2 s, against 20 s.
         assert!(slowest < 2_000_000, "slowest report after {slowest} µs");
     }
