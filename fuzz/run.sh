@@ -105,11 +105,16 @@ runner=$!
 start=$(date +%s)
 wall_cap=$((minutes * 4 * 60 + 600))
 cpu=0
+afl_bin=
 while kill -0 "$runner" 2>/dev/null; do
     sleep 10
     cpu=$(cpu_seconds "$runner")
+    fuzzer=$(afl_fuzz_of "$runner" || true)
+    # AFL++'s tools are next to afl-fuzz (in cargo-afl's data directory).
+    if [[ -z $afl_bin && -n $fuzzer ]]; then
+        afl_bin=$(dirname "$(readlink -f "/proc/$fuzzer/exe")")
+    fi
     if ((cpu >= minutes * 60 || $(date +%s) - start >= wall_cap)); then
-        fuzzer=$(afl_fuzz_of "$runner" || true)
         [[ -n $fuzzer ]] && kill -INT "$fuzzer"
         break
     fi
@@ -127,15 +132,22 @@ field() { awk -v k="$1" '$1 == k { print $3 }' "$stats"; }
 crashes=$(field saved_crashes)
 
 # --- Corpus: the queue, minimized. ---
+# (`cargo afl cmin` runs AFL++'s Python afl-cmin, which finds no coverage in these persistent
+# targets; the shell version, afl-cmin.bash, does.)
 if [[ ${FUZZ_KEEP_CORPUS:-0} != 1 ]]; then
     rm -rf "$work/cmin"
-    nice -n 19 cargo afl cmin -i "$work/afl/default/queue" -o "$work/cmin" -- "$binary" >"$work/cmin.log" 2>&1
-    rm -rf "$here/corpus/$target"
-    mkdir -p "$here/corpus/$target"
-    # Names by content, so that a corpus committed again changes only where it changed.
-    for file in "$work/cmin"/*; do
-        cp "$file" "$here/corpus/$target/$(sha1sum "$file" | cut -c1-16)"
-    done
+    AFL_PATH=$afl_bin nice -n 19 "$afl_bin/afl-cmin.bash" -i "$work/afl/default/queue" -o "$work/cmin" \
+        -- "$binary" >"$work/cmin.log" 2>&1 || true
+    if compgen -G "$work/cmin/*" >/dev/null; then
+        rm -rf "$here/corpus/$target"
+        mkdir -p "$here/corpus/$target"
+        # Named by content, so that a corpus committed again changes only where it changed.
+        for file in "$work/cmin"/*; do
+            cp "$file" "$here/corpus/$target/$(sha1sum "$file" | cut -c1-16)"
+        done
+    else
+        echo "minimizing the corpus failed (see $work/cmin.log); fuzz/corpus/$target is unchanged" >&2
+    fi
 fi
 corpus_files=0 corpus_bytes=0
 if [[ -d $here/corpus/$target ]]; then
