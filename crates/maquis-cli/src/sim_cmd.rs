@@ -5,7 +5,9 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use maquis_sim::{run_suite, Report, ScenarioKind, SimOverlay, Suite, SuiteError, SuiteReport};
+use maquis_sim::{
+    run_suite, Report, ScenarioKind, SimOverlay, Suite, SuiteError, SuiteReport, Traffic,
+};
 
 /// The options of `maquis sim`.
 #[derive(Args, Debug, Clone, PartialEq)]
@@ -124,6 +126,13 @@ fn simulate(args: &SimArgs) -> ExitCode {
 
 fn print_report(report: &SuiteReport, json: bool) -> ExitCode {
     if !json {
+        println!();
+        println!("Messages by kind:");
+        println!();
+        println!("{}", Traffic::header());
+        for r in &report.runs {
+            println!("{}", r.traffic.row(&r.name));
+        }
         println!();
         println!("{}", report.totals());
         return ExitCode::SUCCESS;

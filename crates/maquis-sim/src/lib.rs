@@ -25,7 +25,7 @@ mod scenario;
 mod suite;
 mod world;
 
-pub use report::Report;
+pub use report::{Report, Traffic};
 pub use run::run;
 pub use scenario::{Fault, Scenario, SimOverlay};
 pub use suite::{

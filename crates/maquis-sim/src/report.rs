@@ -67,6 +67,66 @@ pub struct Report {
     pub grafts: u64,
     /// PRUNEs sent (redundant links cut), over the whole run.
     pub prunes: u64,
+    /// The messages of the whole run, by kind.
+    pub traffic: Traffic,
+}
+
+/// Messages sent in a simulation, by kind (their sum is [`Report::messages`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Traffic {
+    /// The overlay's own messages (joins, shuffles, views).
+    pub overlay: u64,
+    /// Broadcast payloads of the scenario's own broadcasts (eager pushes and graft answers).
+    pub payloads: u64,
+    /// Broadcast payloads of the runtime's notices (down and leave notices), copies.
+    pub notices: u64,
+    /// Distinct notices (broadcasts) among them.
+    pub notices_distinct: u64,
+    /// Broadcast payloads on any other topic.
+    pub other_payloads: u64,
+    /// Member heartbeats (eager pushes and graft answers).
+    pub heartbeats: u64,
+    /// IHAVE messages (each a batch of announcements).
+    pub ihaves: u64,
+    /// The announcements in them.
+    pub announcements: u64,
+    /// GRAFTs asking for a missing broadcast payload.
+    pub grafts_payload: u64,
+    /// GRAFTs asking for a missing heartbeat.
+    pub grafts_heartbeat: u64,
+    /// GRAFTs that only move the tree (a shorter path was announced).
+    pub grafts_tree: u64,
+    /// PRUNEs.
+    pub prunes: u64,
+}
+
+impl Traffic {
+    /// The column names of [`Traffic::row`], Markdown style.
+    pub fn header() -> String {
+        "| scenario | overlay msgs | payloads | notices (distinct) | other payloads | heartbeats | ihaves \
+         (announcements) | grafts: payload / heartbeat / tree | prunes |\n\
+         |---|---|---|---|---|---|---|---|---|"
+            .to_string()
+    }
+
+    /// One Markdown table row, named `name`.
+    pub fn row(&self, name: &str) -> String {
+        format!(
+            "| {name} | {} | {} | {} ({}) | {} | {} | {} ({}) | {} / {} / {} | {} |",
+            self.overlay,
+            self.payloads,
+            self.notices,
+            self.notices_distinct,
+            self.other_payloads,
+            self.heartbeats,
+            self.ihaves,
+            self.announcements,
+            self.grafts_payload,
+            self.grafts_heartbeat,
+            self.grafts_tree,
+            self.prunes
+        )
+    }
 }
 
 impl Report {

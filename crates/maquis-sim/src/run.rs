@@ -342,7 +342,11 @@ pub fn run(s: &Scenario) -> Report {
         wall_ms: started.elapsed().as_millis() as u64,
         peak_rss_kb: peak_rss_kb(),
         messages: w.net.counters().messages,
-        grafts: w.net.observer.grafts,
-        prunes: w.net.observer.prunes,
+        grafts: {
+            let t = &w.net.observer.traffic;
+            t.grafts_payload + t.grafts_heartbeat + t.grafts_tree
+        },
+        prunes: w.net.observer.traffic.prunes,
+        traffic: w.net.observer.traffic.clone(),
     }
 }

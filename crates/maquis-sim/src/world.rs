@@ -5,18 +5,21 @@
 //! Nothing here decides anything about membership, broadcast or routing; it starts nodes,
 //! makes them join, crash and broadcast, and watches.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
-use maquis_proto::broadcast::{PlumtreeMsg, Topic};
+use maquis_proto::broadcast::{Key, MsgId, PlumtreeMsg, Topic};
 use maquis_proto::harness::{Micros, NetConfig, Network, Observer, RoutedOutcome, SimId};
-use maquis_proto::membership::{MembershipConfig, MembershipEvent, Output, Protocol};
+use maquis_proto::membership::{
+    MembershipConfig, MembershipEvent, Output, Protocol, RESERVED_PREFIX,
+};
 use maquis_proto::overlay::{
     ClientServer, ClientServerConfig, DynOverlay, Erased, FullMesh, HyParView, Role,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::report::Traffic;
 use crate::scenario::{Scenario, SimOverlay};
 
 /// The topic of the tracked broadcasts; the payload is the broadcast's index.
@@ -35,18 +38,13 @@ pub(crate) struct Bcast {
 #[derive(Default)]
 pub(crate) struct Watch {
     pub bcasts: Vec<Bcast>,
-    pub prunes: u64,
-    pub grafts: u64,
+    pub traffic: Traffic,
+    /// The notices seen so far (to count distinct ones).
+    notices: HashSet<MsgId>,
     pub routed: HashMap<RoutedOutcome, u64>,
     /// Every `Down` event: (when, the node that reported it, the node reported down).
     pub downs: Vec<(Micros, u32, u32)>,
 }
-
-/// The first byte of an encoded Plumtree message is its variant (postcard): GOSSIP 0, …,
-/// GRAFT 3, PRUNE 4.
-const GOSSIP: u8 = 0;
-const GRAFT: u8 = 3;
-const PRUNE: u8 = 4;
 
 fn index_of(payload: &[u8]) -> Option<usize> {
     let bytes: [u8; 8] = payload.try_into().ok()?;
@@ -81,24 +79,47 @@ impl Observer for Watch {
     }
 
     fn on_message(&mut self, _from: u32, _to: u32, protocol: Protocol, payload: &[u8]) {
+        let t = &mut self.traffic;
         if protocol != Protocol::Broadcast {
+            t.overlay += 1;
             return;
         }
-        match payload.first() {
-            Some(&GOSSIP) => {
-                if let Ok(PlumtreeMsg::<SimId>::Gossip { topic, payload, .. }) =
-                    postcard::from_bytes(payload)
-                {
-                    if topic.as_str() == TOPIC {
-                        if let Some(b) = index_of(&payload).and_then(|i| self.bcasts.get_mut(i)) {
-                            b.received += 1;
-                        }
+        let Ok(msg) = postcard::from_bytes::<PlumtreeMsg<SimId>>(payload) else {
+            return;
+        };
+        match msg {
+            PlumtreeMsg::Gossip {
+                id, topic, payload, ..
+            } => {
+                if topic.as_str() == TOPIC {
+                    t.payloads += 1;
+                    if let Some(b) = index_of(&payload).and_then(|i| self.bcasts.get_mut(i)) {
+                        b.received += 1;
                     }
+                } else if topic.as_str().starts_with(RESERVED_PREFIX) {
+                    t.notices += 1;
+                    if self.notices.insert(id) {
+                        t.notices_distinct += 1;
+                    }
+                } else {
+                    t.other_payloads += 1;
                 }
             }
-            Some(&GRAFT) => self.grafts += 1,
-            Some(&PRUNE) => self.prunes += 1,
-            _ => {}
+            PlumtreeMsg::Heartbeat { .. } => t.heartbeats += 1,
+            PlumtreeMsg::IHave(list) => {
+                t.ihaves += 1;
+                t.announcements += list.len() as u64;
+            }
+            PlumtreeMsg::Graft { key: None, .. } => t.grafts_tree += 1,
+            PlumtreeMsg::Graft {
+                key: Some(Key::Msg(_)),
+                ..
+            } => t.grafts_payload += 1,
+            PlumtreeMsg::Graft {
+                key: Some(Key::Beat { .. }),
+                ..
+            } => t.grafts_heartbeat += 1,
+            PlumtreeMsg::Prune => t.prunes += 1,
         }
     }
 

@@ -405,7 +405,8 @@ impl<P: PeerId> Membership<P> {
             // time of its own (a hash of the pair, below half the suspicion) and accuses only
             // if nobody's notice has arrived meanwhile, so that one notice, not one per
             // neighbour, crosses the broadcast tree the crash has just broken. A connection
-            // that comes back meanwhile cancels it.
+            // that comes back meanwhile cancels it. A dial that failed counts too, but only
+            // against a node that is still a member here (see `Bcast::accuse`).
             let wait = jitter(&self.me, peer, self.cfg.suspicion / 2);
             self.timers.set(Timer::Accuse(peer.clone()), now + wait);
         }

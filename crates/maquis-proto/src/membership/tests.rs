@@ -299,6 +299,32 @@ mod accusations {
     }
 
     #[test]
+    fn a_failed_dial_to_a_node_long_gone_accuses_nobody() {
+        let mut net = network(Duration::from_secs(1));
+        let dead = net.node(7).id;
+        let t = net.now();
+        net.crash(7);
+        net.run_for(Duration::from_secs(3));
+        let notices = net.observer.1.len();
+        assert!((1..=2).contains(&notices), "{notices} notices");
+        assert_eq!(downs_of(&net, 7, t).len(), N as usize - 1);
+        // Long after (its routes expired everywhere), every node tries it (its id still in a
+        // passive view, say) and fails.
+        net.run_for(Duration::from_secs(30));
+        for i in (0..N).filter(|&i| i != 7) {
+            net.input(i, |m, now| {
+                m.handle_disconnected(now, &dead, crate::membership::Disconnect::Lost)
+            });
+        }
+        net.run_for(Duration::from_secs(3));
+        assert_eq!(
+            net.observer.1.len(),
+            notices,
+            "no notice about a non-member"
+        );
+    }
+
+    #[test]
     fn without_suspicion_a_crash_waits_for_the_member_timeout() {
         let mut net = network(Duration::ZERO);
         let t = net.now();
