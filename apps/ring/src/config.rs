@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::storage::StorageConfig;
+
 use crate::error::RingError;
 
 /// Largest number of partitions a ring may have.
@@ -55,6 +57,9 @@ pub struct RingConfig {
     /// Whether this node may own partitions. A node with `false` (a client node, e.g. a load
     /// generator) follows the ring and coordinates requests but holds no data. Default true.
     pub claim: bool,
+    /// Where vnodes keep their objects: in memory only (the default; a restarted node comes
+    /// back empty) or durable in a directory (see [`crate::storage`]).
+    pub storage: StorageConfig,
 }
 
 impl Default for RingConfig {
@@ -77,6 +82,7 @@ impl Default for RingConfig {
             remove_down_after: None,
             vnode_parallelism: None,
             claim: true,
+            storage: StorageConfig::Memory,
         }
     }
 }
@@ -116,6 +122,12 @@ impl RingConfig {
     /// Sets how long a handed-off vnode forwards.
     pub fn forward_grace(mut self, d: Duration) -> Self {
         self.forward_grace = d;
+        self
+    }
+
+    /// Sets where vnodes keep their objects.
+    pub fn storage(mut self, storage: StorageConfig) -> Self {
+        self.storage = storage;
         self
     }
 

@@ -40,6 +40,9 @@ pub enum RingError {
     /// The cluster did not converge within the timeout.
     #[error("not converged: {0}")]
     NotConverged(String),
+    /// The storage backend failed.
+    #[error("storage: {0}")]
+    Storage(#[from] crate::storage::StorageError),
     /// Binding or serving a socket failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),

@@ -173,6 +173,7 @@ async fn send_chunk(
                 push_ring(job);
                 pause(job).await;
             }
+            Ok(HandoffAck::Failed(e)) => return Err(format!("{} could not store: {e}", job.to)),
             Ok(HandoffAck::Redirect(other)) => {
                 return Err(format!(
                     "{} handed the partition off to {other} already",

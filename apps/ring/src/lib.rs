@@ -38,6 +38,7 @@ pub mod node;
 pub mod object;
 pub mod resp;
 pub mod ring;
+pub mod storage;
 pub mod vnode;
 
 pub use config::{RingConfig, MAX_PARTITIONS};
@@ -49,4 +50,5 @@ pub use node::{with_ring_channels, Ring, RingNode, Stats};
 pub use object::{Object, Version};
 pub use resp::{RespConfig, RespServer};
 pub use ring::{RingState, Role};
+pub use storage::{Storage, StorageConfig, StorageError};
 pub use vnode::{vnode_name, vnode_opts, VnodeMsg, VnodeReply, VNODE_CHANNEL};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use maquis::Config;
-use maquis_ring::{RespConfig, Ring, RingConfig};
+use maquis_ring::{RespConfig, Ring, RingConfig, StorageConfig};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -69,6 +69,10 @@ struct Serve {
     /// How long a clean leave may take (handoff), in seconds.
     #[arg(long, default_value_t = 60)]
     leave_timeout_s: u64,
+    /// Keep the node's data in this directory (a redb database; created if missing), so that
+    /// it survives a restart; without it the data lives in memory only.
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
 }
 
 fn parse_switch(v: &str) -> Result<bool, String> {
@@ -112,7 +116,11 @@ async fn serve(s: Serve) -> Result<(), maquis_ring::RingError> {
     let ring_config = RingConfig::default()
         .partitions(s.partitions)
         .storage_delay(Duration::from_millis(s.storage_delay_ms))
-        .gossip_interval(Duration::from_millis(s.gossip_ms.max(1)));
+        .gossip_interval(Duration::from_millis(s.gossip_ms.max(1)))
+        .storage(match s.data_dir {
+            Some(dir) => StorageConfig::Durable(dir),
+            None => StorageConfig::Memory,
+        });
     let node = Ring::start(config, ring_config).await?;
     let server = node.serve_resp(s.resp, RespConfig::default()).await?;
     println!(

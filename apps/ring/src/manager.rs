@@ -197,6 +197,22 @@ impl Manager {
         let mut events = self.shared.node.subscribe();
         let mut tick = tokio::time::interval(self.shared.config.gossip_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Partitions with stored objects (a durable backend, after a restart) get their vnodes
+        // at once: owned ones serve them, the others hand them off once the ring is known.
+        let storage = self.shared.storage.clone();
+        match tokio::task::spawn_blocking(move || storage.partitions()).await {
+            Ok(Ok(stored)) => {
+                if !stored.is_empty() {
+                    tracing::info!(partitions = stored.len(), "stored partitions found");
+                }
+                let partitions = self.shared.config.partitions;
+                for p in stored.into_iter().filter(|p| *p < partitions) {
+                    self.ensure_vnode(p);
+                }
+            }
+            Ok(Err(e)) => tracing::error!(error = %e, "cannot list the stored partitions"),
+            Err(e) => tracing::error!(error = %e, "listing the stored partitions failed"),
+        }
         self.reconcile();
         self.broadcast();
         loop {
@@ -633,6 +649,14 @@ impl Manager {
         for p in ps {
             if p >= ring.partitions {
                 self.stop_vnode(p);
+                continue;
+            }
+            if !self.vnodes[&p]
+                .view
+                .loaded
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                // Still loading its stored objects: nothing to decide yet.
                 continue;
             }
             let (mode, keys, idle) = {

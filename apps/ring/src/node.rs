@@ -17,6 +17,7 @@ use crate::hash::key_hash;
 use crate::manager::{self, ManagerMsg, NodeStatus, GOSSIP_CHANNEL, MANAGER_NAME};
 use crate::object::Clock;
 use crate::ring::RingState;
+use crate::storage::{Durable, DurableConfig, Memory, Storage, StorageConfig, StorageStats};
 use crate::vnode::{vnode_name, vnode_opts, VnodeMsg, VNODE_CHANNEL};
 
 /// A monotonically increasing counter (the runtime's).
@@ -47,6 +48,7 @@ pub(crate) struct Shared {
     pub leaving: AtomicBool,
     pub stats: Stats,
     pub started: Instant,
+    pub storage: Arc<dyn Storage>,
 }
 
 impl Shared {
@@ -69,11 +71,24 @@ pub struct Ring;
 
 impl Ring {
     /// Starts a Maquis node from `node_config` (adding the `vnode`, `gossip` and `handoff`
-    /// channels if it does not list them) and runs the ring on it.
+    /// channels if it does not list them) and runs the ring on it, with the storage
+    /// `config.storage` names.
     pub async fn start(node_config: Config, config: RingConfig) -> Result<RingNode, RingError> {
         config.validate()?;
+        let storage = open_storage(&config.storage)?;
+        Ring::start_with_storage(node_config, config, storage).await
+    }
+
+    /// Like [`Ring::start`], with a storage backend of the caller's (`config.storage` is
+    /// ignored).
+    pub async fn start_with_storage(
+        node_config: Config,
+        config: RingConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<RingNode, RingError> {
+        config.validate()?;
         let node = Node::start(with_ring_channels(node_config, &config)).await?;
-        Ring::start_on(node, config)
+        Ok(Ring::run(node, config, storage))
     }
 
     /// Runs the ring on a node that is already started. Its configuration should contain the
@@ -81,6 +96,11 @@ impl Ring {
     /// channel the node lacks travels on `default`.
     pub fn start_on(node: Node, config: RingConfig) -> Result<RingNode, RingError> {
         config.validate()?;
+        let storage = open_storage(&config.storage)?;
+        Ok(Ring::run(node, config, storage))
+    }
+
+    fn run(node: Node, config: RingConfig, storage: Arc<dyn Storage>) -> RingNode {
         let name = node.id().name.clone();
         let ring = RingState::fresh(&name, config.partitions);
         let (ring_tx, _) = watch::channel(Arc::new(ring));
@@ -95,10 +115,19 @@ impl Ring {
             config,
             name,
             node,
+            storage,
         });
         let manager = manager::spawn(shared.clone());
-        Ok(RingNode { shared, manager })
+        RingNode { shared, manager }
     }
+}
+
+/// Opens the backend a configuration names.
+fn open_storage(config: &StorageConfig) -> Result<Arc<dyn Storage>, RingError> {
+    Ok(match config {
+        StorageConfig::Memory => Arc::new(Memory),
+        StorageConfig::Durable(dir) => Arc::new(Durable::open(dir, DurableConfig::default())?),
+    })
 }
 
 /// Adds the ring's channels to a node configuration, unless it lists them already: `vnode`
@@ -153,6 +182,11 @@ impl RingNode {
     /// Request counters.
     pub fn stats(&self) -> &Stats {
         &self.shared.stats
+    }
+
+    /// The storage backend's name (`memory`, `redb`) and counters.
+    pub fn storage_stats(&self) -> (&'static str, StorageStats) {
+        (self.shared.storage.name(), self.shared.storage.stats())
     }
 
     /// The ring this node currently uses.

@@ -14,10 +14,19 @@
 //!
 //! A vnode never waits on another node: forwards use `try_send` (a full lane answers the
 //! caller `Unavailable` at once), replies wait only for room in the reply lane.
+//!
+//! With a durable [`Storage`](crate::storage::Storage), a vnode loads its partition when it
+//! starts (requests wait in its inbox meanwhile) and acknowledges a write (a put, a delete, a
+//! handoff chunk) only once the backend has made it durable. It does not wait for that: it goes
+//! on serving, collects the writes that arrive meanwhile, and hands them to the backend as one
+//! batch when the previous batch is durable (at most one batch, plus one clear after a handoff,
+//! in flight per vnode). Reads are served from memory at once, so a read may see a write that
+//! is not yet acknowledged.
 
+use std::collections::VecDeque;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::Shared;
 use crate::object::Object;
+use crate::storage::{StorageError, Ticket};
 
 /// The channel carrying client requests to vnodes.
 pub const VNODE_CHANNEL: &str = "vnode";
@@ -149,6 +159,8 @@ pub enum HandoffAck {
     StaleRing(u64),
     /// The receiver has itself handed the partition off to this node: send there instead.
     Redirect(String),
+    /// The receiver could not store the chunk durably (its storage failed): retry later.
+    Failed(String),
 }
 
 /// A chunk taken for handoff.
@@ -195,6 +207,8 @@ pub struct VnodeView {
     pub last_use_ms: AtomicU64,
     /// The mode.
     pub mode: Mutex<Mode>,
+    /// Whether the vnode has loaded its stored objects (until then it holds nothing yet).
+    pub loaded: AtomicBool,
 }
 
 impl VnodeView {
@@ -212,6 +226,31 @@ fn dup_reply<R: maquis::Message>(node: &Node, reply: &ReplyTo<R>) -> Option<Repl
         .and_then(|b| node.decode::<ReplyTo<R>>(&b).ok())
 }
 
+/// A reply that waits until the write it answers is durable.
+enum Pending {
+    Put(ReplyTo<VnodeReply>, bool),
+    Handoff(ReplyTo<HandoffAck>),
+}
+
+impl Pending {
+    async fn answer(self, result: &Result<(), StorageError>) {
+        match (self, result) {
+            (Pending::Put(reply, had_live), Ok(())) => {
+                let _ = reply.send(VnodeReply::Stored { had_live }).await;
+            }
+            (Pending::Put(reply, _), Err(e)) => {
+                let _ = reply.send(VnodeReply::Unavailable(e.to_string())).await;
+            }
+            (Pending::Handoff(reply), Ok(())) => {
+                let _ = reply.send(HandoffAck::Stored).await;
+            }
+            (Pending::Handoff(reply), Err(e)) => {
+                let _ = reply.send(HandoffAck::Failed(e.to_string())).await;
+            }
+        }
+    }
+}
+
 struct Vnode {
     p: u32,
     name: String,
@@ -221,15 +260,25 @@ struct Vnode {
     bytes: usize,
     mode: Mode,
     dirty: BTreeSet<Bytes>,
+    /// Whether writes wait for the storage (a durable backend).
+    durable: bool,
+    /// Writes merged here and not yet handed to the storage.
+    unsynced: Vec<(Bytes, Object)>,
+    /// The replies of those writes.
+    waiting: Vec<Pending>,
+    /// Operations handed to the storage, oldest first, with the replies that wait for them.
+    inflight: VecDeque<(Ticket, Vec<Pending>)>,
 }
 
-/// Starts the vnode of partition `p` and registers it as `vnode-<p>`.
+/// Starts the vnode of partition `p` and registers it as `vnode-<p>`. With a durable
+/// storage it loads the partition first.
 pub(crate) fn spawn(shared: &Arc<Shared>, p: u32) -> (ActorRef<VnodeMsg>, Arc<VnodeView>) {
     let view = Arc::new(VnodeView {
         keys: AtomicUsize::new(0),
         bytes: AtomicUsize::new(0),
         last_use_ms: AtomicU64::new(shared.now_ms()),
         mode: Mutex::new(Mode::Serving),
+        loaded: AtomicBool::new(false),
     });
     let mut vnode = Vnode {
         p,
@@ -240,19 +289,46 @@ pub(crate) fn spawn(shared: &Arc<Shared>, p: u32) -> (ActorRef<VnodeMsg>, Arc<Vn
         bytes: 0,
         mode: Mode::Serving,
         dirty: BTreeSet::new(),
+        durable: shared.storage.is_durable(),
+        unsynced: Vec::new(),
+        waiting: Vec::new(),
+        inflight: VecDeque::new(),
     };
     let actor = shared
         .node
         .spawn_fn(move |mut inbox: Inbox<VnodeMsg>| async move {
-            while let Some(msg) = inbox.recv().await {
-                if matches!(msg, VnodeMsg::Stop) {
-                    // The name is gone: serve what is already queued, then stop.
-                    while let Some(Some(msg)) = inbox.recv().now_or_never() {
-                        vnode.handle(msg).await;
+            vnode.load().await;
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    result = next_durable(&mut vnode.inflight) => {
+                        vnode.durable_done(result).await;
+                        continue;
                     }
-                    break;
+                    msg = inbox.recv() => msg,
+                };
+                match next {
+                    None => break,
+                    Some(VnodeMsg::Stop) => {
+                        // The name is gone: serve what is already queued, then stop.
+                        while let Some(Some(msg)) = inbox.recv().now_or_never() {
+                            vnode.handle(msg).await;
+                            vnode.sync();
+                        }
+                        break;
+                    }
+                    Some(msg) => {
+                        vnode.handle(msg).await;
+                        vnode.sync();
+                    }
                 }
-                vnode.handle(msg).await;
+            }
+            // Answer every write still waiting for the storage.
+            vnode.sync();
+            while !vnode.inflight.is_empty() {
+                let result = next_durable(&mut vnode.inflight).await;
+                vnode.durable_done(result).await;
+                vnode.sync();
             }
             tracing::debug!(partition = vnode.p, "vnode stopped");
         });
@@ -262,7 +338,93 @@ pub(crate) fn spawn(shared: &Arc<Shared>, p: u32) -> (ActorRef<VnodeMsg>, Arc<Vn
     (actor, view)
 }
 
+/// Waits for the oldest storage operation in flight (never, if there is none).
+async fn next_durable(inflight: &mut VecDeque<(Ticket, Vec<Pending>)>) -> Result<(), StorageError> {
+    match inflight.front_mut() {
+        Some((ticket, _)) => ticket.await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Vnode {
+    /// Loads the stored objects of the partition (nothing with a backend that keeps none).
+    async fn load(&mut self) {
+        if self.durable {
+            let storage = self.shared.storage.clone();
+            let p = self.p;
+            let loaded = tokio::task::spawn_blocking(move || storage.load(p)).await;
+            match loaded {
+                Ok(Ok(entries)) => {
+                    let n = entries.len();
+                    for (key, object) in entries {
+                        self.shared.clock.observe(object.version.ts);
+                        self.bytes += object.size();
+                        self.store.insert(key, object);
+                    }
+                    if n > 0 {
+                        tracing::debug!(partition = p, objects = n, "vnode loaded from storage");
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(partition = p, error = %e, "vnode cannot load its objects");
+                }
+                Err(e) => {
+                    tracing::error!(partition = p, error = %e, "vnode load task failed");
+                }
+            }
+            self.publish_size();
+        }
+        self.view.loaded.store(true, Ordering::Relaxed);
+    }
+
+    /// Answers a write now (a backend that keeps nothing) or once `key`'s object (if any) and
+    /// every write before it are durable.
+    async fn acknowledge(&mut self, key: Option<&Bytes>, pending: Pending) {
+        if !self.durable {
+            return pending.answer(&Ok(())).await;
+        }
+        if let Some(key) = key {
+            self.persist(key);
+        }
+        self.waiting.push(pending);
+    }
+
+    /// Records a write for the storage (a read repair's, a handoff entry's, or a put's).
+    fn persist(&mut self, key: &Bytes) {
+        if self.durable {
+            if let Some(object) = self.store.get(key) {
+                self.unsynced.push((key.clone(), object.clone()));
+            }
+        }
+    }
+
+    /// Hands the collected writes to the storage, unless a batch is already in flight.
+    fn sync(&mut self) {
+        if !self.durable || !self.inflight.is_empty() {
+            return;
+        }
+        if self.unsynced.is_empty() && self.waiting.is_empty() {
+            return;
+        }
+        let entries = std::mem::take(&mut self.unsynced);
+        let replies = std::mem::take(&mut self.waiting);
+        let ticket = self.shared.storage.write(self.p, entries);
+        self.inflight.push_back((ticket, replies));
+    }
+
+    /// The oldest storage operation completed: answer its writes.
+    async fn durable_done(&mut self, result: Result<(), StorageError>) {
+        let Some((_, replies)) = self.inflight.pop_front() else {
+            return;
+        };
+        if let Err(e) = &result {
+            tracing::error!(partition = self.p, error = %e, writes = replies.len(), "writes not durable");
+        }
+        for r in replies {
+            r.answer(&result).await;
+        }
+    }
+
     fn set_mode(&mut self, mode: Mode) {
         *self.view.mode.lock().unwrap_or_else(|e| e.into_inner()) = mode.clone();
         self.mode = mode;
@@ -391,9 +553,10 @@ impl Vnode {
                     return;
                 }
                 self.delay().await;
-                let had_live = self.merge(key, object);
+                let had_live = self.merge(key.clone(), object);
                 self.publish_size();
-                let _ = reply.send(VnodeReply::Stored { had_live }).await;
+                self.acknowledge(Some(&key), Pending::Put(reply, had_live))
+                    .await;
             }
             VnodeMsg::Repair { key, object, hops } => {
                 if let Some(to) = self.forward_target(hops) {
@@ -408,7 +571,8 @@ impl Vnode {
                     return;
                 }
                 self.delay().await;
-                self.merge(key, object);
+                self.merge(key.clone(), object);
+                self.persist(&key);
                 self.publish_size();
             }
             VnodeMsg::Handoff {
@@ -423,10 +587,11 @@ impl Vnode {
                     HandoffAck::Redirect(to.clone())
                 } else {
                     for (k, o) in entries {
-                        self.merge(k, o);
+                        self.merge(k.clone(), o);
+                        self.persist(&k);
                     }
                     self.publish_size();
-                    HandoffAck::Stored
+                    return self.acknowledge(None, Pending::Handoff(reply)).await;
                 };
                 let _ = reply.send(ack).await;
             }
@@ -528,6 +693,16 @@ impl Vnode {
         self.store = BTreeMap::new();
         self.bytes = 0;
         self.publish_size();
+        if self.durable {
+            // Everything is at the receiver (durable there: chunks are acknowledged once they
+            // are): the partition's objects go from this node's storage, after the writes
+            // already handed to it. Writes not yet handed over are not written at all; their
+            // replies wait for the clear.
+            self.unsynced.clear();
+            let replies = std::mem::take(&mut self.waiting);
+            let ticket = self.shared.storage.clear(self.p);
+            self.inflight.push_back((ticket, replies));
+        }
         self.set_mode(Mode::Forwarding(to, Instant::now()));
         Finish::Done
     }

@@ -76,6 +76,17 @@ pub(crate) async fn render(state: &ServerState, section: Option<&str>) -> String
                 st.owned, st.vnodes, st.keys, st.bytes, st.handoffs, st.stray_keys
             );
         }
+        let (backend, st) = ring.storage_stats();
+        let _ = write!(
+            out,
+            "storage:{backend}\r\nstorage_commits:{}\r\nstorage_objects_written:{}\r\nstorage_partitions_cleared:{}\r\nstorage_errors:{}\r\nstorage_corrupt_objects:{}\r\nstorage_commit_ms:{}\r\n",
+            st.commits,
+            st.objects,
+            st.clears,
+            st.errors,
+            st.corrupt,
+            st.commit_us / 1000,
+        );
         out.push_str("\r\n");
     }
     out

@@ -1,0 +1,277 @@
+//! Crash consistency, with real processes: `ring serve` nodes killed with SIGKILL and started
+//! again while a client writes and reads through the Redis front.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A free local port (bound, then released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A directory for the nodes' data, removed at the end.
+struct DataDir(PathBuf);
+
+impl DataDir {
+    fn new(tag: &str) -> DataDir {
+        let dir = std::env::temp_dir().join(format!("maquis-crash-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        DataDir(dir)
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct RingProc {
+    name: String,
+    listen: SocketAddr,
+    resp: SocketAddr,
+    data: Option<PathBuf>,
+    join: Option<SocketAddr>,
+    child: Option<Child>,
+}
+
+impl RingProc {
+    fn new(name: &str, data: Option<&Path>, join: Option<SocketAddr>) -> RingProc {
+        RingProc {
+            name: name.to_string(),
+            listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            resp: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            data: data.map(|d| d.join(name)),
+            join,
+            child: None,
+        }
+    }
+
+    /// Starts the process and waits for the line it prints once it serves.
+    fn start(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ring"));
+        cmd.args(["serve", "--name", &self.name, "--gossip-ms", "100"])
+            .args(["--listen", &self.listen.to_string()])
+            .args(["--resp", &self.resp.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        if let Some(d) = &self.data {
+            cmd.arg("--data-dir").arg(d);
+        }
+        if let Some(j) = self.join {
+            cmd.args(["--join", &j.to_string()]);
+        }
+        let mut child = cmd.spawn().expect("ring binary");
+        let out = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(out).read_line(&mut line).unwrap();
+        assert!(line.contains("listening"), "{}: {line}", self.name);
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RingProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn client(addr: SocketAddr) -> Option<redis::Connection> {
+    let c = redis::Client::open(format!("redis://{addr}/")).ok()?;
+    let conn = c.get_connection_with_timeout(Duration::from_secs(2)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    Some(conn)
+}
+
+fn info_ring(addr: SocketAddr) -> Option<BTreeMap<String, String>> {
+    let mut c = client(addr)?;
+    let text: String = redis::cmd("INFO").arg("ring").query(&mut c).ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.trim().split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+/// Waits until every node reports the same complete ring with no transfer pending.
+fn converged(nodes: &[RingProc], names: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let infos: Vec<_> = nodes.iter().map(|n| info_ring(n.resp)).collect();
+        let done = infos.iter().all(|i| {
+            i.as_ref().is_some_and(|i| {
+                i.get("ring_nodes").map(String::as_str) == Some(names)
+                    && i.get("ring_pending_transfers").map(String::as_str) == Some("0")
+                    && i.get("ring_members").map(String::as_str) == Some("3")
+            })
+        }) && infos
+            .iter()
+            .map(|i| i.as_ref().and_then(|i| i.get("ring_version").cloned()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == 1;
+        if done {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not converged: {infos:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What the client saw.
+#[derive(Default)]
+struct Seen {
+    /// Keys whose SET was acknowledged, with the value.
+    acked: BTreeMap<String, String>,
+    /// Reads, during the run, of a key acknowledged before the read began that came back
+    /// nil or with another value.
+    wrong_reads: Vec<String>,
+    reads: u64,
+}
+
+/// Writes keys (and reads back earlier ones) through the nodes in turn until `stop`.
+fn client_loop(addrs: Vec<SocketAddr>, stop: Arc<AtomicBool>, seen: Arc<Mutex<Seen>>) {
+    let mut i = 0usize;
+    let mut conns: Vec<Option<redis::Connection>> = addrs.iter().map(|_| None).collect();
+    while !stop.load(Ordering::Relaxed) {
+        let n = i % addrs.len();
+        i += 1;
+        if conns[n].is_none() {
+            conns[n] = client(addrs[n]);
+        }
+        let Some(c) = conns[n].as_mut() else { continue };
+        let (key, value) = (format!("key{i}"), format!("value{i}"));
+        match redis::cmd("SET").arg(&key).arg(&value).query::<()>(c) {
+            Ok(()) => {
+                seen.lock().unwrap().acked.insert(key, value);
+            }
+            Err(_) => {
+                conns[n] = None;
+                continue;
+            }
+        }
+        // Read back a key acknowledged a while ago.
+        let old = {
+            let s = seen.lock().unwrap();
+            let j = (i * 7919) % s.acked.len().max(1);
+            s.acked.iter().nth(j).map(|(k, v)| (k.clone(), v.clone()))
+        };
+        if let Some((k, v)) = old {
+            match redis::cmd("GET").arg(&k).query::<Option<String>>(c) {
+                Ok(got) => {
+                    let mut s = seen.lock().unwrap();
+                    s.reads += 1;
+                    if got.as_deref() != Some(v.as_str()) {
+                        s.wrong_reads.push(format!("{k} via node {n}: {got:?}"));
+                    }
+                }
+                Err(_) => conns[n] = None,
+            }
+        }
+    }
+}
+
+/// Every acknowledged key, read through every node after the run.
+fn lost_after(nodes: &[RingProc], acked: &BTreeMap<String, String>) -> Vec<String> {
+    let mut lost = Vec::new();
+    for n in nodes {
+        let mut c = client(n.resp).expect("client");
+        for (k, v) in acked {
+            let got: Option<String> = redis::cmd("GET").arg(k).query(&mut c).unwrap();
+            if got.as_deref() != Some(v.as_str()) {
+                lost.push(format!("{k} via {}: {got:?}", n.name));
+            }
+        }
+    }
+    lost
+}
+
+#[test]
+fn durable_nodes_lose_nothing_through_rolling_kill_and_restart() {
+    let dir = DataDir::new("rolling");
+    let mut nodes = vec![RingProc::new("r1", Some(&dir.0), None)];
+    let seed = nodes[0].listen;
+    nodes.push(RingProc::new("r2", Some(&dir.0), Some(seed)));
+    nodes.push(RingProc::new("r3", Some(&dir.0), Some(seed)));
+    // The first node joins the others when it comes back.
+    nodes[0].join = Some(nodes[1].listen);
+    for n in nodes.iter_mut() {
+        n.start();
+    }
+    converged(&nodes, "r1,r2,r3");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let writer = {
+        let addrs = nodes.iter().map(|n| n.resp).collect();
+        let (stop, seen) = (stop.clone(), seen.clone());
+        std::thread::spawn(move || client_loop(addrs, stop, seen))
+    };
+    let acked_now = || seen.lock().unwrap().acked.len();
+    // Some writes before the first crash, then each node in turn: SIGKILL, restart, converge.
+    let until = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while acked_now() < n {
+            assert!(
+                Instant::now() < deadline,
+                "the client stalled at {}",
+                acked_now()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    until(300);
+    for victim in [2, 1, 0] {
+        nodes[victim].kill();
+        let at = acked_now();
+        until(at + 100);
+        nodes[victim].start();
+        converged(&nodes, "r1,r2,r3");
+        let at = acked_now();
+        until(at + 100);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+
+    let seen = seen.lock().unwrap();
+    let lost = lost_after(&nodes, &seen.acked);
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged keys lost or wrong (×3 nodes): {:?}",
+        lost.len(),
+        seen.acked.len(),
+        &lost[..lost.len().min(10)]
+    );
+    assert!(
+        seen.wrong_reads.is_empty(),
+        "{} of {} reads during the run were wrong: {:?}",
+        seen.wrong_reads.len(),
+        seen.reads,
+        &seen.wrong_reads[..seen.wrong_reads.len().min(10)]
+    );
+    eprintln!(
+        "{} keys acknowledged, {} reads during the run, none lost or wrong",
+        seen.acked.len(),
+        seen.reads
+    );
+}
