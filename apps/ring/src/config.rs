@@ -60,6 +60,13 @@ pub struct RingConfig {
     /// Where vnodes keep their objects: in memory only (the default; a restarted node comes
     /// back empty) or durable in a directory (see [`crate::storage`]).
     pub storage: StorageConfig,
+    /// Active anti-entropy: how often this node starts an exchange with the next of its
+    /// replica pairs (one exchange at a time; see [`crate::aae`]). Default 1 s. `None` turns
+    /// anti-entropy off, and with it recovery: a node that comes back empty then answers
+    /// reads as if it had its data, and only read repair refills it.
+    pub aae_interval: Option<Duration>,
+    /// Objects one anti-entropy exchange moves at most (both ways together). Default 10,000.
+    pub aae_max_objects: usize,
 }
 
 impl Default for RingConfig {
@@ -83,6 +90,8 @@ impl Default for RingConfig {
             vnode_parallelism: None,
             claim: true,
             storage: StorageConfig::Memory,
+            aae_interval: Some(Duration::from_secs(1)),
+            aae_max_objects: 10_000,
         }
     }
 }

@@ -80,7 +80,7 @@ pub(crate) async fn run(job: HandoffJob) {
         .await;
 }
 
-fn handoff_opts(p: u32) -> SendOpts {
+pub(crate) fn handoff_opts(p: u32) -> SendOpts {
     SendOpts::on(HANDOFF_CHANNEL).partition(u64::from(p))
 }
 

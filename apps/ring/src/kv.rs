@@ -185,6 +185,8 @@ async fn read(shared: Arc<Shared>, key: Bytes, tx: Answer<Option<Bytes>>) {
         });
     }
     let mut replies: Vec<Option<Option<Object>>> = vec![None; targets.len()];
+    // Recovering replicas that do not have the key: no answer for the quorum, but repaired.
+    let mut behind = vec![false; targets.len()];
     let (mut ok, mut failed) = (0usize, 0usize);
     let mut first_err: Option<String> = None;
     while ok < cfg.r && ok + (targets.len() - ok - failed) >= cfg.r {
@@ -195,6 +197,11 @@ async fn read(shared: Arc<Shared>, key: Bytes, tx: Answer<Option<Bytes>>) {
             Ok(VnodeReply::Value(v)) => {
                 replies[i] = Some(v);
                 ok += 1;
+            }
+            Ok(VnodeReply::NotAuthoritative) => {
+                behind[i] = true;
+                failed += 1;
+                first_err.get_or_insert(format!("{}: recovering", targets[i].node));
             }
             Ok(other) => {
                 failed += 1;
@@ -231,8 +238,10 @@ async fn read(shared: Arc<Shared>, key: Bytes, tx: Answer<Option<Bytes>>) {
             let wait = cfg.read_repair_wait.max(started.elapsed());
             let _ = tokio::time::timeout(wait.min(cfg.request_timeout), async {
                 while let Some((i, res)) = calls.next().await {
-                    if let Ok(VnodeReply::Value(v)) = res {
-                        replies[i] = Some(v);
+                    match res {
+                        Ok(VnodeReply::Value(v)) => replies[i] = Some(v),
+                        Ok(VnodeReply::NotAuthoritative) => behind[i] = true,
+                        _ => {}
                     }
                 }
             })
@@ -246,8 +255,12 @@ async fn read(shared: Arc<Shared>, key: Bytes, tx: Answer<Option<Bytes>>) {
         .fold(None, |acc, v| newest(acc, v.clone()));
     let Some(best) = best else { return };
     for (i, t) in targets.iter().enumerate() {
-        let Some(have) = &replies[i] else { continue };
-        if have.as_ref().map(|o| o.version) == Some(best.version) {
+        let have = match &replies[i] {
+            Some(have) => have.as_ref().map(|o| o.version),
+            None if behind[i] => None,
+            None => continue,
+        };
+        if have == Some(best.version) {
             continue;
         }
         let vnode: Option<ActorRef<VnodeMsg>> =

@@ -28,6 +28,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod aae;
 pub mod config;
 pub mod error;
 mod handoff;

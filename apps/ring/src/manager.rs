@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use crate::aae::Scheduler;
 use crate::handoff::{self, HandoffJob};
 use crate::node::Shared;
 use crate::ring::{claim, RingState, Role};
@@ -139,6 +140,9 @@ pub struct NodeStatus {
     pub forwarding: usize,
     /// Whether this node may own partitions (`RingConfig::claim`).
     pub claims: bool,
+    /// Vnodes recovering (their not-found answers do not count until anti-entropy has brought
+    /// them up to their replicas).
+    pub recovering: usize,
 }
 
 struct Vn {
@@ -164,6 +168,9 @@ struct Manager {
     down_since: BTreeMap<String, Instant>,
     left: BTreeSet<String>,
     slots: Arc<Semaphore>,
+    aae: Scheduler,
+    /// Whether a ring from another node has been adopted since this node started.
+    foreign: bool,
 }
 
 /// Starts the manager and registers it.
@@ -183,6 +190,8 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> ActorRef<ManagerMsg> {
             dones: Vec::new(),
             down_since: BTreeMap::new(),
             left: BTreeSet::new(),
+            aae: Scheduler::new(),
+            foreign: false,
         };
         m.run(inbox).await;
     });
@@ -235,6 +244,7 @@ impl Manager {
         for (_, t) in std::mem::take(&mut self.tasks) {
             t.handle.abort();
         }
+        self.aae.abort();
         tracing::debug!(node = %self.shared.name, "ring manager stopped");
     }
 
@@ -326,6 +336,7 @@ impl Manager {
                 let mine = self.shared.ring();
                 if ring.supersedes(&mine) {
                     self.adopt(ring);
+                    self.check_authority();
                 } else if mine.supersedes(&ring) {
                     self.gossip_to(&from);
                 }
@@ -456,7 +467,21 @@ impl Manager {
             self.report_done(&live, p, to);
         }
         self.reconcile();
-        // Anti-entropy: the ring to one random member.
+        let vnodes = &self.vnodes;
+        let trusted = self.aae.tick(&self.shared, &ring, &live, |p| {
+            vnodes.get(&p).map(|vn| vn.actor.clone())
+        });
+        for p in trusted {
+            if let Some(vn) = self.vnodes.get(&p) {
+                if vn.actor.try_send(VnodeMsg::Trust).is_ok() {
+                    self.shared.stats.aae_recovered.inc();
+                    tracing::info!(partition = p, "vnode recovered: in sync with its replicas");
+                } else {
+                    self.aae.recovering(p);
+                }
+            }
+        }
+        // Gossip: the ring to one random member.
         let others: Vec<&String> = live.keys().filter(|n| **n != me).collect();
         if let Some(n) = others.choose(&mut rand::thread_rng()) {
             self.gossip_to(n);
@@ -603,12 +628,53 @@ impl Manager {
 
     fn ensure_vnode(&mut self, p: u32) {
         if !self.vnodes.contains_key(&p) {
-            let (actor, view) = vnode::spawn(&self.shared, p);
+            let recovering = self.starts_recovering(p);
+            let (actor, view) = vnode::spawn(&self.shared, p, recovering);
+            if recovering {
+                self.aae.recovering(p);
+            }
             self.vnodes.insert(p, Vn { actor, view });
         }
     }
 
+    /// Whether a vnode starting now may hold less than its replicas: it owns the partition
+    /// without having received it by handoff, in a cluster that existed before (this node
+    /// joins one at start, or has heard another node's ring). The first node of a new cluster
+    /// has nothing to recover; a node that receives a partition by handoff gets all of it.
+    fn starts_recovering(&self, p: u32) -> bool {
+        let owner = matches!(self.shared.ring().role(p, self.name()), Role::Owner(_));
+        let joining = !self.shared.node.config().node.peers.is_empty();
+        self.shared.config.aae_interval.is_some() && owner && (self.foreign || joining)
+    }
+
+    /// After adopting another node's ring: the first time, a vnode this node owns in it was
+    /// this node's before it started (it came back): it is recovering. Always: a recovering
+    /// vnode of a partition this node does not own (any more) is not, the data comes by
+    /// handoff or belongs elsewhere.
+    fn check_authority(&mut self) {
+        let first = !self.foreign && self.shared.config.aae_interval.is_some();
+        self.foreign = true;
+        let ring = self.shared.ring();
+        let me = self.shared.name.clone();
+        for (&p, vn) in &self.vnodes {
+            let owner = matches!(ring.role(p, &me), Role::Owner(_));
+            if owner
+                && first
+                && !vn
+                    .view
+                    .recovering
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                self.aae.recovering(p);
+                let _ = vn.actor.try_send(VnodeMsg::Recover);
+            } else if !owner && self.aae.forget(p) {
+                let _ = vn.actor.try_send(VnodeMsg::Trust);
+            }
+        }
+    }
+
     fn stop_vnode(&mut self, p: u32) {
+        self.aae.forget(p);
         if let Some(t) = self.tasks.remove(&p) {
             t.handle.abort();
         }
@@ -771,6 +837,7 @@ impl Manager {
             stray_keys: stray,
             forwarding,
             claims: self.shared.config.claim,
+            recovering: self.aae.recovering_count(),
         }
     }
 }

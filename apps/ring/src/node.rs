@@ -34,6 +34,16 @@ pub struct Stats {
     pub echoes: Counter,
     /// Read repairs sent.
     pub read_repairs: Counter,
+    /// Anti-entropy exchanges completed (in sync or not).
+    pub aae_exchanges: Counter,
+    /// Exchanges that ended with both trees equal.
+    pub aae_in_sync: Counter,
+    /// Exchanges that failed (a peer down, a timeout, a vnode gone).
+    pub aae_errors: Counter,
+    /// Objects anti-entropy copied between replicas.
+    pub aae_objects: Counter,
+    /// Recovering vnodes that anti-entropy made trusted again.
+    pub aae_recovered: Counter,
 }
 
 /// State shared by the node's manager, vnodes, coordinators and handoffs.

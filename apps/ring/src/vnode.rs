@@ -35,8 +35,10 @@ use futures::FutureExt;
 use maquis::{ActorRef, Inbox, Node, ReplyTo, SendOpts};
 use serde::{Deserialize, Serialize};
 
+use crate::aae::{segment_of, Tree};
+use crate::hash::{key_hash, partition_of_hash};
 use crate::node::Shared;
-use crate::object::Object;
+use crate::object::{Object, Version};
 use crate::storage::{StorageError, Ticket};
 
 /// The channel carrying client requests to vnodes.
@@ -131,8 +133,61 @@ pub enum VnodeMsg {
         /// Resume only if the current handoff or forward goes to this node.
         only_to: Option<String>,
     },
+    /// Anti-entropy: the tree of the keys held here whose primary partition is `q`.
+    AaeTree {
+        /// The primary partition.
+        q: u32,
+        /// The summary.
+        reply: ReplyTo<TreeSummary>,
+    },
+    /// Anti-entropy: the keys of primary partition `q` held here in these segments, with
+    /// their versions (at most [`AAE_MAX_KEYS`]).
+    AaeKeys {
+        /// The primary partition.
+        q: u32,
+        /// The segments.
+        segments: Vec<u32>,
+        /// The keys and versions.
+        reply: ReplyTo<Vec<(Bytes, Version)>>,
+    },
+    /// Anti-entropy: the objects stored here for these keys (absent ones left out).
+    AaeFetch {
+        /// The keys.
+        keys: Vec<Bytes>,
+        /// The objects.
+        reply: ReplyTo<Vec<Entry>>,
+    },
+    /// Anti-entropy: merge these objects; answered once they are stored (durable, with a
+    /// durable backend).
+    AaeMerge {
+        /// The objects.
+        entries: Vec<Entry>,
+        /// `Stored` or `Failed`.
+        reply: ReplyTo<HandoffAck>,
+    },
+    /// Local, from the manager: the vnode may hold less than its replicas (this node came
+    /// back, or took the partition over without its data): a read of a key it does not hold
+    /// is answered [`VnodeReply::NotAuthoritative`] until [`VnodeMsg::Trust`].
+    Recover,
+    /// Local, from the manager: anti-entropy has brought the vnode up to its replicas (or a
+    /// handoff is filling it): its answers count again.
+    Trust,
     /// Local, from the manager (after it unregistered the name): serve what is queued, stop.
     Stop,
+}
+
+/// Most keys an [`VnodeMsg::AaeKeys`] answer carries.
+pub const AAE_MAX_KEYS: usize = 16_384;
+
+/// A vnode's anti-entropy tree for one primary partition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeSummary {
+    /// The segment hashes ([`crate::aae::SEGMENTS`] of them).
+    pub segments: Vec<u64>,
+    /// Keys accounted for.
+    pub keys: u64,
+    /// Whether the vnode serves from its own store (not forwarding after a handoff).
+    pub serving: bool,
 }
 
 /// A vnode's answer to a read or a write.
@@ -145,8 +200,11 @@ pub enum VnodeReply {
         /// Whether the key held a live value before this write.
         had_live: bool,
     },
-    /// The vnode could not serve the request (forwarding failed).
+    /// The vnode could not serve the request (forwarding failed, or its storage).
     Unavailable(String),
+    /// The key is not here, but the vnode is recovering (it may hold less than its
+    /// replicas): the coordinator does not count this as an answer.
+    NotAuthoritative,
 }
 
 /// Acknowledgement of a handoff chunk.
@@ -209,6 +267,8 @@ pub struct VnodeView {
     pub mode: Mutex<Mode>,
     /// Whether the vnode has loaded its stored objects (until then it holds nothing yet).
     pub loaded: AtomicBool,
+    /// Whether it is recovering (see [`VnodeMsg::Recover`]).
+    pub recovering: AtomicBool,
 }
 
 impl VnodeView {
@@ -268,17 +328,27 @@ struct Vnode {
     waiting: Vec<Pending>,
     /// Operations handed to the storage, oldest first, with the replies that wait for them.
     inflight: VecDeque<(Ticket, Vec<Pending>)>,
+    /// Anti-entropy trees, by primary partition.
+    trees: BTreeMap<u32, Tree>,
+    /// Not-found answers do not count (see [`VnodeMsg::Recover`]).
+    recovering: bool,
 }
 
 /// Starts the vnode of partition `p` and registers it as `vnode-<p>`. With a durable
-/// storage it loads the partition first.
-pub(crate) fn spawn(shared: &Arc<Shared>, p: u32) -> (ActorRef<VnodeMsg>, Arc<VnodeView>) {
+/// storage it loads the partition first. A vnode started `recovering` answers reads of keys it
+/// does not hold with [`VnodeReply::NotAuthoritative`] until it is trusted.
+pub(crate) fn spawn(
+    shared: &Arc<Shared>,
+    p: u32,
+    recovering: bool,
+) -> (ActorRef<VnodeMsg>, Arc<VnodeView>) {
     let view = Arc::new(VnodeView {
         keys: AtomicUsize::new(0),
         bytes: AtomicUsize::new(0),
         last_use_ms: AtomicU64::new(shared.now_ms()),
         mode: Mutex::new(Mode::Serving),
         loaded: AtomicBool::new(false),
+        recovering: AtomicBool::new(recovering),
     });
     let mut vnode = Vnode {
         p,
@@ -293,6 +363,8 @@ pub(crate) fn spawn(shared: &Arc<Shared>, p: u32) -> (ActorRef<VnodeMsg>, Arc<Vn
         unsynced: Vec::new(),
         waiting: Vec::new(),
         inflight: VecDeque::new(),
+        trees: BTreeMap::new(),
+        recovering,
     };
     let actor = shared
         .node
@@ -359,6 +431,7 @@ impl Vnode {
                     for (key, object) in entries {
                         self.shared.clock.observe(object.version.ts);
                         self.bytes += object.size();
+                        self.account(&key, None, Some(&object.version));
                         self.store.insert(key, object);
                     }
                     if n > 0 {
@@ -455,21 +528,56 @@ impl Vnode {
             self.dirty.insert(key.clone());
         }
         let had_live;
+        let mut changed = None;
         match self.store.get_mut(&key) {
             Some(cur) => {
                 had_live = cur.is_live();
                 if object.version > cur.version {
                     self.bytes = self.bytes - cur.size() + object.size();
+                    changed = Some((Some(cur.version), object.version));
                     *cur = object;
                 }
             }
             None => {
                 had_live = false;
                 self.bytes += object.size();
-                self.store.insert(key, object);
+                changed = Some((None, object.version));
+                self.store.insert(key.clone(), object);
             }
         }
+        if let Some((old, new)) = changed {
+            self.account(&key, old.as_ref(), Some(&new));
+        }
         had_live
+    }
+
+    /// Updates the anti-entropy tree of the key's primary partition.
+    fn account(&mut self, key: &[u8], old: Option<&Version>, new: Option<&Version>) {
+        let hash = key_hash(key);
+        let q = partition_of_hash(hash, self.shared.config.partitions);
+        self.trees.entry(q).or_default().update(hash, old, new);
+    }
+
+    /// The keys held for primary partition `q` in these segments, with their versions.
+    fn aae_keys(&self, q: u32, segments: &[u32]) -> Vec<(Bytes, Version)> {
+        let wanted: BTreeSet<u32> = segments.iter().copied().collect();
+        let partitions = self.shared.config.partitions;
+        let mut out = Vec::new();
+        if !self.trees.contains_key(&q) {
+            return out;
+        }
+        for (k, o) in &self.store {
+            let hash = key_hash(k);
+            if partition_of_hash(hash, partitions) == q
+                && wanted.contains(&(segment_of(hash) as u32))
+            {
+                out.push((k.clone(), o.version));
+                if out.len() >= AAE_MAX_KEYS {
+                    break;
+                }
+            }
+        }
+        out
     }
 
     /// The node to forward to, when forwarding and the hop budget allows. A vnode whose
@@ -524,8 +632,11 @@ impl Vnode {
                     return;
                 }
                 self.delay().await;
-                let obj = self.store.get(&key).cloned();
-                let _ = reply.send(VnodeReply::Value(obj)).await;
+                let answer = match self.store.get(&key) {
+                    None if self.recovering => VnodeReply::NotAuthoritative,
+                    obj => VnodeReply::Value(obj.cloned()),
+                };
+                let _ = reply.send(answer).await;
             }
             VnodeMsg::Put {
                 key,
@@ -616,8 +727,54 @@ impl Vnode {
                     self.set_mode(Mode::Serving);
                 }
             }
+            VnodeMsg::AaeTree { q, reply } => {
+                let tree = self.trees.get(&q).cloned().unwrap_or_default();
+                let summary = TreeSummary {
+                    segments: tree.segments().to_vec(),
+                    keys: tree.keys(),
+                    serving: !matches!(self.mode, Mode::Forwarding(..)),
+                };
+                let _ = reply.send(summary).await;
+            }
+            VnodeMsg::AaeKeys { q, segments, reply } => {
+                let keys = self.aae_keys(q, &segments);
+                let _ = reply.send(keys).await;
+            }
+            VnodeMsg::AaeFetch { keys, reply } => {
+                let found = keys
+                    .into_iter()
+                    .filter_map(|k| self.store.get(&k).cloned().map(|o| (k, o)))
+                    .collect();
+                let _ = reply.send(found).await;
+            }
+            VnodeMsg::AaeMerge { entries, reply } => {
+                if let Mode::Forwarding(to, _) = &self.mode {
+                    let _ = reply.send(HandoffAck::Redirect(to.clone())).await;
+                    return;
+                }
+                for (k, o) in entries {
+                    self.merge(k.clone(), o);
+                    self.persist(&k);
+                }
+                self.publish_size();
+                self.acknowledge(None, Pending::Handoff(reply)).await;
+            }
+            VnodeMsg::Recover => self.set_recovering(true),
+            VnodeMsg::Trust => self.set_recovering(false),
             VnodeMsg::Stop => {}
         }
+    }
+
+    fn set_recovering(&mut self, on: bool) {
+        if self.recovering != on {
+            tracing::debug!(
+                partition = self.p,
+                recovering = on,
+                "vnode authority changed"
+            );
+        }
+        self.recovering = on;
+        self.view.recovering.store(on, Ordering::Relaxed);
     }
 
     fn limits(&self) -> (usize, usize) {
@@ -691,6 +848,7 @@ impl Vnode {
             return Finish::More(entries);
         }
         self.store = BTreeMap::new();
+        self.trees = BTreeMap::new();
         self.bytes = 0;
         self.publish_size();
         if self.durable {

@@ -372,8 +372,49 @@ async fn fallback_data_is_handed_back_to_a_restarted_primary() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_repair_refills_an_emptied_replica() {
+async fn anti_entropy_refills_a_restarted_replica_without_reads() {
     let cfg = ring_config();
+    let mut nodes = cluster("ae", 3, cfg.clone()).await;
+    write_keys(&nodes[0], 0..100, 0).await;
+    // ae3 restarts empty (same name, new incarnation): it keeps its partitions, without data.
+    let old = nodes.pop().unwrap();
+    old.shutdown().await;
+    wait_gone(&nodes[0], "ae3").await;
+    let fresh = start("ae3", cfg).await;
+    fresh
+        .join(nodes[0].node().addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    nodes.push(fresh.clone());
+    converge(&nodes).await;
+    // No read: anti-entropy refills it, and then trusts its vnodes again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = fresh.status().await.unwrap();
+        if st.keys >= 100 && st.recovering == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "anti-entropy did not refill ae3: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let copied: u64 = nodes.iter().map(|n| n.stats().aae_objects.get()).sum();
+    assert!(copied >= 100, "anti-entropy copied {copied} objects");
+    assert!(nodes.iter().all(|n| n.stats().read_repairs.get() == 0));
+    // With ae1 gone, the refilled replicas make the quorums.
+    let gone = nodes.remove(0);
+    gone.shutdown().await;
+    check_keys(&nodes[0], 0..100, 0).await;
+    stop(&nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_repair_refills_an_emptied_replica() {
+    // Without anti-entropy, only reads repair.
+    let mut cfg = ring_config();
+    cfg.aae_interval = None;
     let mut nodes = cluster("rr", 3, cfg.clone()).await;
     write_keys(&nodes[0], 0..100, 0).await;
     // rr3 restarts empty (same name, new incarnation): it keeps its partitions, without data.

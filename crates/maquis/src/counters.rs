@@ -12,6 +12,10 @@ impl Counter {
     pub fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
     /// The value.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)

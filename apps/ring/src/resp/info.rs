@@ -72,10 +72,20 @@ pub(crate) async fn render(state: &ServerState, section: Option<&str>) -> String
         if let Ok(st) = ring.status().await {
             let _ = write!(
                 out,
-                "ring_owned_partitions:{}\r\nring_local_vnodes:{}\r\nring_local_keys:{}\r\nring_local_bytes:{}\r\nring_handoffs:{}\r\nring_fallback_keys:{}\r\n",
-                st.owned, st.vnodes, st.keys, st.bytes, st.handoffs, st.stray_keys
+                "ring_owned_partitions:{}\r\nring_local_vnodes:{}\r\nring_local_keys:{}\r\nring_local_bytes:{}\r\nring_handoffs:{}\r\nring_fallback_keys:{}\r\nring_recovering_vnodes:{}\r\n",
+                st.owned, st.vnodes, st.keys, st.bytes, st.handoffs, st.stray_keys, st.recovering
             );
         }
+        let s = ring.stats();
+        let _ = write!(
+            out,
+            "aae_exchanges:{}\r\naae_in_sync:{}\r\naae_errors:{}\r\naae_objects_repaired:{}\r\naae_vnodes_recovered:{}\r\n",
+            s.aae_exchanges.get(),
+            s.aae_in_sync.get(),
+            s.aae_errors.get(),
+            s.aae_objects.get(),
+            s.aae_recovered.get(),
+        );
         let (backend, st) = ring.storage_stats();
         let _ = write!(
             out,
