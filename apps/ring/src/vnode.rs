@@ -375,6 +375,8 @@ pub(crate) fn spawn(
                     biased;
                     result = next_durable(&mut vnode.inflight) => {
                         vnode.durable_done(result).await;
+                        // The writes that arrived meanwhile go now, not with the next message.
+                        vnode.sync();
                         continue;
                     }
                     msg = inbox.recv() => msg,

@@ -231,7 +231,7 @@ type Answer = Response<Full<Bytes>>;
 /// token compared in constant time), else why not.
 fn authorized(req: &Request<Incoming>, token: &str) -> Option<&'static str> {
     let Some(value) = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes()) else {
-        return Some("this endpoint needs its token: Authorization: Bearer <token>");
+        return Some("this endpoint needs its token: Authorization: Bearer <token> (maquis status and ping: --token or MAQUIS_ADMIN_TOKEN)");
     };
     let given = match value.split_at_checked(7) {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"bearer ") => rest,

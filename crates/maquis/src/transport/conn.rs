@@ -161,7 +161,10 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, tcp: TcpStream, remote: Socke
             // sources together.
             static WARN: Throttle = Throttle::new(Duration::from_secs(1));
             inner.counters().handshake_failures.inc();
-            if let Some(refusals) = inner.on_refused(remote, true, &e.to_string()) {
+            // On an incoming connection this node does the refusing, except when the other
+            // one refused this node's certificate (a TLS alert received).
+            let by_us = !matches!(e, ConnError::Tls { by_us: false, .. });
+            if let Some(refusals) = inner.on_refused(remote, by_us, &e.to_string()) {
                 if let Some(held) = WARN.allow() {
                     tracing::warn!(%remote, reason = %e, refusals, other_lines_held = held, "incoming connection refused");
                 }
