@@ -336,3 +336,157 @@ async fn malformed_input_gets_errors_and_the_server_keeps_serving() {
     server.stop();
     node.shutdown().await;
 }
+
+/// Reads one line (up to `\n`) from a blocking socket.
+fn read_line(s: &mut TcpStream) -> String {
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while s.read(&mut b).unwrap_or(0) == 1 {
+        line.push(b[0]);
+        if b[0] == b'\n' {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&line).to_string()
+}
+
+/// Whether the server closes `s` (it reads the end of the stream) within `wait`.
+fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_reply_off_skip_and_on() {
+    let node = start("cr1", ring_config()).await;
+    let server = node
+        .serve_resp("127.0.0.1:0".parse().unwrap(), RespConfig::default())
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // SKIP: neither it nor the next command answers; OFF: nothing until ON, which answers.
+        s.write_all(
+            b"CLIENT REPLY SKIP\r\nECHO one\r\nECHO two\r\nCLIENT REPLY OFF\r\nECHO three\r\n\
+              SET k v\r\nCLIENT REPLY ON\r\nECHO four\r\nGET k\r\n",
+        )
+        .unwrap();
+        let got: Vec<String> = (0..6).map(|_| read_line(&mut s)).collect();
+        assert_eq!(
+            got,
+            ["$3\r\n", "two\r\n", "+OK\r\n", "$4\r\n", "four\r\n", "$1\r\n"],
+            "replies"
+        );
+        assert_eq!(
+            read_line(&mut s),
+            "v\r\n",
+            "the SET without a reply was done"
+        );
+        s.write_all(b"CLIENT REPLY MAYBE\r\n").unwrap();
+        assert!(read_line(&mut s).starts_with("-ERR"));
+    })
+    .await
+    .unwrap();
+    server.stop();
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_clients_are_closed_and_make_room_for_new_ones() {
+    let node = start("idle1", ring_config()).await;
+    let config = RespConfig {
+        max_clients: 2,
+        idle_timeout: Some(Duration::from_millis(1500)),
+        ..RespConfig::default()
+    };
+    let server = node
+        .serve_resp("127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::task::spawn_blocking(move || {
+        let ping = |s: &mut TcpStream| {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.write_all(b"PING\r\n").unwrap();
+            read_line(s)
+        };
+        let mut first = TcpStream::connect(addr).unwrap();
+        assert_eq!(ping(&mut first), "+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(1100));
+        let mut second = TcpStream::connect(addr).unwrap();
+        assert_eq!(ping(&mut second), "+PONG\r\n");
+        // Full: the third takes the slot of the first (idle for over a second).
+        let mut third = TcpStream::connect(addr).unwrap();
+        assert_eq!(ping(&mut third), "+PONG\r\n");
+        assert!(
+            closed_within(&mut first, Duration::from_secs(5)),
+            "the oldest idle one goes"
+        );
+        // Full again, and nobody idle for a second: a fourth is refused.
+        let mut fourth = TcpStream::connect(addr).unwrap();
+        assert_eq!(
+            read_line(&mut fourth),
+            "-ERR max number of clients reached\r\n"
+        );
+        // Left alone, the others are closed at the idle timeout.
+        assert!(closed_within(&mut second, Duration::from_secs(5)));
+        assert!(closed_within(&mut third, Duration::from_secs(5)));
+    })
+    .await
+    .unwrap();
+    server.stop();
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_holding_too_much_are_closed_and_the_rest_is_served() {
+    let node = start("buf1", ring_config()).await;
+    let config = RespConfig {
+        max_buffered: 4 << 20,
+        ..RespConfig::default()
+    };
+    let server = node
+        .serve_resp("127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::task::spawn_blocking(move || {
+        // Eight clients each start a 3 MiB value and never finish it: 24 MiB against 4 MiB.
+        let mut hogs: Vec<TcpStream> = (0..8)
+            .map(|_| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$8388608\r\n")
+                    .unwrap();
+                let _ = s.write_all(&vec![b'x'; 3 << 20]);
+                s
+            })
+            .collect();
+        let mut cut = 0;
+        for h in &mut hogs {
+            h.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let line = read_line(h);
+            if line == "-ERR client buffer limit reached\r\n" {
+                cut += 1;
+            }
+        }
+        assert!(cut >= 6, "{cut} of 8 closed");
+        // A normal client is still served.
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"SET small v\r\nGET small\r\n").unwrap();
+        assert_eq!(read_line(&mut s), "+OK\r\n");
+    })
+    .await
+    .unwrap();
+    server.stop();
+    node.shutdown().await;
+}

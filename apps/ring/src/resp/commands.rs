@@ -14,6 +14,22 @@ use crate::error::RingError;
 pub(crate) struct ConnState {
     pub id: u64,
     pub name: Option<Bytes>,
+    /// `CLIENT REPLY OFF`.
+    pub replies_off: bool,
+    /// No reply for the command running now (`CLIENT REPLY OFF|SKIP` itself, or the command
+    /// after a `SKIP`).
+    pub silent: bool,
+    /// `CLIENT REPLY SKIP`: no reply for the next command.
+    pub skip_next: bool,
+}
+
+impl ConnState {
+    /// Whether the reply of the command just run is sent; moves the `SKIP` on.
+    pub fn take_reply(&mut self) -> bool {
+        let send = !self.replies_off && !self.silent;
+        self.silent = std::mem::take(&mut self.skip_next);
+        send
+    }
 }
 
 /// The commands listed by `COMMAND COUNT` and `INFO`.
@@ -219,7 +235,23 @@ fn client(state: &ServerState, conn: &mut ConnState, args: &[Bytes]) -> Reply {
         "GETNAME" => Reply::Bulk(conn.name.clone()),
         "ID" => Reply::Int(conn.id as i64),
         "SETINFO" | "NO-EVICT" | "NO-TOUCH" => Reply::ok(),
-        "REPLY" => Reply::ok(),
+        "REPLY" if args.len() == 3 => match upper(&args[2]).as_str() {
+            "ON" => {
+                conn.replies_off = false;
+                Reply::ok()
+            }
+            "OFF" => {
+                conn.replies_off = true;
+                conn.silent = true;
+                Reply::ok()
+            }
+            "SKIP" => {
+                conn.silent = true;
+                conn.skip_next = !conn.replies_off;
+                Reply::ok()
+            }
+            _ => Reply::err("syntax error"),
+        },
         "INFO" | "LIST" => Reply::text(format!(
             "id={} name={} connected_clients={}\n",
             conn.id,

@@ -33,18 +33,24 @@ pub(crate) async fn render(state: &ServerState, section: Option<&str>) -> String
     if want("clients") {
         let _ = write!(
             out,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nclients_buffered_bytes:{}\r\nmax_buffered_bytes:{}\r\n\r\n",
             state.clients.load(Ordering::Relaxed),
-            state.config.max_clients
+            state.config.max_clients,
+            state.buffered.load(Ordering::Relaxed),
+            state.config.max_buffered,
         );
     }
     if want("stats") {
         let s = ring.stats();
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nring_reads:{}\r\nring_writes:{}\r\nring_echoes:{}\r\nring_read_repairs:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\nevicted_idle_clients:{}\r\nclosed_idle_clients:{}\r\nclosed_buffer_limit_clients:{}\r\nring_reads:{}\r\nring_writes:{}\r\nring_echoes:{}\r\nring_read_repairs:{}\r\n\r\n",
             state.connections.load(Ordering::Relaxed),
             state.commands.load(Ordering::Relaxed),
+            state.closed.refused.load(Ordering::Relaxed),
+            state.closed.evicted.load(Ordering::Relaxed),
+            state.closed.idle.load(Ordering::Relaxed),
+            state.closed.buffer.load(Ordering::Relaxed),
             s.reads.get(),
             s.writes.get(),
             s.echoes.get(),

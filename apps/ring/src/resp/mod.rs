@@ -9,22 +9,36 @@
 //!
 //! Requests are pipelined: every complete request in the input is executed, in order, and the
 //! replies are written together. Multi-key commands run their keys concurrently (up to
-//! `max_batch` at once); `MSET` is not atomic.
+//! `max_batch` at once); `MSET` is not atomic. `CLIENT REPLY ON|OFF|SKIP` works as in Redis.
+//!
+//! No client can starve the others:
+//! - **Memory.** What every connection holds (its unparsed input and its unsent replies) counts
+//!   against `max_buffered` for the whole server. When the total is over it, a connection
+//!   that holds more than its share (`max_buffered` divided by the connections, at least
+//!   1 MiB) is answered `-ERR client buffer limit reached` and closed, as Redis's
+//!   `client-output-buffer-limit` and `client-query-buffer-limit` do.
+//! - **Time.** A connection that sends nothing for `idle_timeout`, or does not read its replies
+//!   within it, is closed.
+//! - **Slots.** At `max_clients` connections, a new one takes the slot of the connection idle
+//!   the longest (idle for at least one second, and not running a command); if there is
+//!   none, it is answered `-ERR max number of clients reached` and closed.
+//! - **CPU.** Header and inline lines are scanned once however slowly they arrive.
 
 mod commands;
 mod info;
 pub mod parser;
 pub mod reply;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 pub use commands::COMMANDS;
 pub use parser::{Limits, ProtocolError, RequestParser};
@@ -46,6 +60,12 @@ pub struct RespConfig {
     pub max_batch: usize,
     /// Replies buffered before they are written out mid-pipeline, in bytes. Default 64 KiB.
     pub write_batch: usize,
+    /// Input and reply bytes held by all connections together before the largest holders are
+    /// closed (see the module docs). Default 256 MiB.
+    pub max_buffered: usize,
+    /// A connection that sends nothing for this long, or leaves its replies unread this long,
+    /// is closed. `None`: never. Default 300 s.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for RespConfig {
@@ -55,8 +75,35 @@ impl Default for RespConfig {
             max_clients: 10_000,
             max_batch: 64,
             write_batch: 64 * 1024,
+            max_buffered: 256 << 20,
+            idle_timeout: Some(Duration::from_secs(300)),
         }
     }
+}
+
+/// The smallest share of `max_buffered` a connection may hold before it can be closed.
+const MIN_SHARE: usize = 1 << 20;
+
+/// A connection idle for less than this is not closed to make room for a new one.
+const MIN_IDLE_TO_EVICT: Duration = Duration::from_secs(1);
+
+/// What the server knows of one connection.
+pub(crate) struct Slot {
+    /// Milliseconds (since the server started) of its last read.
+    last_read_ms: AtomicU64,
+    /// Whether it is running a command or writing replies.
+    busy: AtomicBool,
+    /// Closes it.
+    evict: Notify,
+}
+
+/// Why connections were closed by the server.
+#[derive(Debug, Default)]
+pub(crate) struct Closed {
+    pub idle: AtomicU64,
+    pub evicted: AtomicU64,
+    pub buffer: AtomicU64,
+    pub refused: AtomicU64,
 }
 
 pub(crate) struct ServerState {
@@ -68,6 +115,38 @@ pub(crate) struct ServerState {
     pub commands: AtomicU64,
     pub started: Instant,
     pub stop: watch::Sender<bool>,
+    /// Input and reply bytes held by every connection.
+    pub buffered: AtomicUsize,
+    pub slots: Mutex<HashMap<u64, Arc<Slot>>>,
+    pub closed: Closed,
+}
+
+impl ServerState {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// At `max_clients`: closes the connection idle the longest, if one may go.
+    fn evict_idle(&self) -> bool {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let cutoff = self
+            .now_ms()
+            .saturating_sub(MIN_IDLE_TO_EVICT.as_millis() as u64);
+        let oldest = slots
+            .values()
+            .filter(|s| !s.busy.load(Ordering::Relaxed))
+            .map(|s| (s.last_read_ms.load(Ordering::Relaxed), s))
+            .filter(|(t, _)| *t <= cutoff)
+            .min_by_key(|(t, _)| *t);
+        match oldest {
+            Some((_, s)) => {
+                s.evict.notify_one();
+                self.closed.evicted.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// A running RESP front. It runs until [`RespServer::stop`] or until its node stops.
@@ -116,6 +195,9 @@ pub async fn serve(
         connections: AtomicU64::new(0),
         commands: AtomicU64::new(0),
         started: Instant::now(),
+        buffered: AtomicUsize::new(0),
+        slots: Mutex::new(HashMap::new()),
+        closed: Closed::default(),
     });
     tracing::info!(%addr, node = %state.ring.name(), "RESP front listening");
     tokio::spawn(accept(listener, state.clone(), stop_rx));
@@ -136,17 +218,33 @@ async fn accept(listener: TcpListener, state: Arc<ServerState>, mut stop: watch:
             res = listener.accept() => match res {
                 Ok((mut sock, peer)) => {
                     let id = state.connections.fetch_add(1, Ordering::Relaxed) + 1;
-                    if state.clients.load(Ordering::Relaxed) >= state.config.max_clients {
+                    if state.clients.load(Ordering::Relaxed) >= state.config.max_clients
+                        && !state.evict_idle()
+                    {
+                        state.closed.refused.fetch_add(1, Ordering::Relaxed);
                         let _ = sock.write_all(b"-ERR max number of clients reached\r\n").await;
                         continue;
                     }
                     state.clients.fetch_add(1, Ordering::Relaxed);
+                    let slot = Arc::new(Slot {
+                        last_read_ms: AtomicU64::new(state.now_ms()),
+                        busy: AtomicBool::new(false),
+                        evict: Notify::new(),
+                    });
+                    state
+                        .slots
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, slot.clone());
                     let st = state.clone();
                     let stop = stop.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = connection(&st, sock, id, stop).await {
+                        let mut held = Held { state: &st, bytes: 0 };
+                        if let Err(e) = connection(&st, sock, id, &slot, &mut held, stop).await {
                             tracing::debug!(%peer, error = %e, "RESP connection ended");
                         }
+                        drop(held);
+                        st.slots.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                         st.clients.fetch_sub(1, Ordering::Relaxed);
                     });
                 }
@@ -159,54 +257,148 @@ async fn accept(listener: TcpListener, state: Arc<ServerState>, mut stop: watch:
     }
 }
 
+/// The bytes a connection holds, counted in the server's total (given back on drop).
+struct Held<'a> {
+    state: &'a ServerState,
+    bytes: usize,
+}
+
+impl Held<'_> {
+    /// Sets what the connection holds; `false` if it must be closed (the server is over
+    /// `max_buffered` and this connection holds more than its share).
+    fn set(&mut self, bytes: usize) -> bool {
+        let total = if bytes >= self.bytes {
+            self.state
+                .buffered
+                .fetch_add(bytes - self.bytes, Ordering::Relaxed)
+                + (bytes - self.bytes)
+        } else {
+            self.state
+                .buffered
+                .fetch_sub(self.bytes - bytes, Ordering::Relaxed)
+                - (self.bytes - bytes)
+        };
+        self.bytes = bytes;
+        let max = self.state.config.max_buffered;
+        if total <= max {
+            return true;
+        }
+        let clients = self.state.clients.load(Ordering::Relaxed).max(1);
+        bytes <= (max / clients).max(MIN_SHARE)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.state.buffered.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Writes `out` within the idle timeout.
+async fn flush(
+    state: &ServerState,
+    sock: &mut TcpStream,
+    out: &mut BytesMut,
+) -> std::io::Result<()> {
+    let write = sock.write_all(out);
+    let r = match state.config.idle_timeout {
+        Some(t) => match tokio::time::timeout(t, write).await {
+            Ok(r) => r,
+            Err(_) => {
+                state.closed.idle.fetch_add(1, Ordering::Relaxed);
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "replies not read within the idle timeout",
+                ))
+            }
+        },
+        None => write.await,
+    };
+    out.clear();
+    r
+}
+
+const BUFFER_LIMIT: &[u8] = b"-ERR client buffer limit reached\r\n";
+
 async fn connection(
     state: &ServerState,
     mut sock: TcpStream,
     id: u64,
+    slot: &Slot,
+    held: &mut Held<'_>,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = sock.set_nodelay(true);
     let mut parser = RequestParser::new(state.config.limits.clone());
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut out = BytesMut::with_capacity(16 * 1024);
-    let mut conn = commands::ConnState { id, name: None };
+    let mut conn = commands::ConnState {
+        id,
+        ..Default::default()
+    };
     loop {
+        slot.busy.store(true, Ordering::Relaxed);
         loop {
             match parser.next(&mut input) {
                 Ok(Some(args)) => {
                     let (reply, close) = commands::execute(state, &mut conn, args).await;
                     state.commands.fetch_add(1, Ordering::Relaxed);
-                    reply.encode(&mut out);
-                    if close {
-                        sock.write_all(&out).await?;
+                    if conn.take_reply() {
+                        reply.encode(&mut out);
+                    }
+                    if !held.set(input.len() + out.len()) {
+                        state.closed.buffer.fetch_add(1, Ordering::Relaxed);
+                        let _ = sock.write_all(BUFFER_LIMIT).await;
                         return Ok(());
                     }
+                    if close {
+                        return flush(state, &mut sock, &mut out).await;
+                    }
                     if out.len() >= state.config.write_batch {
-                        sock.write_all(&out).await?;
-                        out.clear();
+                        flush(state, &mut sock, &mut out).await?;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
                     Reply::err(e.to_string()).encode(&mut out);
-                    sock.write_all(&out).await?;
-                    return Ok(());
+                    return flush(state, &mut sock, &mut out).await;
                 }
             }
         }
         if !out.is_empty() {
-            sock.write_all(&out).await?;
-            out.clear();
+            flush(state, &mut sock, &mut out).await?;
         }
-        if input.capacity() - input.len() < 4096 {
+        if input.is_empty() && input.capacity() > 64 * 1024 {
+            // A large request went through: do not keep its buffer for an idle connection.
+            input = BytesMut::with_capacity(16 * 1024);
+        } else if input.capacity() - input.len() < 4096 {
             input.reserve(16 * 1024);
         }
+        held.set(input.len());
+        slot.busy.store(false, Ordering::Relaxed);
+        let idle = async {
+            match state.config.idle_timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             r = sock.read_buf(&mut input) => {
                 if r? == 0 {
                     return Ok(());
                 }
+                slot.last_read_ms.store(state.now_ms(), Ordering::Relaxed);
+                if !held.set(input.len()) {
+                    state.closed.buffer.fetch_add(1, Ordering::Relaxed);
+                    let _ = sock.write_all(BUFFER_LIMIT).await;
+                    return Ok(());
+                }
             }
+            _ = idle => {
+                state.closed.idle.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            _ = slot.evict.notified() => return Ok(()),
             _ = stop.changed() => return Ok(()),
         }
     }

@@ -60,6 +60,13 @@ enum State {
 pub struct RequestParser {
     limits: Limits,
     state: State,
+    /// In the idle state, how many bytes at the front of the buffer are known to hold no
+    /// line end yet: a header or inline line that arrives a byte at a time is scanned once,
+    /// not again from its start on every read.
+    scanned: usize,
+    /// Bytes looked at while searching for line ends (for the tests of linearity).
+    #[cfg(test)]
+    examined: usize,
 }
 
 /// Finds `\r\n` in `buf[from..]`, looking at most `limit` bytes; the index of `\r`.
@@ -95,6 +102,30 @@ impl RequestParser {
         RequestParser {
             limits,
             state: State::Idle,
+            scanned: 0,
+            #[cfg(test)]
+            examined: 0,
+        }
+    }
+
+    /// Where the next line end is in `buf` (the index of `\n`), looking at most `limit`
+    /// bytes from the start and never again at bytes already searched.
+    fn line_end(&mut self, buf: &[u8], limit: usize) -> Option<usize> {
+        let end = buf.len().min(limit);
+        let from = self.scanned.min(end);
+        #[cfg(test)]
+        {
+            self.examined += end - from;
+        }
+        match buf[from..end].iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                self.scanned = 0;
+                Some(from + i)
+            }
+            None => {
+                self.scanned = end;
+                None
+            }
         }
     }
 
@@ -115,12 +146,17 @@ impl RequestParser {
                             Some(args) => return Ok(Some(args)),
                         }
                     }
-                    let Some(cr) = find_crlf(buf, 1, self.limits.max_inline) else {
+                    let limit = self.limits.max_inline.saturating_add(2);
+                    let Some(nl) = self.line_end(buf, limit) else {
                         if buf.len() > self.limits.max_inline {
                             return err("too big mbulk count string");
                         }
                         return Ok(None);
                     };
+                    if nl < 2 || buf[nl - 1] != b'\r' {
+                        return err("invalid multibulk length");
+                    }
+                    let cr = nl - 1;
                     let Some(n) = parse_int(&buf[1..cr]) else {
                         return err("invalid multibulk length");
                     };
@@ -190,9 +226,8 @@ impl RequestParser {
 
     /// An inline command: one line, arguments separated by spaces. `Some(empty)` for a blank
     /// line (skipped).
-    fn inline(&self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
-        let window = buf.len().min(self.limits.max_inline + 1);
-        let Some(nl) = buf[..window].iter().position(|&b| b == b'\n') else {
+    fn inline(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        let Some(nl) = self.line_end(buf, self.limits.max_inline + 1) else {
             if buf.len() > self.limits.max_inline {
                 return err("too big inline request");
             }
@@ -280,6 +315,35 @@ mod tests {
         let mut long = vec![b'a'; 70 * 1024];
         long.push(b'\n');
         assert!(parse_all(&long).1.is_some());
+    }
+
+    #[test]
+    fn a_line_arriving_a_byte_at_a_time_is_scanned_once() {
+        for head in [&b"SET k "[..], b"*"] {
+            let mut p = RequestParser::new(Limits::default());
+            let mut buf = BytesMut::new();
+            buf.extend_from_slice(head);
+            let n = 60 * 1024;
+            for _ in 0..n {
+                buf.extend_from_slice(b"1");
+                assert_eq!(p.next(&mut buf), Ok(None));
+            }
+            // Linear: each byte looked at about once, not n²/2 times.
+            assert!(
+                p.examined < 2 * (n + head.len()),
+                "{} bytes looked at",
+                p.examined
+            );
+        }
+        // The line ends: the request is there.
+        let mut p = RequestParser::new(Limits::default());
+        let mut buf = BytesMut::from(&b"PIN"[..]);
+        assert_eq!(p.next(&mut buf), Ok(None));
+        buf.extend_from_slice(b"G\r\n*1\r");
+        assert_eq!(p.next(&mut buf), Ok(Some(vec![Bytes::from("PING")])));
+        assert_eq!(p.next(&mut buf), Ok(None));
+        buf.extend_from_slice(b"\n$4\r\nPING\r\n");
+        assert_eq!(p.next(&mut buf), Ok(Some(vec![Bytes::from("PING")])));
     }
 
     #[test]
