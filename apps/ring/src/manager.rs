@@ -471,6 +471,10 @@ impl Manager {
         let trusted = self.aae.tick(&self.shared, &ring, &live, |p| {
             vnodes.get(&p).map(|vn| vn.actor.clone())
         });
+        self.shared.recovering.store(
+            self.aae.recovering_count(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         for p in trusted {
             if let Some(vn) = self.vnodes.get(&p) {
                 if vn.actor.try_send(VnodeMsg::Trust).is_ok() {

@@ -59,6 +59,46 @@ pub(crate) struct Shared {
     pub stats: Stats,
     pub started: Instant,
     pub storage: Arc<dyn Storage>,
+    /// Vnodes recovering, as the manager last counted.
+    pub recovering: std::sync::atomic::AtomicUsize,
+}
+
+/// The ring's numbers in the node's `/status` and `/metrics` (`maquis_ring_…`).
+struct RingMetrics(std::sync::Weak<Shared>);
+
+impl maquis::admin::AppMetrics for RingMetrics {
+    fn collect(
+        &self,
+        counters: &mut std::collections::BTreeMap<String, u64>,
+        gauges: &mut std::collections::BTreeMap<String, u64>,
+    ) {
+        let Some(shared) = self.0.upgrade() else {
+            return;
+        };
+        let s = &shared.stats;
+        let st = shared.storage.stats();
+        for (name, value) in [
+            ("ring_reads", s.reads.get()),
+            ("ring_writes", s.writes.get()),
+            ("ring_echoes", s.echoes.get()),
+            ("ring_read_repairs", s.read_repairs.get()),
+            ("ring_aae_exchanges", s.aae_exchanges.get()),
+            ("ring_aae_in_sync", s.aae_in_sync.get()),
+            ("ring_aae_errors", s.aae_errors.get()),
+            ("ring_aae_objects_repaired", s.aae_objects.get()),
+            ("ring_aae_vnodes_recovered", s.aae_recovered.get()),
+            ("ring_storage_commits", st.commits),
+            ("ring_storage_objects_written", st.objects),
+            ("ring_storage_errors", st.errors),
+            ("ring_storage_corrupt_objects", st.corrupt),
+        ] {
+            counters.insert(name.to_string(), value);
+        }
+        gauges.insert(
+            "ring_recovering_vnodes".to_string(),
+            shared.recovering.load(Ordering::Relaxed) as u64,
+        );
+    }
 }
 
 impl Shared {
@@ -126,7 +166,12 @@ impl Ring {
             name,
             node,
             storage,
+            recovering: Default::default(),
         });
+        let metrics = Arc::new(RingMetrics(Arc::downgrade(&shared)));
+        if let Err(e) = shared.node.add_metrics(metrics) {
+            tracing::warn!(error = %e, "the ring's numbers are not in /metrics");
+        }
         let manager = manager::spawn(shared.clone());
         RingNode { shared, manager }
     }

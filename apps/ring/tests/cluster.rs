@@ -402,6 +402,16 @@ async fn anti_entropy_refills_a_restarted_replica_without_reads() {
     }
     let copied: u64 = nodes.iter().map(|n| n.stats().aae_objects.get()).sum();
     assert!(copied >= 100, "anti-entropy copied {copied} objects");
+    // The progress is in the node's /metrics too.
+    let metrics = maquis::admin::render_metrics(&fresh.node().status());
+    assert!(
+        metrics.contains("maquis_ring_aae_exchanges_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("maquis_ring_recovering_vnodes 0"),
+        "{metrics}"
+    );
     assert!(nodes.iter().all(|n| n.stats().read_repairs.get() == 0));
     // With ae1 gone, the refilled replicas make the quorums.
     let gone = nodes.remove(0);

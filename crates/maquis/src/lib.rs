@@ -79,7 +79,7 @@ pub use error::{
     BroadcastError, CallError, JoinError, LinkError, RegisterError, SendError, StartError,
 };
 pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
-pub use node::{Actor, Context, Inbox, MembershipEvent, Node, Subscription};
+pub use node::{Actor, Context, Inbox, MembershipEvent, Node, Subscription, TooManySources};
 pub use payload::Payload;
 pub use process::{shutdown_signal, tune_allocator};
 pub use wire::frame::DownReason;

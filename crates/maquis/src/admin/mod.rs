@@ -170,6 +170,18 @@ pub trait AdminSource: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = PingReport> + Send>>;
 }
 
+/// Numbers of the application running on a node, shown in `/status` and `/metrics` beside
+/// the node's own (see [`crate::Node::add_metrics`]).
+pub trait AppMetrics: Send + Sync + 'static {
+    /// Adds the application's counters (monotonic; exported as `maquis_<name>_total`) and
+    /// gauges (current values; `maquis_<name>`). A name the node already uses keeps the
+    /// node's value. Called once per `/status` or `/metrics` request: cheap, never blocking.
+    fn collect(&self, counters: &mut BTreeMap<String, u64>, gauges: &mut BTreeMap<String, u64>);
+}
+
+/// At most this many [`AppMetrics`] sources on one node.
+pub const MAX_METRICS_SOURCES: usize = 16;
+
 /// Errors of the admin [`client`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     /// Handshakes refused lately, for `/status`.
     pub(crate) refusals: super::refusals::Refusals,
     pub(crate) listener_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The application's numbers for `/status` and `/metrics`.
+    pub(crate) app_metrics: Mutex<Vec<Arc<dyn crate::admin::AppMetrics>>>,
 }
 
 impl Inner {

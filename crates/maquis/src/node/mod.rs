@@ -25,6 +25,7 @@ mod host;
 mod inner;
 mod refusals;
 mod status;
+pub use status::TooManySources;
 mod topics;
 pub use context::{Actor, Context, Inbox};
 pub use topics::Subscription;
@@ -182,6 +183,7 @@ impl Node {
             admin_addr,
             refusals: Default::default(),
             listener_task: Mutex::new(None),
+            app_metrics: Mutex::new(Vec::new()),
             config,
         });
         let accept = tokio::spawn(crate::transport::listener::run(inner.clone(), listener));

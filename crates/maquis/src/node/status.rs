@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,6 +11,15 @@ use bytes::Bytes;
 use super::Node;
 use crate::admin::{percentile, AdminSource, LaneStatus, PeerStatus, PingReport, Status};
 use crate::dispatch::SendOpts;
+
+/// [`Node::add_metrics`] was called more than
+/// [`MAX_METRICS_SOURCES`](crate::admin::MAX_METRICS_SOURCES) times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "too many metrics sources on this node (at most {})",
+    crate::admin::MAX_METRICS_SOURCES
+)]
+pub struct TooManySources;
 
 impl Node {
     /// A snapshot of the node: members, peers, lanes and counters (the `/status` document).
@@ -72,6 +82,22 @@ impl Node {
                 inner.router.queue_budget.queued_bytes(),
             ),
         ]);
+        let (mut counters, mut gauges) = (counters, gauges);
+        let sources = inner
+            .app_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for source in sources {
+            let (mut c, mut g) = Default::default();
+            source.collect(&mut c, &mut g);
+            for (k, v) in c {
+                counters.entry(k).or_insert(v);
+            }
+            for (k, v) in g {
+                gauges.entry(k).or_insert(v);
+            }
+        }
         Status {
             name: inner.router.id.name.clone(),
             incarnation: inner.router.id.incarnation,
@@ -83,6 +109,26 @@ impl Node {
             gauges,
             refusals: inner.refusals.snapshot(inner.router.now_us()),
         }
+    }
+
+    /// Adds the application's numbers to `/status` and `/metrics` (see
+    /// [`AppMetrics`](crate::admin::AppMetrics)). At most
+    /// [`MAX_METRICS_SOURCES`](crate::admin::MAX_METRICS_SOURCES) per node: beyond, the source
+    /// is refused with `Err` (and not shown).
+    pub fn add_metrics(
+        &self,
+        source: Arc<dyn crate::admin::AppMetrics>,
+    ) -> Result<(), TooManySources> {
+        let mut all = self
+            .inner
+            .app_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if all.len() >= crate::admin::MAX_METRICS_SOURCES {
+            return Err(TooManySources);
+        }
+        all.push(source);
+        Ok(())
     }
 
     /// Calls the echo service on `to` `count` times, one after another, and summarises.
