@@ -66,7 +66,7 @@ impl RingProc {
             .args(["--resp", &self.resp.to_string()])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(Stdio::piped());
         if let Some(d) = &self.data {
             cmd.arg("--data-dir").arg(d);
         }
@@ -77,7 +77,19 @@ impl RingProc {
         let out = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(out).read_line(&mut line).unwrap();
-        assert!(line.contains("listening"), "{}: {line}", self.name);
+        if !line.contains("listening") {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            panic!("{} did not start: {line}{err}", self.name);
+        }
+        // Its log goes on being read (and dropped), so that the pipe never fills.
+        if let Some(e) = child.stderr.take() {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut BufReader::new(e), &mut std::io::sink());
+            });
+        }
         self.child = Some(child);
     }
 
@@ -224,6 +236,10 @@ fn in_memory_nodes_lose_nothing_through_rolling_kill_and_restart() {
 /// restarted node has its data; in memory it comes back empty, its vnodes recovering, and
 /// anti-entropy refills them from the two others.
 fn rolling_kill_and_restart(data: Option<&Path>) {
+    // One run at a time: a node restarts on its old ports, which a run beside it could have
+    // picked as free meanwhile.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut nodes = vec![RingProc::new("r1", data, None)];
     let seed = nodes[0].listen;
     nodes.push(RingProc::new("r2", data, Some(seed)));

@@ -1,5 +1,5 @@
-//! The durable backend: one redb database per node, one table per partition, written by one
-//! thread that commits whatever is queued in one transaction.
+//! The durable backend: one redb database per node (one table, keys prefixed by their
+//! partition), written by one thread that commits whatever is queued in one transaction.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -7,10 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::Bytes;
-use redb::{
-    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableError,
-    TableHandle,
-};
+use redb::{Database, ReadableDatabase, TableDefinition, TableError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Counters, Storage, StorageError, StorageStats, Ticket};
@@ -99,12 +96,25 @@ impl std::fmt::Debug for Durable {
     }
 }
 
-fn table_name(partition: u32) -> String {
-    format!("p{partition}")
+/// Every partition's objects, in one table: a key is its partition (4 bytes, big-endian) and
+/// then the object's key, so that a commit updates one tree however many partitions it
+/// touches, and a partition is one key range.
+const OBJECTS: TableDefinition<'static, &'static [u8], &'static [u8]> =
+    TableDefinition::new("objects");
+
+/// The stored key of an object.
+fn stored_key(partition: u32, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + key.len());
+    k.extend_from_slice(&partition.to_be_bytes());
+    k.extend_from_slice(key);
+    k
 }
 
-fn definition(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
-    TableDefinition::new(name)
+/// The stored keys of a partition: `[p, p + 1)` as prefixes.
+fn bounds(partition: u32) -> (Vec<u8>, Option<Vec<u8>>) {
+    let lo = partition.to_be_bytes().to_vec();
+    let hi = partition.checked_add(1).map(|n| n.to_be_bytes().to_vec());
+    (lo, hi)
 }
 
 impl Durable {
@@ -188,38 +198,52 @@ impl Storage for Durable {
     fn partitions(&self) -> Result<Vec<u32>, StorageError> {
         let read = |e: &dyn std::fmt::Display| StorageError::Read(e.to_string());
         let txn = self.db.begin_read().map_err(|e| read(&e))?;
+        let table = match txn.open_table(OBJECTS) {
+            Ok(t) => t,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(read(&e)),
+        };
+        // Jump from one partition's first key to the next partition's.
         let mut out = Vec::new();
-        for handle in txn.list_tables().map_err(|e| read(&e))? {
-            let Some(p) = handle
-                .name()
-                .strip_prefix('p')
-                .and_then(|n| n.parse::<u32>().ok())
+        let mut from = 0u32.to_be_bytes().to_vec();
+        loop {
+            let mut range = table.range(from.as_slice()..).map_err(|e| read(&e))?;
+            let Some(row) = range.next() else { break };
+            let (k, _) = row.map_err(|e| read(&e))?;
+            let Some(p) = k
+                .value()
+                .get(..4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
             else {
-                continue;
+                break;
             };
-            let name = table_name(p);
-            let table = txn.open_table(definition(&name)).map_err(|e| read(&e))?;
-            if !table.is_empty().map_err(|e| read(&e))? {
-                out.push(p);
+            out.push(p);
+            match p.checked_add(1) {
+                Some(n) => from = n.to_be_bytes().to_vec(),
+                None => break,
             }
         }
-        out.sort_unstable();
         Ok(out)
     }
 
     fn load(&self, partition: u32) -> Result<Vec<Entry>, StorageError> {
         let read = |e: &dyn std::fmt::Display| StorageError::Read(e.to_string());
         let txn = self.db.begin_read().map_err(|e| read(&e))?;
-        let name = table_name(partition);
-        let table = match txn.open_table(definition(&name)) {
+        let table = match txn.open_table(OBJECTS) {
             Ok(t) => t,
             Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
             Err(e) => return Err(read(&e)),
         };
+        let (lo, hi) = bounds(partition);
+        let rows = match &hi {
+            Some(hi) => table.range(lo.as_slice()..hi.as_slice()),
+            None => table.range(lo.as_slice()..),
+        }
+        .map_err(|e| read(&e))?;
         let mut out = Vec::new();
-        for row in table.iter().map_err(|e| read(&e))? {
+        for row in rows {
             let (k, v) = row.map_err(|e| read(&e))?;
-            let key = Bytes::copy_from_slice(k.value());
+            let key = Bytes::copy_from_slice(&k.value()[4..]);
             match decode(v.value()) {
                 Some(object) => out.push((key, object)),
                 None => {
@@ -314,23 +338,28 @@ fn write_loop(db: &Database, mut rx: mpsc::Receiver<Op>, config: &DurableConfig,
 fn commit(db: &Database, batch: &[Op]) -> Result<(), StorageError> {
     let write = |e: &dyn std::fmt::Display| StorageError::Write(e.to_string());
     let txn = db.begin_write().map_err(|e| write(&e))?;
-    for op in batch {
-        match op {
-            Op::Write {
-                partition, entries, ..
-            } => {
-                let name = table_name(*partition);
-                let mut table = txn.open_table(definition(&name)).map_err(|e| write(&e))?;
-                for (key, object) in entries {
-                    let value = encode(object)?;
-                    table
-                        .insert(key.as_ref(), value.as_slice())
-                        .map_err(|e| write(&e))?;
+    {
+        let mut table = txn.open_table(OBJECTS).map_err(|e| write(&e))?;
+        for op in batch {
+            match op {
+                Op::Write {
+                    partition, entries, ..
+                } => {
+                    for (key, object) in entries {
+                        let value = encode(object)?;
+                        table
+                            .insert(stored_key(*partition, key).as_slice(), value.as_slice())
+                            .map_err(|e| write(&e))?;
+                    }
                 }
-            }
-            Op::Clear { partition, .. } => {
-                let name = table_name(*partition);
-                txn.delete_table(definition(&name)).map_err(|e| write(&e))?;
+                Op::Clear { partition, .. } => {
+                    let (lo, hi) = bounds(*partition);
+                    let r = match &hi {
+                        Some(hi) => table.retain_in(lo.as_slice()..hi.as_slice(), |_, _| false),
+                        None => table.retain_in(lo.as_slice().., |_, _| false),
+                    };
+                    r.map_err(|e| write(&e))?;
+                }
             }
         }
     }
@@ -435,11 +464,13 @@ mod tests {
         wait(s.write(1, vec![entry("good", Some("v"), 1)])).unwrap();
         let txn = s.db.begin_write().unwrap();
         {
-            let name = table_name(1);
-            let mut t = txn.open_table(definition(&name)).unwrap();
-            t.insert(b"bad".as_slice(), [FORMAT, 0xff, 0xff].as_slice())
-                .unwrap();
-            t.insert(b"future".as_slice(), [FORMAT + 1].as_slice())
+            let mut t = txn.open_table(OBJECTS).unwrap();
+            t.insert(
+                stored_key(1, b"bad").as_slice(),
+                [FORMAT, 0xff, 0xff].as_slice(),
+            )
+            .unwrap();
+            t.insert(stored_key(1, b"future").as_slice(), [FORMAT + 1].as_slice())
                 .unwrap();
         }
         txn.commit().unwrap();
