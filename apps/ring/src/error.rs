@@ -40,6 +40,9 @@ pub enum RingError {
     /// The cluster did not converge within the timeout.
     #[error("not converged: {0}")]
     NotConverged(String),
+    /// The node is joining a cluster and has not heard its ring yet; try again shortly.
+    #[error("not ready: joining the cluster, its ring not heard yet")]
+    NotReady,
     /// The storage backend failed.
     #[error("storage: {0}")]
     Storage(#[from] crate::storage::StorageError),

@@ -134,6 +134,9 @@ async fn coordinate<T: Send + 'static, F>(
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
+    if !shared.ready.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(RingError::NotReady);
+    }
     let permit = shared
         .inflight
         .clone()

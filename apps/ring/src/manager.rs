@@ -627,6 +627,10 @@ impl Manager {
             "claimant published a new ring"
         );
         self.adopt(candidate);
+        // A ring this node made as claimant, from the members it sees: it knows the ring.
+        self.shared
+            .ready
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.broadcast();
     }
 
@@ -658,6 +662,9 @@ impl Manager {
     fn check_authority(&mut self) {
         let first = !self.foreign && self.shared.config.aae_interval.is_some();
         self.foreign = true;
+        self.shared
+            .ready
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let ring = self.shared.ring();
         let me = self.shared.name.clone();
         for (&p, vn) in &self.vnodes {

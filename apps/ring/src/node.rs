@@ -61,6 +61,10 @@ pub(crate) struct Shared {
     pub storage: Arc<dyn Storage>,
     /// Vnodes recovering, as the manager last counted.
     pub recovering: std::sync::atomic::AtomicUsize,
+    /// Whether the node knows the cluster's ring: it started alone, or has heard another
+    /// node's ring, or has published one as claimant. Until then it coordinates no request
+    /// (its own fresh ring would send them to its own vnodes).
+    pub ready: AtomicBool,
 }
 
 /// The ring's numbers in the node's `/status` and `/metrics` (`maquis_ring_…`).
@@ -151,6 +155,7 @@ impl Ring {
     }
 
     fn run(node: Node, config: RingConfig, storage: Arc<dyn Storage>) -> RingNode {
+        let alone = node.config().node.peers.is_empty();
         let name = node.id().name.clone();
         let ring = RingState::fresh(&name, config.partitions);
         let (ring_tx, _) = watch::channel(Arc::new(ring));
@@ -165,8 +170,9 @@ impl Ring {
             config,
             name,
             node,
-            storage,
             recovering: Default::default(),
+            ready: AtomicBool::new(alone),
+            storage,
         });
         let metrics = Arc::new(RingMetrics(Arc::downgrade(&shared)));
         if let Err(e) = shared.node.add_metrics(metrics) {

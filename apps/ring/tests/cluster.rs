@@ -456,3 +456,31 @@ async fn read_repair_refills_an_emptied_replica() {
     check_keys(&nodes[0], 0..100, 0).await;
     stop(&nodes).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joining_answers_nothing_until_it_knows_the_ring() {
+    // Its configured peer does not answer: it cannot know the cluster's ring.
+    let cfg = node_config("nr1").peer("127.0.0.1:9".parse().unwrap());
+    let lone = maquis_ring::Ring::start(cfg, ring_config()).await.unwrap();
+    assert!(matches!(
+        lone.put("k", bytes::Bytes::from("v")).await,
+        Err(maquis_ring::RingError::NotReady)
+    ));
+    assert!(matches!(
+        lone.get("k").await,
+        Err(maquis_ring::RingError::NotReady)
+    ));
+    // Once it is in a cluster and has the ring, it serves.
+    let other = start("nr2", ring_config()).await;
+    lone.join(other.node().addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let nodes = vec![lone, other];
+    converge(&nodes).await;
+    nodes[0].put("k", bytes::Bytes::from("v")).await.unwrap();
+    assert_eq!(
+        nodes[1].get("k").await.unwrap(),
+        Some(bytes::Bytes::from("v"))
+    );
+    stop(&nodes).await;
+}
