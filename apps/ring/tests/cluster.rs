@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use maquis_ring::{vnode_name, vnode_opts, RingNode, VnodeMsg};
+use maquis_ring::{vnode_name, vnode_opts, RingConfig, RingNode, VnodeMsg};
 
 fn key(i: usize) -> String {
     format!("key:{i}")
@@ -371,22 +371,29 @@ async fn fallback_data_is_handed_back_to_a_restarted_primary() {
     stop(&nodes).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anti_entropy_refills_a_restarted_replica_without_reads() {
-    let cfg = ring_config();
-    let mut nodes = cluster("ae", 3, cfg.clone()).await;
+/// Three nodes `{prefix}1..3` with keys 0..100 written, the third then restarted empty (same
+/// name, new incarnation: it keeps its partitions, without data) and converged again; returns
+/// all three and the restarted one.
+async fn with_last_restarted_empty(prefix: &str, cfg: RingConfig) -> (Vec<RingNode>, RingNode) {
+    let mut nodes = cluster(prefix, 3, cfg.clone()).await;
     write_keys(&nodes[0], 0..100, 0).await;
-    // ae3 restarts empty (same name, new incarnation): it keeps its partitions, without data.
     let old = nodes.pop().unwrap();
     old.shutdown().await;
-    wait_gone(&nodes[0], "ae3").await;
-    let fresh = start("ae3", cfg).await;
+    let name = format!("{prefix}3");
+    wait_gone(&nodes[0], &name).await;
+    let fresh = start(&name, cfg).await;
     fresh
         .join(nodes[0].node().addr(), Duration::from_secs(5))
         .await
         .unwrap();
     nodes.push(fresh.clone());
     converge(&nodes).await;
+    (nodes, fresh)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anti_entropy_refills_a_restarted_replica_without_reads() {
+    let (mut nodes, fresh) = with_last_restarted_empty("ae", ring_config()).await;
     // No read: anti-entropy refills it, and then trusts its vnodes again.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -425,19 +432,7 @@ async fn read_repair_refills_an_emptied_replica() {
     // Without anti-entropy, only reads repair.
     let mut cfg = ring_config();
     cfg.aae_interval = None;
-    let mut nodes = cluster("rr", 3, cfg.clone()).await;
-    write_keys(&nodes[0], 0..100, 0).await;
-    // rr3 restarts empty (same name, new incarnation): it keeps its partitions, without data.
-    let old = nodes.pop().unwrap();
-    old.shutdown().await;
-    wait_gone(&nodes[0], "rr3").await;
-    let fresh = start("rr3", cfg).await;
-    fresh
-        .join(nodes[0].node().addr(), Duration::from_secs(5))
-        .await
-        .unwrap();
-    nodes.push(fresh.clone());
-    converge(&nodes).await;
+    let (mut nodes, fresh) = with_last_restarted_empty("rr", cfg).await;
     assert_eq!(fresh.status().await.unwrap().keys, 0);
     // Reads still see every value (two replicas have it) and repair the third.
     check_keys(&nodes[0], 0..100, 0).await;

@@ -240,13 +240,7 @@ fn exchange(addr: SocketAddr, input: &[u8], half_close: bool, wait: Duration) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_input_gets_errors_and_the_server_keeps_serving() {
-    let node = start("bad1", ring_config()).await;
-    let server = node
-        .serve_resp("127.0.0.1:0".parse().unwrap(), RespConfig::default())
-        .await
-        .unwrap();
-    let addr = server.local_addr();
-    tokio::task::spawn_blocking(move || {
+    with_front("bad1", RespConfig::default(), move |addr| {
         // A connection that stays open through everything below.
         let mut keep = TcpStream::connect(addr).unwrap();
         keep.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -331,8 +325,25 @@ async fn malformed_input_gets_errors_and_the_server_keeps_serving() {
         let v: String = redis::cmd("GET").arg("after").query(&mut c).unwrap();
         assert_eq!(v, "ok");
     })
-    .await
-    .unwrap();
+    .await;
+}
+
+/// One node with a Redis front of `config`; runs `client` (blocking) against its address,
+/// then stops both.
+async fn with_front(
+    name: &str,
+    config: RespConfig,
+    client: impl FnOnce(SocketAddr) + Send + 'static,
+) {
+    let node = start(name, ring_config()).await;
+    let server = node
+        .serve_resp("127.0.0.1:0".parse().unwrap(), config)
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    tokio::task::spawn_blocking(move || client(addr))
+        .await
+        .unwrap();
     server.stop();
     node.shutdown().await;
 }
@@ -365,13 +376,7 @@ fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_reply_off_skip_and_on() {
-    let node = start("cr1", ring_config()).await;
-    let server = node
-        .serve_resp("127.0.0.1:0".parse().unwrap(), RespConfig::default())
-        .await
-        .unwrap();
-    let addr = server.local_addr();
-    tokio::task::spawn_blocking(move || {
+    with_front("cr1", RespConfig::default(), move |addr| {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         // SKIP: neither it nor the next command answers; OFF: nothing until ON, which answers.
@@ -394,26 +399,17 @@ async fn client_reply_off_skip_and_on() {
         s.write_all(b"CLIENT REPLY MAYBE\r\n").unwrap();
         assert!(read_line(&mut s).starts_with("-ERR"));
     })
-    .await
-    .unwrap();
-    server.stop();
-    node.shutdown().await;
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_clients_are_closed_and_make_room_for_new_ones() {
-    let node = start("idle1", ring_config()).await;
     let config = RespConfig {
         max_clients: 2,
         idle_timeout: Some(Duration::from_millis(1500)),
         ..RespConfig::default()
     };
-    let server = node
-        .serve_resp("127.0.0.1:0".parse().unwrap(), config)
-        .await
-        .unwrap();
-    let addr = server.local_addr();
-    tokio::task::spawn_blocking(move || {
+    with_front("idle1", config, move |addr| {
         let ping = |s: &mut TcpStream| {
             s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             s.write_all(b"PING\r\n").unwrap();
@@ -441,25 +437,16 @@ async fn idle_clients_are_closed_and_make_room_for_new_ones() {
         assert!(closed_within(&mut second, Duration::from_secs(5)));
         assert!(closed_within(&mut third, Duration::from_secs(5)));
     })
-    .await
-    .unwrap();
-    server.stop();
-    node.shutdown().await;
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_holding_too_much_are_closed_and_the_rest_is_served() {
-    let node = start("buf1", ring_config()).await;
     let config = RespConfig {
         max_buffered: 4 << 20,
         ..RespConfig::default()
     };
-    let server = node
-        .serve_resp("127.0.0.1:0".parse().unwrap(), config)
-        .await
-        .unwrap();
-    let addr = server.local_addr();
-    tokio::task::spawn_blocking(move || {
+    with_front("buf1", config, move |addr| {
         // Eight clients each start a 3 MiB value and never finish it: 24 MiB against 4 MiB.
         let mut hogs: Vec<TcpStream> = (0..8)
             .map(|_| {
@@ -485,8 +472,5 @@ async fn clients_holding_too_much_are_closed_and_the_rest_is_served() {
         s.write_all(b"SET small v\r\nGET small\r\n").unwrap();
         assert_eq!(read_line(&mut s), "+OK\r\n");
     })
-    .await
-    .unwrap();
-    server.stop();
-    node.shutdown().await;
+    .await;
 }

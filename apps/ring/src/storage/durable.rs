@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use bytes::Bytes;
-use redb::{Database, ReadableDatabase, TableDefinition, TableError};
+use redb::{Database, ReadOnlyTable, ReadableDatabase, TableDefinition, TableError};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Counters, Storage, StorageError, StorageStats, Ticket};
@@ -102,6 +102,9 @@ impl std::fmt::Debug for Durable {
 const OBJECTS: TableDefinition<'static, &'static [u8], &'static [u8]> =
     TableDefinition::new("objects");
 
+/// The objects table, opened for reading.
+type Objects = ReadOnlyTable<&'static [u8], &'static [u8]>;
+
 /// The stored key of an object.
 fn stored_key(partition: u32, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + key.len());
@@ -157,6 +160,17 @@ impl Durable {
         &self.path
     }
 
+    /// The objects table, for reading (`None` before anything was ever written).
+    fn objects(&self) -> Result<Option<Objects>, StorageError> {
+        let read = |e: &dyn std::fmt::Display| StorageError::Read(e.to_string());
+        let txn = self.db.begin_read().map_err(|e| read(&e))?;
+        match txn.open_table(OBJECTS) {
+            Ok(t) => Ok(Some(t)),
+            Err(TableError::TableDoesNotExist(_)) => Ok(None),
+            Err(e) => Err(read(&e)),
+        }
+    }
+
     fn submit(&self, make: impl FnOnce(oneshot::Sender<Result<(), StorageError>>) -> Op) -> Ticket {
         let (done, ticket) = Ticket::pending();
         let Some(tx) = &self.tx else {
@@ -197,11 +211,8 @@ impl Storage for Durable {
 
     fn partitions(&self) -> Result<Vec<u32>, StorageError> {
         let read = |e: &dyn std::fmt::Display| StorageError::Read(e.to_string());
-        let txn = self.db.begin_read().map_err(|e| read(&e))?;
-        let table = match txn.open_table(OBJECTS) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(read(&e)),
+        let Some(table) = self.objects()? else {
+            return Ok(Vec::new());
         };
         // Jump from one partition's first key to the next partition's.
         let mut out = Vec::new();
@@ -228,11 +239,8 @@ impl Storage for Durable {
 
     fn load(&self, partition: u32) -> Result<Vec<Entry>, StorageError> {
         let read = |e: &dyn std::fmt::Display| StorageError::Read(e.to_string());
-        let txn = self.db.begin_read().map_err(|e| read(&e))?;
-        let table = match txn.open_table(OBJECTS) {
-            Ok(t) => t,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(read(&e)),
+        let Some(table) = self.objects()? else {
+            return Ok(Vec::new());
         };
         let (lo, hi) = bounds(partition);
         let rows = match &hi {
