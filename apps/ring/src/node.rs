@@ -95,6 +95,7 @@ impl maquis::admin::AppMetrics for RingMetrics {
             ("ring_storage_objects_written", st.objects),
             ("ring_storage_errors", st.errors),
             ("ring_storage_corrupt_objects", st.corrupt),
+            ("ring_storage_replayed_records", st.replayed),
         ] {
             counters.insert(name.to_string(), value);
         }

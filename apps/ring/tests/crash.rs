@@ -10,13 +10,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A free local port (bound, then released).
+/// A free local port below the kernel's ephemeral range (bound, then released). A node
+/// restarts on its old ports, and a port of the ephemeral range could meanwhile have become
+/// the local port of some outgoing connection.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::AtomicU16;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let (lo, span) = (20_000u16, 12_000u16);
+    let start = (std::process::id() % u32::from(span)) as u16;
+    for _ in 0..span {
+        let i = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = lo + (start.wrapping_add(i.wrapping_mul(7))) % span;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {lo}..{}", lo + span);
 }
 
 /// A directory for the nodes' data, removed at the end.

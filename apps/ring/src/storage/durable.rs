@@ -1,15 +1,19 @@
 //! The durable backend: one redb database per node (one table, keys prefixed by their
-//! partition), written by one thread that commits whatever is queued in one transaction.
+//! partition) and a write-ahead log, written by one thread: whatever is queued goes into the
+//! log as one record (one `fdatasync`) and into the database without an fsync; a checkpoint
+//! every second makes the database durable and empties the log; opening replays the log.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redb::{Database, ReadOnlyTable, ReadableDatabase, TableDefinition, TableError};
+use redb::{Database, Durability, ReadOnlyTable, ReadableDatabase, TableDefinition, TableError};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
+use super::wal::{self, Recovered, Wal};
 use super::{Counters, Storage, StorageError, StorageStats, Ticket};
 use crate::object::Object;
 use crate::vnode::Entry;
@@ -34,6 +38,15 @@ pub struct DurableConfig {
     pub max_batch_bytes: usize,
     /// redb's page cache, in bytes. Default 64 MiB.
     pub cache_bytes: usize,
+    /// How often the database is made durable on its own, so that the log can be emptied
+    /// (while writes come in). Default 1 s.
+    pub checkpoint_every: Duration,
+    /// The log is emptied (after making the database durable) once it holds this many bytes.
+    /// Default 64 MiB.
+    pub log_max_bytes: u64,
+    /// Tests: leave the database without its final checkpoint when dropped, as a crash would.
+    #[cfg(test)]
+    pub(crate) crash_on_drop: bool,
 }
 
 impl Default for DurableConfig {
@@ -43,6 +56,10 @@ impl Default for DurableConfig {
             max_batch_objects: 65_536,
             max_batch_bytes: 64 << 20,
             cache_bytes: 64 << 20,
+            checkpoint_every: Duration::from_secs(1),
+            log_max_bytes: 64 << 20,
+            #[cfg(test)]
+            crash_on_drop: false,
         }
     }
 }
@@ -134,14 +151,17 @@ impl Durable {
             .set_cache_size(config.cache_bytes)
             .create(&path)
             .map_err(|e| open_err(e.to_string()))?;
+        let counters = Arc::new(Counters::default());
+        let (mut log, found) =
+            Wal::open(&dir.join(wal::FILE_NAME)).map_err(|e| open_err(format!("log: {e}")))?;
+        replay(&db, &mut log, found, &counters).map_err(|e| open_err(e.to_string()))?;
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel(config.queue.max(1));
-        let counters = Arc::new(Counters::default());
         let writer = {
             let (db, counters, config) = (db.clone(), counters.clone(), config.clone());
             std::thread::Builder::new()
                 .name("ring-storage".into())
-                .spawn(move || write_loop(&db, rx, &config, &counters))
+                .spawn(move || write_loop(&db, log, rx, &config, &counters))
                 .map_err(|e| open_err(e.to_string()))?
         };
         tracing::info!(path = %path.display(), "durable storage open");
@@ -300,9 +320,122 @@ fn decode(bytes: &[u8]) -> Option<Object> {
     }
 }
 
-/// The writer thread: takes the next operation, adds whatever else is queued (up to the
-/// batch limits), commits them in one transaction, completes their tickets.
-fn write_loop(db: &Database, mut rx: mpsc::Receiver<Op>, config: &DurableConfig, c: &Counters) {
+/// One change to the database, as the log records it.
+#[derive(Debug, Serialize, Deserialize)]
+enum Change {
+    /// A key of a partition now holds this encoded object.
+    Put(u32, Vec<u8>, Vec<u8>),
+    /// A partition is emptied.
+    Clear(u32),
+}
+
+fn changes(batch: &[Op]) -> Result<Vec<Change>, StorageError> {
+    let mut out = Vec::new();
+    for op in batch {
+        match op {
+            Op::Write {
+                partition, entries, ..
+            } => {
+                for (key, object) in entries {
+                    out.push(Change::Put(*partition, key.to_vec(), encode(object)?));
+                }
+            }
+            Op::Clear { partition, .. } => out.push(Change::Clear(*partition)),
+        }
+    }
+    Ok(out)
+}
+
+/// Applies changes in one transaction.
+fn apply(db: &Database, changes: &[Change], durability: Durability) -> Result<(), StorageError> {
+    let write = |e: &dyn std::fmt::Display| StorageError::Write(e.to_string());
+    let mut txn = db.begin_write().map_err(|e| write(&e))?;
+    txn.set_durability(durability).map_err(|e| write(&e))?;
+    {
+        let mut table = txn.open_table(OBJECTS).map_err(|e| write(&e))?;
+        for change in changes {
+            match change {
+                Change::Put(partition, key, value) => {
+                    table
+                        .insert(stored_key(*partition, key).as_slice(), value.as_slice())
+                        .map_err(|e| write(&e))?;
+                }
+                Change::Clear(partition) => {
+                    let (lo, hi) = bounds(*partition);
+                    let r = match &hi {
+                        Some(hi) => table.retain_in(lo.as_slice()..hi.as_slice(), |_, _| false),
+                        None => table.retain_in(lo.as_slice().., |_, _| false),
+                    };
+                    r.map_err(|e| write(&e))?;
+                }
+            }
+        }
+    }
+    txn.commit().map_err(|e| write(&e))
+}
+
+/// Makes the database durable (with the commits made without an fsync since the last
+/// checkpoint), then empties the log.
+fn checkpoint(db: &Database, log: &mut Wal) -> Result<(), StorageError> {
+    apply(db, &[], Durability::Immediate)?;
+    log.reset()
+        .map_err(|e| StorageError::Write(format!("log: {e}")))
+}
+
+/// At open: the log's records (written after the last checkpoint) go into the database.
+fn replay(
+    db: &Database,
+    log: &mut Wal,
+    found: Recovered,
+    c: &Counters,
+) -> Result<(), StorageError> {
+    if found.dropped > 0 {
+        tracing::warn!(
+            bytes = found.dropped,
+            "the storage log ends with an incomplete record (a write a crash cut short); dropped"
+        );
+    }
+    if found.records.is_empty() {
+        return log
+            .reset()
+            .map_err(|e| StorageError::Write(format!("log: {e}")));
+    }
+    let mut all = Vec::new();
+    for record in &found.records {
+        match postcard::from_bytes::<Vec<Change>>(record) {
+            Ok(changes) => all.extend(changes),
+            Err(e) => {
+                // A record with a valid checksum that does not decode: another format. What
+                // follows it is not applied either (order matters).
+                Counters::add(&c.corrupt, 1);
+                tracing::error!(error = %e, "a storage log record does not decode; replay stops");
+                break;
+            }
+        }
+    }
+    tracing::info!(
+        records = found.records.len(),
+        changes = all.len(),
+        "storage log replayed"
+    );
+    Counters::add(&c.replayed, found.records.len() as u64);
+    apply(db, &all, Durability::Immediate)?;
+    log.reset()
+        .map_err(|e| StorageError::Write(format!("log: {e}")))
+}
+
+/// The writer thread: takes the next operation, adds whatever else is queued (up to the batch
+/// limits), appends them to the log as one record with one `fdatasync`, applies them to the
+/// database without an fsync, completes their tickets; every `checkpoint_every` (or once the
+/// log holds `log_max_bytes`) it makes the database durable and empties the log.
+fn write_loop(
+    db: &Database,
+    mut log: Wal,
+    mut rx: mpsc::Receiver<Op>,
+    config: &DurableConfig,
+    c: &Counters,
+) {
+    let mut last_checkpoint = Instant::now();
     while let Some(first) = rx.blocking_recv() {
         let (mut objects, mut bytes) = first.size();
         let mut batch = vec![first];
@@ -318,7 +451,13 @@ fn write_loop(db: &Database, mut rx: mpsc::Receiver<Op>, config: &DurableConfig,
             }
         }
         let started = Instant::now();
-        let result = commit(db, &batch);
+        let result = changes(&batch).and_then(|ch| {
+            let record =
+                postcard::to_stdvec(&ch).map_err(|e| StorageError::Write(e.to_string()))?;
+            log.append(&record)
+                .map_err(|e| StorageError::Write(format!("log: {e}")))?;
+            apply(db, &ch, Durability::None)
+        });
         Counters::add(&c.commit_us, started.elapsed().as_micros() as u64);
         match &result {
             Ok(()) => {
@@ -340,38 +479,22 @@ fn write_loop(db: &Database, mut rx: mpsc::Receiver<Op>, config: &DurableConfig,
         for op in batch {
             op.finish(result.clone());
         }
-    }
-}
-
-fn commit(db: &Database, batch: &[Op]) -> Result<(), StorageError> {
-    let write = |e: &dyn std::fmt::Display| StorageError::Write(e.to_string());
-    let txn = db.begin_write().map_err(|e| write(&e))?;
-    {
-        let mut table = txn.open_table(OBJECTS).map_err(|e| write(&e))?;
-        for op in batch {
-            match op {
-                Op::Write {
-                    partition, entries, ..
-                } => {
-                    for (key, object) in entries {
-                        let value = encode(object)?;
-                        table
-                            .insert(stored_key(*partition, key).as_slice(), value.as_slice())
-                            .map_err(|e| write(&e))?;
-                    }
-                }
-                Op::Clear { partition, .. } => {
-                    let (lo, hi) = bounds(*partition);
-                    let r = match &hi {
-                        Some(hi) => table.retain_in(lo.as_slice()..hi.as_slice(), |_, _| false),
-                        None => table.retain_in(lo.as_slice().., |_, _| false),
-                    };
-                    r.map_err(|e| write(&e))?;
-                }
+        if last_checkpoint.elapsed() >= config.checkpoint_every || log.len() >= config.log_max_bytes
+        {
+            last_checkpoint = Instant::now();
+            if let Err(e) = checkpoint(db, &mut log) {
+                Counters::add(&c.errors, 1);
+                tracing::error!(error = %e, "storage checkpoint failed (the log keeps the writes)");
             }
         }
     }
-    txn.commit().map_err(|e| write(&e))
+    #[cfg(test)]
+    if config.crash_on_drop {
+        return;
+    }
+    if let Err(e) = checkpoint(db, &mut log) {
+        tracing::error!(error = %e, "final storage checkpoint failed (the log keeps the writes)");
+    }
 }
 
 #[cfg(test)]
@@ -439,6 +562,38 @@ mod tests {
         assert_eq!(s.load(3).unwrap(), vec![]);
         // Clearing a partition that holds nothing is fine.
         wait(s.clear(60)).unwrap();
+    }
+
+    #[test]
+    fn what_only_the_log_holds_after_a_crash_is_replayed() {
+        let dir = TempDir::new("crash");
+        let cfg = DurableConfig {
+            // No checkpoint while it runs, and none at the end: as if killed.
+            checkpoint_every: Duration::from_secs(3600),
+            crash_on_drop: true,
+            ..DurableConfig::default()
+        };
+        {
+            let s = Durable::open(&dir.0, cfg).unwrap();
+            wait(s.write(2, vec![entry("a", Some("1"), 1)])).unwrap();
+            wait(s.write(2, vec![entry("a", Some("2"), 2), entry("b", Some("x"), 1)])).unwrap();
+            wait(s.clear(9)).unwrap();
+            assert_eq!(s.stats().replayed, 0);
+        }
+        // A torn record at the end (the crash cut a write short) is dropped.
+        let log = dir.0.join(wal::FILE_NAME);
+        let mut bytes = std::fs::read(&log).unwrap();
+        assert!(!bytes.is_empty(), "the writes are in the log");
+        bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3]);
+        std::fs::write(&log, &bytes).unwrap();
+        let s = Durable::open(&dir.0, DurableConfig::default()).unwrap();
+        assert_eq!(s.stats().replayed, 3);
+        assert_eq!(
+            s.load(2).unwrap(),
+            vec![entry("a", Some("2"), 2), entry("b", Some("x"), 1)]
+        );
+        // Replayed into the database: the log is empty again.
+        assert_eq!(std::fs::metadata(&log).unwrap().len(), 0);
     }
 
     #[test]
