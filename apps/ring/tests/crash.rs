@@ -28,24 +28,6 @@ fn free_port() -> u16 {
     panic!("no free port in {lo}..{}", lo + span);
 }
 
-/// A directory for the nodes' data, removed at the end.
-struct DataDir(PathBuf);
-
-impl DataDir {
-    fn new(tag: &str) -> DataDir {
-        let dir = std::env::temp_dir().join(format!("maquis-crash-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        DataDir(dir)
-    }
-}
-
-impl Drop for DataDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 struct RingProc {
     name: String,
     listen: SocketAddr,
@@ -231,8 +213,8 @@ fn lost_after(nodes: &[RingProc], acked: &BTreeMap<String, String>) -> Vec<Strin
 
 #[test]
 fn durable_nodes_lose_nothing_through_rolling_kill_and_restart() {
-    let dir = DataDir::new("rolling");
-    rolling_kill_and_restart(Some(&dir.0));
+    let dir = tempfile::tempdir().unwrap();
+    rolling_kill_and_restart(Some(dir.path()));
 }
 
 #[test]

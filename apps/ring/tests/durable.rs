@@ -10,21 +10,12 @@ use common::*;
 use futures::future::join_all;
 use maquis_ring::StorageConfig;
 
-/// Data directories under the system's temporary one, removed at the end.
-struct Dirs(std::path::PathBuf);
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writes_are_all_acknowledged_and_stored() {
-    let dirs = Dirs(std::env::temp_dir().join(format!("maquis-durable-{}", std::process::id())));
+    let dirs = tempfile::tempdir().unwrap();
     let mut nodes = Vec::new();
     for i in 1..=3 {
-        let cfg = ring_config().storage(StorageConfig::Durable(dirs.0.join(format!("d{i}"))));
+        let cfg = ring_config().storage(StorageConfig::Durable(dirs.path().join(format!("d{i}"))));
         nodes.push(start(&format!("d{i}"), cfg).await);
     }
     let contact = nodes[0].node().addr();

@@ -502,27 +502,6 @@ mod tests {
     use super::*;
     use crate::object::Version;
 
-    /// A fresh directory under the system's temporary one, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            let dir = std::env::temp_dir().join(format!(
-                "maquis-ring-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     fn entry(key: &str, value: Option<&str>, ts: u64) -> Entry {
         let object = Object {
             value: value.map(|v| Bytes::copy_from_slice(v.as_bytes())),
@@ -537,9 +516,9 @@ mod tests {
 
     #[test]
     fn what_is_written_is_there_after_a_reopen_until_cleared() {
-        let dir = TempDir::new("reopen");
+        let dir = tempfile::tempdir().unwrap();
         {
-            let s = Durable::open(&dir.0, DurableConfig::default()).unwrap();
+            let s = Durable::open(dir.path(), DurableConfig::default()).unwrap();
             assert_eq!(s.partitions().unwrap(), Vec::<u32>::new());
             wait(s.write(3, vec![entry("b", Some("2"), 2), entry("a", Some("1"), 1)])).unwrap();
             wait(s.write(5, vec![entry("gone", None, 7)])).unwrap();
@@ -549,7 +528,7 @@ mod tests {
             assert_eq!(st.objects, 4);
             assert!(st.commits >= 1 && st.commits <= 3, "{st:?}");
         }
-        let s = Durable::open(&dir.0, DurableConfig::default()).unwrap();
+        let s = Durable::open(dir.path(), DurableConfig::default()).unwrap();
         assert_eq!(s.partitions().unwrap(), vec![3, 5]);
         assert_eq!(
             s.load(3).unwrap(),
@@ -566,7 +545,7 @@ mod tests {
 
     #[test]
     fn what_only_the_log_holds_after_a_crash_is_replayed() {
-        let dir = TempDir::new("crash");
+        let dir = tempfile::tempdir().unwrap();
         let cfg = DurableConfig {
             // No checkpoint while it runs, and none at the end: as if killed.
             checkpoint_every: Duration::from_secs(3600),
@@ -574,19 +553,19 @@ mod tests {
             ..DurableConfig::default()
         };
         {
-            let s = Durable::open(&dir.0, cfg).unwrap();
+            let s = Durable::open(dir.path(), cfg).unwrap();
             wait(s.write(2, vec![entry("a", Some("1"), 1)])).unwrap();
             wait(s.write(2, vec![entry("a", Some("2"), 2), entry("b", Some("x"), 1)])).unwrap();
             wait(s.clear(9)).unwrap();
             assert_eq!(s.stats().replayed, 0);
         }
         // A torn record at the end (the crash cut a write short) is dropped.
-        let log = dir.0.join(wal::FILE_NAME);
+        let log = dir.path().join(wal::FILE_NAME);
         let mut bytes = std::fs::read(&log).unwrap();
         assert!(!bytes.is_empty(), "the writes are in the log");
         bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3]);
         std::fs::write(&log, &bytes).unwrap();
-        let s = Durable::open(&dir.0, DurableConfig::default()).unwrap();
+        let s = Durable::open(dir.path(), DurableConfig::default()).unwrap();
         assert_eq!(s.stats().replayed, 3);
         assert_eq!(
             s.load(2).unwrap(),
@@ -598,12 +577,12 @@ mod tests {
 
     #[test]
     fn a_full_queue_refuses_at_once_and_the_rest_completes() {
-        let dir = TempDir::new("full");
+        let dir = tempfile::tempdir().unwrap();
         let cfg = DurableConfig {
             queue: 1,
             ..DurableConfig::default()
         };
-        let s = Durable::open(&dir.0, cfg).unwrap();
+        let s = Durable::open(dir.path(), cfg).unwrap();
         // Hold redb's write lock: the writer takes one operation and waits for it.
         let held = s.db.begin_write().unwrap();
         let tickets: Vec<Ticket> = (0..3)
@@ -622,8 +601,8 @@ mod tests {
 
     #[test]
     fn an_object_that_does_not_decode_is_skipped_and_counted() {
-        let dir = TempDir::new("corrupt");
-        let s = Durable::open(&dir.0, DurableConfig::default()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let s = Durable::open(dir.path(), DurableConfig::default()).unwrap();
         wait(s.write(1, vec![entry("good", Some("v"), 1)])).unwrap();
         let txn = s.db.begin_write().unwrap();
         {
@@ -643,10 +622,10 @@ mod tests {
 
     #[test]
     fn a_directory_that_cannot_be_created_is_a_clear_error() {
-        let dir = TempDir::new("file");
-        std::fs::write(&dir.0, b"not a directory").unwrap();
-        let err = Durable::open(&dir.0, DurableConfig::default()).unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"not a directory").unwrap();
+        let err = Durable::open(&file, DurableConfig::default()).unwrap_err();
         assert!(matches!(err, StorageError::Open { .. }), "{err}");
-        let _ = std::fs::remove_file(&dir.0);
     }
 }

@@ -92,10 +92,8 @@ mod tests {
 
     #[test]
     fn records_come_back_up_to_a_torn_tail() {
-        let dir = std::env::temp_dir().join(format!("maquis-wal-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let path = dir.join(FILE_NAME);
-        let _ = std::fs::remove_file(&path);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
         {
             let (mut wal, rec) = Wal::open(&path).unwrap();
             assert!(rec.records.is_empty());
@@ -130,6 +128,5 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let (_, rec) = Wal::open(&path).unwrap();
         assert!(rec.records.is_empty());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
