@@ -67,6 +67,9 @@ pub struct RingConfig {
     pub aae_interval: Option<Duration>,
     /// Objects one anti-entropy exchange moves at most (both ways together). Default 10,000.
     pub aae_max_objects: usize,
+    /// Recovering vnodes whose exchanges run at once (each vnode's one after the other).
+    /// Default 8. The periodic round robin always runs one exchange at a time.
+    pub aae_recovery_concurrency: usize,
 }
 
 impl Default for RingConfig {
@@ -92,6 +95,7 @@ impl Default for RingConfig {
             storage: StorageConfig::Memory,
             aae_interval: Some(Duration::from_secs(1)),
             aae_max_objects: 10_000,
+            aae_recovery_concurrency: 8,
         }
     }
 }
@@ -172,6 +176,9 @@ impl RingConfig {
         }
         if matches!(self.vnode_parallelism, Some(0)) {
             return bad("vnode_parallelism must be > 0");
+        }
+        if self.aae_max_objects == 0 || !(1..=256).contains(&self.aae_recovery_concurrency) {
+            return bad("aae_max_objects must be > 0 and aae_recovery_concurrency 1 to 256");
         }
         Ok(())
     }

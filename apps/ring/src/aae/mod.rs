@@ -16,10 +16,12 @@
 //!
 //! then again from 1, for at most [`MAX_ROUNDS`] rounds and `aae_max_objects` objects.
 //!
-//! Each node runs one exchange at a time: every `aae_interval` it starts the next of its
-//! pairs, round robin. A vnode that is *recovering* (its node came back, or took its partition
-//! over without the data) goes first: its exchanges run back to back, and once it has had one
-//! exchange in sync with every live replica of every `q` it holds, it is trusted again.
+//! In the background a node runs one exchange at a time: every `aae_interval` it starts the
+//! next of its pairs, round robin. A vnode that is *recovering* (its node came back, or took
+//! its partition over without the data) goes first: recovering vnodes run their exchanges
+//! back to back, `aae_recovery_concurrency` vnodes at once (each vnode's pairs one after the
+//! other), and once a vnode has had one exchange in sync with every live replica of every `q`
+//! it holds, it is trusted again.
 
 mod exchange;
 mod schedule;

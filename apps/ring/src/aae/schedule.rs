@@ -15,6 +15,9 @@ use crate::vnode::VnodeMsg;
 /// How long a recovering vnode waits after a failed exchange before the next one.
 const RECOVERY_RETRY: Duration = Duration::from_millis(500);
 
+/// Recovering vnodes one job takes up, per vnode it runs at once.
+const RECOVERY_BATCH_PER_SLOT: usize = 4;
+
 /// What a job of exchanges returns: each pair with its outcome.
 type Results = Vec<(Pair, Result<Outcome, String>)>;
 
@@ -100,9 +103,12 @@ impl Scheduler {
         let pairs = self.pairs(ring, shared);
         let me = &shared.name;
         // Recovering vnodes: trusted once in sync with every live replica; else the next
-        // exchanges are theirs (all of one vnode's, one after the other).
+        // exchanges are theirs: up to `aae_recovery_concurrency` vnodes at once, each one's
+        // pairs one after the other.
+        let slots = shared.config.aae_recovery_concurrency.max(1);
+        let batch = slots * RECOVERY_BATCH_PER_SLOT;
         let mut trusted = Vec::new();
-        let mut next: Vec<Pair> = Vec::new();
+        let mut next: Vec<Vec<Pair>> = Vec::new();
         for (p, done) in &self.recovering {
             let todo: Vec<Pair> = pairs
                 .get(p)
@@ -114,8 +120,8 @@ impl Scheduler {
                 .collect();
             if todo.is_empty() {
                 trusted.push(*p);
-            } else if next.is_empty() && now >= self.retry_at {
-                next = todo;
+            } else if next.len() < batch && now >= self.retry_at {
+                next.push(todo);
             }
         }
         for p in &trusted {
@@ -133,21 +139,35 @@ impl Scheduler {
                         .filter(|pr| pr.peer == *me || live.contains_key(&pr.peer))
                         .collect();
                     if !owned.is_empty() {
-                        next.push(owned[self.cursor % owned.len()].clone());
+                        next.push(vec![owned[self.cursor % owned.len()].clone()]);
                         self.cursor = self.cursor.wrapping_add(1);
                     }
                 }
             }
         }
-        if let Some(local) = next.first().and_then(|pr| vnode(pr.local)) {
+        let groups: Vec<(ActorRef<VnodeMsg>, Vec<Pair>)> = next
+            .into_iter()
+            .filter_map(|pairs| Some((vnode(pairs.first()?.local)?, pairs)))
+            .collect();
+        if !groups.is_empty() {
             let shared = shared.clone();
             self.job = Some(tokio::spawn(async move {
-                let mut results = Vec::with_capacity(next.len());
-                for pair in next {
-                    let r = exchange(shared.clone(), pair.clone(), local.clone()).await;
-                    results.push((pair, r));
-                }
-                results
+                use futures::StreamExt;
+                futures::stream::iter(groups)
+                    .map(|(local, pairs)| {
+                        let shared = shared.clone();
+                        async move {
+                            let mut results = Vec::with_capacity(pairs.len());
+                            for pair in pairs {
+                                let r = exchange(shared.clone(), pair.clone(), local.clone()).await;
+                                results.push((pair, r));
+                            }
+                            results
+                        }
+                    })
+                    .buffer_unordered(slots)
+                    .concat()
+                    .await
             }));
         }
         trusted
