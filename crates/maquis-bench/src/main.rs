@@ -9,7 +9,7 @@
 //! ```text
 //! cargo run --release -p maquis-bench -- micro [--quick] [--echo] [--out bench/results/micro] …
 //! cargo run --release -p maquis-bench -- echo [--quick] [--out bench/results/echo] …
-//! cargo run --release -p maquis-bench -- kvs [--quick] [--redis] [--out bench/results/kvs] …
+//! cargo run --release -p maquis-bench -- kvs [--quick] [--redis] [--faults] [--out bench/results/kvs] …
 //! cargo run --release -p maquis-bench -- clients [--clients 1024] [--procs 4] …
 //! ```
 //!
@@ -17,7 +17,8 @@
 //!   against Distributed Erlang ([`erlang`]) and raw TCP ([`rawtcp`]).
 //! - `echo` and `kvs` (Fig. 5–8, [`ring_bench`]): the echo service and the quorum key-value
 //!   store of a 3-node `maquis-ring` cluster in three emulated hosts, one connection per peer
-//!   against parallel lanes with affinity; `kvs --redis` adds `redis-benchmark` ([`ring_redis`]).
+//!   against parallel lanes with affinity; `kvs --redis` adds `redis-benchmark` ([`ring_redis`]),
+//!   `kvs --faults` crash-restarts under load ([`ring_faults`], checked by [`ring_check`]).
 //! - `clients` (Fig. 9, [`clients`]): the memory of a client-server overlay server as 1,024
 //!   clients join and push state faster than it takes it; loopback only.
 //!
@@ -43,6 +44,8 @@ pub mod plot;
 pub mod rawtcp;
 pub mod ring_agent;
 pub mod ring_bench;
+pub mod ring_check;
+pub mod ring_faults;
 pub mod ring_proc;
 pub mod ring_redis;
 pub mod ring_report;

@@ -15,6 +15,7 @@ use maquis::{Config, MembershipEvent, Node};
 use maquis_ring::{RespConfig, Ring, RingConfig, RingNode};
 use serde::{Deserialize, Serialize};
 
+use crate::ring_check::{self, Check, OpLog};
 use crate::stats::cpu_seconds;
 
 /// The configuration with one connection per peer.
@@ -57,6 +58,9 @@ pub struct RingNodeArgs {
     /// Bytes a lane's outbound queue holds, in MiB (the runtime's default: 8).
     #[arg(long, default_value_t = 8)]
     pub lane_queue_mib: usize,
+    /// Keep the vnodes' data in this directory (the durable backend); in memory without it.
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 /// What the driver asks of an agent.
@@ -69,6 +73,9 @@ pub enum Command {
         nodes: usize,
         /// Give up after this many seconds.
         timeout_s: f64,
+        /// Also wait until no vnode of any member is recovering.
+        #[serde(default)]
+        recovered: bool,
     },
     /// Write keys `from..to` ([`kvs_key`]) with values of `size` bytes, `concurrency` at a
     /// time; answered with [`Preloaded`].
@@ -81,9 +88,32 @@ pub enum Command {
         size: usize,
         /// Writes in flight at once.
         concurrency: usize,
+        /// Stamp the values and log the acknowledgements (the fault mode).
+        #[serde(default)]
+        check: Option<Check>,
     },
     /// Run closed-loop actors for a while; answered with [`NodeRun`].
     Run(RunSpec),
+    /// Ends a run with `until_stop` (ignored otherwise).
+    Stop,
+    /// Reads keys `0..keys` once each, `concurrency` at a time; answered with [`Verified`].
+    Verify {
+        /// One past the last key index.
+        keys: u64,
+        /// Reads in flight at once.
+        concurrency: usize,
+    },
+}
+
+/// Answer to [`Command::Verify`].
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Verified {
+    /// Per key index: the stamp read ([`crate::ring_check::stamp_of`]), `None` for nil.
+    pub stamps: Vec<Option<u64>>,
+    /// Key indices whose read failed (their `stamps` entry is `None`).
+    pub failed: Vec<u64>,
+    /// The first failure.
+    pub first_error: Option<String>,
 }
 
 /// The two workloads.
@@ -129,6 +159,12 @@ pub struct RunSpec {
     pub reads_per_write: u32,
     /// Seed of the actors' random draws.
     pub seed: u64,
+    /// Run until a [`Command::Stop`] (`seconds` is then only an upper bound).
+    #[serde(default)]
+    pub until_stop: bool,
+    /// KVS: stamp values, write only this node's keys, log every request (the fault mode).
+    #[serde(default)]
+    pub check: Option<Check>,
 }
 
 /// Answer to [`Command::Converge`].
@@ -185,6 +221,9 @@ pub struct NodeRun {
     pub membership: Vec<String>,
     /// The first failure.
     pub first_error: Option<String>,
+    /// Operation-log lines that could not be written (the fault mode).
+    #[serde(default)]
+    pub log_failures: u64,
 }
 
 /// The key of index `i` in the KVS workload.
@@ -319,6 +358,9 @@ fn ring_config(args: &RingNodeArgs) -> RingConfig {
     // Start-up moves about two thirds of the partitions to the joining nodes; more handoffs at
     // once make that quicker. Nothing is handed off while measuring.
     c.handoff_concurrency = 16;
+    if let Some(dir) = &args.data_dir {
+        c = c.storage(maquis_ring::StorageConfig::Durable(dir.clone()));
+    }
     c
 }
 
@@ -373,15 +415,24 @@ pub async fn ring_node(args: RingNodeArgs) -> Result<(), String> {
         None => None,
     };
     say(&format!("ready {}", ring.node().addr()));
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
+    // Commands arrive on a channel, so that a run can watch for its `stop`.
+    let (tx, mut commands) = tokio::sync::mpsc::channel::<String>(16);
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if !line.trim().is_empty() && tx.send(line).await.is_err() {
+                break;
+            }
         }
-        let answer = match serde_json::from_str::<Command>(line) {
+    });
+    while let Some(line) = commands.recv().await {
+        let answer = match serde_json::from_str::<Command>(line.trim()) {
             Err(e) => Err(format!("bad command: {e}")),
-            Ok(Command::Converge { nodes, timeout_s }) => converge(&ring, nodes, timeout_s)
+            Ok(Command::Converge {
+                nodes,
+                timeout_s,
+                recovered,
+            }) => converge(&ring, nodes, timeout_s, recovered)
                 .await
                 .and_then(|c| serde_json::to_string(&c).map_err(|e| e.to_string())),
             Ok(Command::Preload {
@@ -389,10 +440,22 @@ pub async fn ring_node(args: RingNodeArgs) -> Result<(), String> {
                 to,
                 size,
                 concurrency,
-            }) => serde_json::to_string(&preload(&ring, from, to, size, concurrency).await)
+                check,
+            }) => match check.as_ref().map(|c| OpLog::open(&c.log)).transpose() {
+                Err(e) => Err(e),
+                Ok(log) => serde_json::to_string(
+                    &preload(&ring, from, to, size, concurrency, log.map(Arc::new)).await,
+                )
                 .map_err(|e| e.to_string()),
-            Ok(Command::Run(spec)) => {
-                serde_json::to_string(&run(&ring, &spec).await).map_err(|e| e.to_string())
+            },
+            Ok(Command::Run(spec)) => match run(&ring, &spec, &mut commands).await {
+                Ok(r) => serde_json::to_string(&r).map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            },
+            Ok(Command::Stop) => continue,
+            Ok(Command::Verify { keys, concurrency }) => {
+                serde_json::to_string(&verify(&ring, keys, concurrency).await)
+                    .map_err(|e| e.to_string())
             }
         };
         match answer {
@@ -414,21 +477,35 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-async fn converge(ring: &RingNode, nodes: usize, timeout_s: f64) -> Result<Converged, String> {
+async fn converge(
+    ring: &RingNode,
+    nodes: usize,
+    timeout_s: f64,
+    recovered: bool,
+) -> Result<Converged, String> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(timeout_s.max(0.1));
+    let mut last_said = start;
     loop {
         let r = ring.ring();
         let why = if r.nodes.len() < nodes {
             format!("ring lists {:?}, waiting for {nodes} nodes", r.nodes)
         } else {
             match ring.check_converged().await {
-                Ok(()) => break,
+                Ok(()) if !recovered => break,
+                Ok(()) => match still_recovering(ring).await {
+                    None => break,
+                    Some(why) => why,
+                },
                 Err(why) => why,
             }
         };
         if Instant::now() >= deadline {
             return Err(format!("not converged after {timeout_s} s: {why}"));
+        }
+        if last_said.elapsed() >= Duration::from_secs(5) {
+            tracing::info!(waited_s = start.elapsed().as_secs(), %why, "not converged yet");
+            last_said = Instant::now();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -445,19 +522,82 @@ async fn converge(ring: &RingNode, nodes: usize, timeout_s: f64) -> Result<Conve
     })
 }
 
+/// Which members still have vnodes recovering (`None`: none).
+async fn still_recovering(ring: &RingNode) -> Option<String> {
+    let mut busy = Vec::new();
+    for (name, st) in ring.cluster_status().await {
+        match st {
+            Ok(st) if st.recovering == 0 => {}
+            Ok(st) => busy.push(format!("{name}: {} vnodes recovering", st.recovering)),
+            Err(e) => busy.push(format!("{name}: {e}")),
+        }
+    }
+    (!busy.is_empty()).then(|| busy.join(", "))
+}
+
+/// Reads every key once through this node.
+async fn verify(ring: &RingNode, keys: u64, concurrency: usize) -> Verified {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency.clamp(1, 256) {
+        let (ring, next) = (ring.clone(), next.clone());
+        tasks.spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= keys {
+                    break;
+                }
+                let r = ring
+                    .get(kvs_key(i))
+                    .await
+                    .map(|v| v.map(|v| ring_check::stamp_of(&v)))
+                    .map_err(|e| e.to_string());
+                got.push((i, r));
+            }
+            got
+        });
+    }
+    let mut out = Verified {
+        stamps: vec![None; keys as usize],
+        ..Verified::default()
+    };
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(got) => {
+                for (i, r) in got {
+                    match r {
+                        Ok(s) => out.stamps[i as usize] = s,
+                        Err(e) => {
+                            out.failed.push(i);
+                            out.first_error.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                out.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    out.failed.sort_unstable();
+    out
+}
+
 async fn preload(
     ring: &RingNode,
     from: u64,
     to: u64,
     size: usize,
     concurrency: usize,
+    log: Option<Arc<OpLog>>,
 ) -> Preloaded {
     let start = Instant::now();
     let value = Bytes::from(vec![0x5au8; size]);
     let next = Arc::new(AtomicU64::new(from));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..concurrency.clamp(1, 256) {
-        let (ring, value, next) = (ring.clone(), value.clone(), next.clone());
+        let (ring, value, next, log) = (ring.clone(), value.clone(), next.clone(), log.clone());
         tasks.spawn(async move {
             let (mut stored, mut errors, mut first) = (0u64, 0u64, None);
             loop {
@@ -465,8 +605,18 @@ async fn preload(
                 if i >= to {
                     break;
                 }
-                match ring.put(kvs_key(i), value.clone()).await {
-                    Ok(()) => stored += 1,
+                let stamp = ring_check::now_us();
+                let value = match &log {
+                    Some(_) => ring_check::stamped(stamp, size),
+                    None => value.clone(),
+                };
+                match ring.put(kvs_key(i), value).await {
+                    Ok(()) => {
+                        stored += 1;
+                        if let Some(log) = &log {
+                            log.acked(i, stamp);
+                        }
+                    }
                     Err(e) => {
                         errors += 1;
                         first.get_or_insert_with(|| e.to_string());
@@ -510,10 +660,68 @@ struct ActorRun {
     finished: Option<Instant>,
 }
 
-async fn run(ring: &RingNode, spec: &RunSpec) -> NodeRun {
+/// The measured window of a run: from `measure_from` until the stop time, which a `stop`
+/// command can bring forward.
+struct Window {
+    start: Instant,
+    measure_from: Instant,
+    stop_us: AtomicU64,
+}
+
+impl Window {
+    fn stop_at(&self) -> Instant {
+        self.start + Duration::from_micros(self.stop_us.load(Ordering::Relaxed))
+    }
+
+    fn stop_now(&self) {
+        let now = self.start.elapsed().as_micros() as u64;
+        self.stop_us.fetch_min(now, Ordering::Relaxed);
+    }
+}
+
+/// What an actor needs in the fault mode: the log, the key it may write, a lock per key.
+#[derive(Clone)]
+struct Checking {
+    check: Check,
+    log: Arc<OpLog>,
+    locks: Arc<Vec<tokio::sync::Mutex<()>>>,
+}
+
+/// Waits for a `stop` command (other commands are not expected during a run and are dropped).
+async fn wait_stop(commands: &mut tokio::sync::mpsc::Receiver<String>) {
+    while let Some(line) = commands.recv().await {
+        match serde_json::from_str::<Command>(line.trim()) {
+            Ok(Command::Stop) => return,
+            _ => tracing::warn!(%line, "command during a run dropped"),
+        }
+    }
+}
+
+async fn run(
+    ring: &RingNode,
+    spec: &RunSpec,
+    commands: &mut tokio::sync::mpsc::Receiver<String>,
+) -> Result<NodeRun, String> {
+    let checking = match &spec.check {
+        None => None,
+        Some(c) => Some(Checking {
+            check: c.clone(),
+            log: Arc::new(OpLog::open(&c.log)?),
+            locks: Arc::new(
+                (0..spec.keys)
+                    .map(|_| tokio::sync::Mutex::new(()))
+                    .collect(),
+            ),
+        }),
+    };
     let start = Instant::now();
     let measure_from = start + Duration::from_secs_f64(spec.warmup_s.max(0.0));
-    let stop_at = measure_from + Duration::from_secs_f64(spec.seconds.max(0.001));
+    let cap = measure_from + Duration::from_secs_f64(spec.seconds.max(0.001));
+    let window = Arc::new(Window {
+        start,
+        measure_from,
+        stop_us: AtomicU64::new(cap.duration_since(start).as_micros() as u64),
+    });
     let payload = Bytes::from(vec![0x42u8; spec.size]);
     let name_hash = ring
         .name()
@@ -524,17 +732,27 @@ async fn run(ring: &RingNode, spec: &RunSpec) -> NodeRun {
     for i in 0..spec.actors {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (ring2, payload, spec) = (ring.clone(), payload.clone(), spec.clone());
+        let (window, checking) = (window.clone(), checking.clone());
         let seed = spec.seed ^ name_hash.rotate_left(17) ^ (i as u64).wrapping_mul(0x1000_0001);
         ring.node()
             .spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
-                let r = actor(ring2, payload, spec, seed, measure_from, stop_at).await;
+                let r = actor(ring2, payload, spec, seed, window, checking).await;
                 let _ = tx.send(r);
             });
         waits.push(rx);
     }
     tokio::time::sleep_until(measure_from.into()).await;
     let cpu0 = cpu_seconds();
-    tokio::time::sleep_until(stop_at.into()).await;
+    if spec.until_stop {
+        tokio::select! {
+            () = tokio::time::sleep_until(cap.into()) => {}
+            () = wait_stop(commands) => {}
+        }
+        window.stop_now();
+    } else {
+        tokio::time::sleep_until(cap.into()).await;
+    }
+    let stop_at = window.stop_at();
     let cpu_s = cpu_seconds() - cpu0;
     let mut out = NodeRun {
         seconds: stop_at.duration_since(measure_from).as_secs_f64(),
@@ -569,6 +787,7 @@ async fn run(ring: &RingNode, spec: &RunSpec) -> NodeRun {
     }
     out.drain_s = last.duration_since(stop_at).as_secs_f64();
     out.hist = hist.buckets();
+    out.log_failures = checking.as_ref().map_or(0, |c| c.log.failures());
     loop {
         use tokio::sync::broadcast::error::TryRecvError;
         let what = match events.try_recv() {
@@ -580,18 +799,51 @@ async fn run(ring: &RingNode, spec: &RunSpec) -> NodeRun {
         };
         out.membership.push(what);
     }
-    out
+    Ok(out)
+}
+
+/// One request of the KVS workload in the fault mode: values stamped, writes of one key one
+/// at a time, every request logged. Ok(whether a read found no value of this size).
+async fn checked_request(
+    ring: &RingNode,
+    c: &Checking,
+    read: bool,
+    k: u64,
+    size: usize,
+) -> Result<bool, String> {
+    let start_us = ring_check::now_us();
+    let r = if read {
+        ring.get(kvs_key(k)).await.map(|v| {
+            c.log
+                .read(k, v.as_ref().map(|v| ring_check::stamp_of(v)), start_us);
+            v.is_none_or(|v| v.len() != size)
+        })
+    } else {
+        let _turn = c.locks[k as usize].lock().await;
+        // Stamped once this write's turn has come: the stamps of a key grow in write order.
+        let stamp = ring_check::now_us();
+        ring.put(kvs_key(k), ring_check::stamped(stamp, size))
+            .await
+            .map(|()| {
+                c.log.acked(k, stamp);
+                false
+            })
+    };
+    r.map_err(|e| {
+        c.log.failed(start_us);
+        e.to_string()
+    })
 }
 
 /// One closed-loop actor: a request, wait for its answer, the next request. Requests that
-/// complete inside `[measure_from, stop_at]` count; none starts after `stop_at`.
+/// complete inside the window count; none starts after it.
 async fn actor(
     ring: RingNode,
     payload: Bytes,
     spec: RunSpec,
     seed: u64,
-    measure_from: Instant,
-    stop_at: Instant,
+    window: Arc<Window>,
+    checking: Option<Checking>,
 ) -> ActorRun {
     let mut rng = Rng::new(seed);
     let mut a = ActorRun::default();
@@ -599,34 +851,39 @@ async fn actor(
     let deadline = ring.config().request_timeout;
     loop {
         let t0 = Instant::now();
-        if t0 >= stop_at {
+        if t0 >= window.stop_at() {
             break;
         }
         // What to do: an echo, or a get or put of a key from the distribution.
         let (read, key) = match spec.workload {
             Workload::Echo => (false, None),
             Workload::Kvs => {
-                let k = kvs_key(rng.normal_key(spec.keys, spec.mean, spec.stddev));
+                let k = rng.normal_key(spec.keys, spec.mean, spec.stddev);
                 let write = rng
                     .next_u64()
                     .is_multiple_of(u64::from(spec.reads_per_write) + 1);
+                let k = match &checking {
+                    Some(c) if write => c.check.owned_key(k, spec.keys),
+                    _ => k,
+                };
                 (!write, Some(k))
             }
         };
         let request = async {
-            match key {
-                None => match ring.echo(payload.clone()).await {
+            match (key, &checking) {
+                (None, _) => match ring.echo(payload.clone()).await {
                     Ok(b) if b.len() == size => Ok(false),
                     Ok(b) => Err(format!("echo returned {} of {size} bytes", b.len())),
                     Err(e) => Err(e.to_string()),
                 },
-                Some(k) if read => match ring.get(&k).await {
+                (Some(k), Some(c)) => checked_request(&ring, c, read, k, size).await,
+                (Some(k), None) if read => match ring.get(kvs_key(k)).await {
                     Ok(Some(v)) => Ok(v.len() != size),
                     Ok(None) => Ok(true),
                     Err(e) => Err(e.to_string()),
                 },
-                Some(k) => ring
-                    .put(&k, payload.clone())
+                (Some(k), None) => ring
+                    .put(kvs_key(k), payload.clone())
                     .await
                     .map(|()| false)
                     .map_err(|e| e.to_string()),
@@ -639,7 +896,7 @@ async fn actor(
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {deadline:?}")));
         let t1 = Instant::now();
-        if t1 >= measure_from && t1 <= stop_at {
+        if t1 >= window.measure_from && t1 <= window.stop_at() {
             match outcome {
                 Ok(miss) => {
                     let us = t1.duration_since(t0).as_micros() as u64;

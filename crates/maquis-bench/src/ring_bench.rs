@@ -13,6 +13,7 @@ use maquis_netem::{Netem, NetemConfig, NetemStats};
 use serde::{Deserialize, Serialize};
 
 use crate::ring_agent::{self, Converged, NodeRun, Preloaded, RunSpec, Workload, PARTISAN, SINGLE};
+use crate::ring_faults::{self, FaultCell, BACKENDS};
 use crate::ring_proc::Proc;
 use crate::ring_redis::{self, RedisOutcome};
 
@@ -100,6 +101,12 @@ pub struct KvsArgs {
     /// with apt-get when missing).
     #[arg(long)]
     pub redis: bool,
+    /// Also run, per RTT, configuration and storage backend (memory, durable), the KVS
+    /// workload while each node in turn is killed with SIGKILL and started again, and count
+    /// the acknowledged writes lost and the stale reads (faults.json and the report's
+    /// "Faults" section).
+    #[arg(long)]
+    pub faults: bool,
 }
 
 /// One measured cell, as written to results.json.
@@ -184,6 +191,8 @@ pub struct Plan {
     pub memory_mib: u64,
     /// Also run the redis-benchmark step.
     pub redis: bool,
+    /// Also run the fault cells.
+    pub faults: bool,
     /// Sysctls set in every emulated host.
     pub sysctls: Vec<(String, String)>,
     /// Lane queue size, MiB.
@@ -256,6 +265,8 @@ pub struct Outcome {
     pub host_sysctls: Vec<(String, String)>,
     /// The redis-benchmark step.
     pub redis: RedisOutcome,
+    /// The fault cells.
+    pub faults: Vec<FaultCell>,
     /// Why the run stopped before the end, if it did.
     pub stopped: Option<String>,
     /// Configurations that failed part-way (their remaining cells were skipped).
@@ -297,6 +308,7 @@ fn plan(a: &RingArgs, workload: Workload) -> Result<Plan, String> {
         storage_delay_ms: 0,
         memory_mib: 0,
         redis: false,
+        faults: false,
         sysctls: a.sysctl.clone(),
         lane_queue_mib: a.lane_queue_mib,
     };
@@ -356,6 +368,7 @@ pub fn run_kvs(args: &KvsArgs) -> Result<Vec<Cell>, String> {
     plan.storage_delay_ms = args.storage_delay_ms;
     plan.memory_mib = args.memory_mib;
     plan.redis = args.redis;
+    plan.faults = args.faults;
     let out = args
         .ring
         .out
@@ -376,6 +389,7 @@ fn run(plan: Plan, out: &Path) -> Result<Vec<Cell>, String> {
         netem: Vec::new(),
         host_sysctls: Vec::new(),
         redis: RedisOutcome::default(),
+        faults: Vec::new(),
         stopped: None,
         failures: Vec::new(),
         took: Duration::ZERO,
@@ -457,6 +471,9 @@ fn run_grid(
                 done = base + plan.sizes.len() * plan.actors.len();
             }
         }
+        if plan.faults {
+            run_faults(plan, out, exe, log, o, &net, rtt)?;
+        }
         if plan.redis {
             let rows = ring_redis::run(&net, rtt, plan, log, &mut o.redis);
             o.redis.rows.extend(rows);
@@ -465,6 +482,59 @@ fn run_grid(
             .shutdown()
             .map_err(|e| format!("link emulator teardown: {e}"))?;
         o.netem.push((rtt, stats));
+    }
+    Ok(())
+}
+
+/// The fault cells of one RTT: each configuration with each backend, on ports of their own
+/// (a killed node restarts on its port).
+fn run_faults(
+    plan: &Plan,
+    out: &Path,
+    exe: &Path,
+    log: &File,
+    o: &mut Outcome,
+    net: &Netem,
+    rtt: u64,
+) -> Result<(), String> {
+    for (ci, config) in plan.configs.iter().enumerate() {
+        for (bi, backend) in BACKENDS.iter().enumerate() {
+            let setup = Setup {
+                net,
+                exe,
+                log,
+                plan,
+                port: NODE_PORT + 10 + (ci * BACKENDS.len() + bi) as u16,
+            };
+            let t = Instant::now();
+            match ring_faults::cell(&setup, config, rtt, backend, o.faults.len() + 1) {
+                Ok(c) => {
+                    let f = &c.findings;
+                    eprintln!(
+                        "[faults] rtt {rtt} ms  {config:<8} {backend:<7} {:.0} s: {} writes acknowledged, {} reads, {} errors, {} stale reads, {} acknowledged writes lost{}",
+                        t.elapsed().as_secs_f64(),
+                        f.acked_writes,
+                        f.reads,
+                        f.errors,
+                        f.stale_reads,
+                        f.lost_acked_writes,
+                        c.first_error
+                            .as_deref()
+                            .map(|e| format!(" (first error: {e})"))
+                            .unwrap_or_default()
+                    );
+                    o.faults.push(c);
+                    let json =
+                        serde_json::to_string_pretty(&o.faults).map_err(|e| e.to_string())?;
+                    std::fs::write(out.join("faults.json"), json).map_err(|e| e.to_string())?;
+                }
+                Err(e) => {
+                    eprintln!("[faults] rtt {rtt} ms, {config}, {backend}: {e}");
+                    o.failures
+                        .push(format!("faults, rtt {rtt} ms, {config}, {backend}: {e}"));
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -483,7 +553,13 @@ impl Grid<'_> {
     fn config(&mut self, setup: &Setup, config: &str, rtt: u64) -> Result<(), String> {
         let plan = setup.plan;
         let t = Instant::now();
-        let (mut nodes, converged) = setup.cluster(config)?;
+        let (mut nodes, converged) = setup.cluster(
+            config,
+            Storage {
+                data: None,
+                delay_ms: plan.storage_delay_ms,
+            },
+        )?;
         eprintln!(
             "rtt {rtt} ms, {config}: 3 nodes up and converged in {:.1} s (ring v{}, n1 owns {} partitions, lanes to a peer: {})",
             t.elapsed().as_secs_f64(),
@@ -611,12 +687,22 @@ fn write_results(out: &Path, cells: &[Cell]) -> Result<(), String> {
     std::fs::write(out.join("results.json"), json).map_err(|e| e.to_string())
 }
 
-struct Setup<'a> {
-    net: &'a Netem,
-    exe: &'a Path,
-    log: &'a File,
-    plan: &'a Plan,
-    port: u16,
+/// What starting the nodes of one configuration at one RTT needs.
+pub(crate) struct Setup<'a> {
+    pub(crate) net: &'a Netem,
+    pub(crate) exe: &'a Path,
+    pub(crate) log: &'a File,
+    pub(crate) plan: &'a Plan,
+    pub(crate) port: u16,
+}
+
+/// Where a node keeps its data, and the storage delay it simulates.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Storage<'a> {
+    /// The durable backend, in `DIR/nI`; in memory when `None`.
+    pub(crate) data: Option<&'a Path>,
+    /// Simulated delay of every vnode read and write, ms.
+    pub(crate) delay_ms: u64,
 }
 
 impl Setup<'_> {
@@ -633,42 +719,61 @@ impl Setup<'_> {
             .map_err(|e| format!("link emulator: {e}"))
     }
 
-    /// Starts the three nodes (n2 and n3 join n1) and waits for the ring to converge.
-    fn cluster(&self, config: &str) -> Result<(Vec<Proc>, Converged), String> {
+    /// Starts node `n{i+1}` in host `i` (joining the node of host `join`, if any) and waits
+    /// until it has joined.
+    pub(crate) fn node(
+        &self,
+        i: usize,
+        config: &str,
+        join: Option<usize>,
+        storage: Storage,
+    ) -> Result<Proc, String> {
         let hosts = self.net.hosts();
-        if hosts.len() < 3 {
-            return Err("the link emulator has fewer than 3 hosts".into());
+        let addr = |i: usize| {
+            hosts
+                .get(i)
+                .map(|h| format!("{}:{}", h.addr, self.port))
+                .ok_or_else(|| format!("the link emulator has no host {i}"))
+        };
+        let mut c = self.host_cmd(i, self.exe)?;
+        c.env("RUST_LOG", crate::stats::agent_log_filter())
+            .args(["agent", "ring-node"])
+            .args(["--name", &format!("n{}", i + 1)])
+            .args(["--listen", &addr(i)?])
+            .args(["--config", config, "--cookie", COOKIE])
+            .args(["--partitions", &self.plan.partitions.to_string()])
+            .args(["--storage-delay-ms", &storage.delay_ms.to_string()])
+            .args([
+                "--request-timeout-s",
+                &self.plan.request_timeout_s.to_string(),
+            ])
+            .args(["--lane-queue-mib", &self.plan.lane_queue_mib.to_string()]);
+        if let Some(j) = join {
+            c.args(["--join", &addr(j)?]);
         }
-        let first = format!("{}:{}", hosts[0].addr, self.port);
+        if let Some(d) = storage.data {
+            c.arg("--data-dir").arg(d.join(format!("n{}", i + 1)));
+        }
+        let mut p = Proc::start(&format!("{config} node n{}", i + 1), c, self.log())?;
+        p.expect(&["ready"], Duration::from_secs(90))?;
+        Ok(p)
+    }
+
+    /// Starts the three nodes (n2 and n3 join n1) and waits for the ring to converge.
+    pub(crate) fn cluster(
+        &self,
+        config: &str,
+        storage: Storage,
+    ) -> Result<(Vec<Proc>, Converged), String> {
         let mut nodes = Vec::new();
-        for (i, h) in hosts.iter().take(3).enumerate() {
-            let mut c = self.host_cmd(i, self.exe)?;
-            c.env("RUST_LOG", crate::stats::agent_log_filter())
-                .args(["agent", "ring-node"])
-                .args(["--name", &format!("n{}", i + 1)])
-                .args(["--listen", &format!("{}:{}", h.addr, self.port)])
-                .args(["--config", config, "--cookie", COOKIE])
-                .args(["--partitions", &self.plan.partitions.to_string()])
-                .args([
-                    "--storage-delay-ms",
-                    &self.plan.storage_delay_ms.to_string(),
-                ])
-                .args([
-                    "--request-timeout-s",
-                    &self.plan.request_timeout_s.to_string(),
-                ])
-                .args(["--lane-queue-mib", &self.plan.lane_queue_mib.to_string()]);
-            if i > 0 {
-                c.args(["--join", &first]);
-            }
-            let mut p = Proc::start(&format!("{config} node n{}", i + 1), c, self.log())?;
-            p.expect(&["ready"], Duration::from_secs(90))?;
-            nodes.push(p);
+        for i in 0..3 {
+            nodes.push(self.node(i, config, (i > 0).then_some(0), storage)?);
         }
         let limit = 600.0;
         nodes[0].command(&ring_agent::Command::Converge {
             nodes: 3,
             timeout_s: limit,
+            recovered: false,
         })?;
         let c: Converged = nodes[0].answer(Duration::from_secs_f64(limit + 30.0))?;
         Ok((nodes, c))
@@ -684,6 +789,7 @@ impl Setup<'_> {
                 to: keys * (i + 1) / n,
                 size,
                 concurrency: 16,
+                check: None,
             })?;
         }
         let mut all = Preloaded::default();
@@ -724,6 +830,8 @@ impl Setup<'_> {
             stddev,
             reads_per_write: plan.reads_per_write,
             seed: seq as u64 * 7919,
+            until_stop: false,
+            check: None,
         };
         // All three nodes start together (the commands leave within a millisecond).
         for p in nodes.iter_mut() {

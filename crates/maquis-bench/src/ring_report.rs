@@ -226,6 +226,9 @@ pub fn write(out: &Path, o: &Outcome) -> Result<(), String> {
         targets(&mut r, plan, cells, &rtts, &sizes, &actors);
     }
     redis(&mut r, o);
+    if plan.faults {
+        crate::ring_faults::report(&mut r, &o.faults);
+    }
     match plot(out, plan.workload) {
         Ok(files) => {
             let _ = writeln!(r, "## Plots\n");
