@@ -96,6 +96,7 @@ impl maquis::admin::AppMetrics for RingMetrics {
             ("ring_storage_errors", st.errors),
             ("ring_storage_corrupt_objects", st.corrupt),
             ("ring_storage_replayed_records", st.replayed),
+            ("ring_storage_checkpoints", st.checkpoints),
         ] {
             counters.insert(name.to_string(), value);
         }

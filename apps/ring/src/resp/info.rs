@@ -95,7 +95,7 @@ pub(crate) async fn render(state: &ServerState, section: Option<&str>) -> String
         let (backend, st) = ring.storage_stats();
         let _ = write!(
             out,
-            "storage:{backend}\r\nstorage_commits:{}\r\nstorage_objects_written:{}\r\nstorage_partitions_cleared:{}\r\nstorage_errors:{}\r\nstorage_corrupt_objects:{}\r\nstorage_commit_ms:{}\r\nstorage_replayed_records:{}\r\n",
+            "storage:{backend}\r\nstorage_commits:{}\r\nstorage_objects_written:{}\r\nstorage_partitions_cleared:{}\r\nstorage_errors:{}\r\nstorage_corrupt_objects:{}\r\nstorage_commit_ms:{}\r\nstorage_replayed_records:{}\r\nstorage_checkpoints:{}\r\n",
             st.commits,
             st.objects,
             st.clears,
@@ -103,6 +103,7 @@ pub(crate) async fn render(state: &ServerState, section: Option<&str>) -> String
             st.corrupt,
             st.commit_us / 1000,
             st.replayed,
+            st.checkpoints,
         );
         out.push_str("\r\n");
     }

@@ -9,9 +9,11 @@
 //!   loads it again when the vnode starts. A write (a client's put or delete, a read repair, a
 //!   handoff chunk) is acknowledged only once it is durable: the vnodes hand their writes to one
 //!   writer thread, which appends everything queued to a write-ahead log as one record with one
-//!   `fdatasync` (group commit), then applies it to the database without an fsync; every second
-//!   a checkpoint makes the database durable and empties the log, and opening the database
-//!   replays what only the log holds (a crash in between).
+//!   `fdatasync` (group commit) and acknowledges it. Every second a second thread applies the
+//!   changes since the previous checkpoint to the database in one transaction with an fsync
+//!   and deletes the log segment that held them; until then loads read them from memory over
+//!   the database, and opening the database replays what only the log holds (a crash in
+//!   between).
 //!
 //! Both keep the serving copy in memory, so a node's data must fit in its memory.
 //!
@@ -146,7 +148,7 @@ impl Future for Ticket {
 /// Counters of a backend.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StorageStats {
-    /// Transactions committed (each with one fsync).
+    /// Group commits: batches made durable (each one log record and one `fdatasync`).
     pub commits: u64,
     /// Objects written.
     pub objects: u64,
@@ -156,11 +158,13 @@ pub struct StorageStats {
     pub errors: u64,
     /// Stored objects that could not be decoded when loaded (skipped, logged).
     pub corrupt: u64,
-    /// Microseconds spent committing (fsync included).
+    /// Microseconds spent in group commits (fsync included).
     pub commit_us: u64,
     /// Log records replayed into the database when it was opened (writes a crash had left
     /// only in the log).
     pub replayed: u64,
+    /// Checkpoints: batches of changes applied from the log to the database.
+    pub checkpoints: u64,
 }
 
 /// The shared counters behind [`StorageStats`].
@@ -173,6 +177,7 @@ pub(crate) struct Counters {
     pub corrupt: AtomicU64,
     pub commit_us: AtomicU64,
     pub replayed: AtomicU64,
+    pub checkpoints: AtomicU64,
 }
 
 impl Counters {
@@ -190,6 +195,7 @@ impl Counters {
             corrupt: get(&self.corrupt),
             commit_us: get(&self.commit_us),
             replayed: get(&self.replayed),
+            checkpoints: get(&self.checkpoints),
         }
     }
 }
