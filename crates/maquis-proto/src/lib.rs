@@ -13,6 +13,8 @@
 //! - [`broadcast`]: Plumtree epidemic broadcast trees and the routes their heartbeats reveal.
 //! - [`membership`]: the machine a node runs, composing an overlay, broadcast, member
 //!   heartbeats, membership events and the route table; and the router's decisions.
+//! - [`names`]: the directory of cluster-wide names, partitioned over the members by
+//!   rendezvous hashing.
 //! - `harness` (feature `test-utils`): a deterministic network of membership machines on
 //!   simulated time, for tests and the simulator.
 #![deny(missing_docs)]
@@ -22,6 +24,7 @@ pub mod broadcast;
 pub mod harness;
 pub mod id;
 pub mod membership;
+pub mod names;
 pub mod overlay;
 pub mod reliable;
 pub mod wire;

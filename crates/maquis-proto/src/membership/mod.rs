@@ -32,7 +32,7 @@
 
 mod bcast;
 mod router;
-mod timers;
+pub(crate) mod timers;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
