@@ -55,7 +55,7 @@ struct Serve {
     #[arg(long, default_value_t = 1)]
     parallelism: u16,
     /// Affinity (on/off): pick lanes by (sender, receiver) for sends without a partition key.
-    #[arg(long, default_value = "on", value_parser = parse_switch)]
+    #[arg(long, default_value = "on", value_parser = parse_switch, action = clap::ArgAction::Set)]
     affinity: bool,
     /// Address of the Redis-protocol front.
     #[arg(long, default_value = "127.0.0.1:6379")]
@@ -138,5 +138,25 @@ async fn serve(s: Serve) -> Result<(), maquis_ring::RingError> {
             node.shutdown().await;
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switches_take_on_and_off() {
+        let serve = |args: &[&str]| {
+            Cli::try_parse_from(["ring", "serve", "--name", "a"].iter().chain(args))
+                .map(|cli| match cli.command {
+                    Command::Serve(s) => s.affinity,
+                })
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(serve(&[]), Ok(true));
+        assert_eq!(serve(&["--affinity", "off"]), Ok(false));
+        assert_eq!(serve(&["--affinity=on"]), Ok(true));
+        assert!(serve(&["--affinity", "maybe"]).is_err());
     }
 }

@@ -466,11 +466,20 @@ impl Manager {
         for (p, to) in done {
             self.report_done(&live, p, to);
         }
-        self.reconcile();
+        // A node that joins a cluster does not know the cluster's ring yet: no handoff and no
+        // anti-entropy by the ring it started with (it would move data it does not own).
+        let ready = self.shared.ready.load(std::sync::atomic::Ordering::Relaxed);
+        if ready {
+            self.reconcile();
+        }
         let vnodes = &self.vnodes;
-        let trusted = self.aae.tick(&self.shared, &ring, &live, |p| {
-            vnodes.get(&p).map(|vn| vn.actor.clone())
-        });
+        let trusted = if ready {
+            self.aae.tick(&self.shared, &ring, &live, |p| {
+                vnodes.get(&p).map(|vn| vn.actor.clone())
+            })
+        } else {
+            Vec::new()
+        };
         self.shared.recovering.store(
             self.aae.recovering_count(),
             std::sync::atomic::Ordering::Relaxed,

@@ -511,7 +511,7 @@ fn run_faults(
                 Ok(c) => {
                     let f = &c.findings;
                     eprintln!(
-                        "[faults] rtt {rtt} ms  {config:<8} {backend:<7} {:.0} s: {} writes acknowledged, {} reads, {} errors, {} stale reads, {} acknowledged writes lost{}",
+                        "[faults] rtt {rtt} ms  {config:<8} {backend:<7} (cell {:.0} s with set-up and checks): {} writes acknowledged, {} reads, {} errors, {} stale reads, {} acknowledged writes lost{}",
                         t.elapsed().as_secs_f64(),
                         f.acked_writes,
                         f.reads,
