@@ -57,3 +57,67 @@ async fn concurrent_writes_are_all_acknowledged_and_stored() {
     }
     stop(&nodes).await;
 }
+
+/// A durable node restarted to join its cluster (`peers` configured) holds its partitions'
+/// data before it knows the cluster's ring: it must neither hand that data off nor run
+/// anti-entropy by the one-node ring it starts with (that spread stray copies to the others).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_to_join_moves_nothing_before_it_knows_the_ring() {
+    let dirs = tempfile::tempdir().unwrap();
+    let cfg =
+        |i: usize| ring_config().storage(StorageConfig::Durable(dirs.path().join(format!("j{i}"))));
+    let mut nodes = Vec::new();
+    for i in 1..=3 {
+        nodes.push(start(&format!("j{i}"), cfg(i)).await);
+    }
+    let contact = nodes[0].node().addr();
+    for n in &nodes[1..] {
+        n.join(contact, Duration::from_secs(5)).await.unwrap();
+    }
+    converge(&nodes).await;
+    for i in 0..300 {
+        nodes[i % 3]
+            .put(format!("k{i}"), Bytes::from("v"))
+            .await
+            .unwrap();
+    }
+    // Every node holds every key (N = 3 on three nodes) once the background replicas landed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while join_all(nodes.iter().map(|n| n.status()))
+        .await
+        .iter()
+        .any(|s| s.as_ref().map_or(true, |s| s.keys != 300))
+    {
+        assert!(std::time::Instant::now() < deadline, "replicas not written");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old = nodes.pop().unwrap();
+    old.shutdown().await;
+    drop(old);
+    // The stopped node's vnodes let go of its database as their tasks end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let restarted = loop {
+        match maquis_ring::Ring::start(node_config("j3").peer(contact), cfg(3)).await {
+            Ok(n) => break n,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("restart: {e}"),
+        }
+    };
+    nodes.push(restarted);
+    converge(&nodes).await;
+    for n in &nodes {
+        let st = n.status().await.unwrap();
+        assert_eq!(st.keys, 300, "{}: stray or missing copies", st.name);
+        assert_eq!(n.stats().aae_errors.get(), 0, "{}", st.name);
+    }
+    for i in (0..300).step_by(7) {
+        assert_eq!(
+            nodes[2].get(format!("k{i}")).await.unwrap(),
+            Some(Bytes::from("v"))
+        );
+    }
+    stop(&nodes).await;
+}
