@@ -418,15 +418,12 @@ impl<P: PeerId> Directory<P> {
         }
         self.cache.remove(name);
         let home = self.home(name);
-        let msg = DirMsg::Release {
-            name: name.to_string(),
-            owner: self.me.clone(),
-        };
-        if home == self.me {
-            let me = self.me.clone();
+        let me = self.me.clone();
+        if home == me {
             self.release(name, &me);
         } else {
-            self.send(home, msg);
+            let name = name.to_string();
+            self.send(home, DirMsg::Release { name, owner: me });
         }
         true
     }

@@ -211,10 +211,7 @@ impl Storage for Durable {
         // read: a generation applied meanwhile is then in both, which comes to the same.
         let overlays: Vec<(BTreeSet<u32>, BTreeSet<u32>)> = {
             let g = self.pending.lock();
-            g.sealed
-                .iter()
-                .map(|s| &**s)
-                .chain([&g.current])
+            g.oldest_first()
                 .map(|g| (g.cleared.clone(), g.written()))
                 .collect()
         };
@@ -230,12 +227,7 @@ impl Storage for Durable {
         // As in `partitions`: the pending changes first, then the database under them.
         let overlays: Vec<Slice> = {
             let g = self.pending.lock();
-            g.sealed
-                .iter()
-                .map(|s| &**s)
-                .chain([&g.current])
-                .map(|g| g.partition(partition))
-                .collect()
+            g.oldest_first().map(|g| g.partition(partition)).collect()
         };
         let mut objects: BTreeMap<Vec<u8>, Vec<u8>> = self.stored(partition)?;
         for slice in overlays {

@@ -93,6 +93,13 @@ pub(super) struct Generations {
     pub(super) current: Generation,
 }
 
+impl Generations {
+    /// The generations not in the database, oldest first (the order they apply in).
+    pub(super) fn oldest_first(&self) -> impl Iterator<Item = &Generation> {
+        self.sealed.iter().map(|s| &**s).chain([&self.current])
+    }
+}
+
 /// What the writer, the checkpointer and the readers share.
 #[derive(Debug, Default)]
 pub(super) struct Pending {
