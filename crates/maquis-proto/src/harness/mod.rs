@@ -15,6 +15,11 @@
 //! is lost. [`Output::Close`] closes both ends: the other one hears a goodbye after what was
 //! already sent. Timers: after every input a node's earliest deadline is scheduled as an event.
 //!
+//! A node may also run the directory of global names ([`Network::start_names`]): it hears the
+//! members its membership machine publishes, its messages travel as routed messages (hop by hop
+//! where there is no direct connection, as in the runtime), and what it answers goes to
+//! [`Observer::on_names`].
+//!
 //! What a test or the simulator wants to see (deliveries, events, the messages on the wire,
 //! every node after every input it handles) it gets through an [`Observer`], which may also
 //! lose chosen messages. A test can hand a machine an input of its own ([`Network::input`]),
@@ -60,6 +65,7 @@ use crate::id::PeerId;
 use crate::membership::{
     forward, next_hop, Direct, Disconnect, Membership, MembershipConfig, NextHop, Output, Protocol,
 };
+use crate::names::{DirMsg, DirOutput, Directory, DirectoryConfig};
 use crate::overlay::DynOverlay;
 
 /// The identity of a simulated node: its index in the network and its incarnation.
@@ -141,6 +147,9 @@ pub trait Observer {
     fn on_message(&mut self, _from: u32, _to: u32, _protocol: Protocol, _payload: &[u8]) {}
     /// A routed message (see [`Network::route`]) ended.
     fn on_routed(&mut self, _token: u64, _outcome: RoutedOutcome) {}
+    /// Node `node`'s directory answered a request or lost a name
+    /// ([`DirOutput::Registered`], [`DirOutput::Found`], [`DirOutput::Lost`]).
+    fn on_names(&mut self, _now: Micros, _node: u32, _output: &DirOutput<SimId>) {}
     /// Node `node` handled an input (its start, a join, a leave, a broadcast, a connection
     /// that came up or went down, a protocol message, its timers, an input of
     /// [`Network::input`]). Called before the outputs the input produced are carried out, with
@@ -172,6 +181,10 @@ pub struct NetCounters {
     pub unconnected: u64,
     /// Protocol messages a machine could not decode.
     pub malformed: u64,
+    /// Directory messages sent (each counted once, however many hops it took).
+    pub names_sent: u64,
+    /// Directory messages that did not arrive (no route, hop limit, a lost hop).
+    pub names_dropped: u64,
 }
 
 /// One simulated node.
@@ -180,6 +193,8 @@ pub struct SimNode {
     pub id: SimId,
     /// The membership machine it runs.
     pub machine: Membership<SimId>,
+    /// The directory of global names it runs, if started ([`Network::start_names`]).
+    pub names: Option<Directory<SimId>>,
     /// Whether it is running (not crashed).
     pub alive: bool,
     /// When it started.
@@ -209,7 +224,15 @@ struct Conn {
 
 enum Wire {
     Proto(Protocol, Bytes),
-    Routed { token: u64, to: SimId, hops: u16 },
+    Routed { body: Body, to: SimId, hops: u16 },
+}
+
+/// What a routed message carries.
+enum Body {
+    /// A probe of [`Network::route`], reported to [`Observer::on_routed`].
+    Probe(u64),
+    /// A directory message, encoded as the runtime sends it.
+    Names { from: SimId, payload: Bytes },
 }
 
 enum Ev {
@@ -354,6 +377,7 @@ impl<O: Observer> Network<O> {
         self.nodes.push(SimNode {
             id,
             machine: Membership::new(id, overlay, cfg),
+            names: None,
             alive: true,
             born: self.q.now,
             conns: Vec::new(),
@@ -492,14 +516,47 @@ impl<O: Observer> Network<O> {
         self.next_token += 1;
         let token = self.next_token;
         let to = self.nodes[dst as usize].id;
-        match self.first_hop(src, &to) {
-            Some(NextHop::Direct) => self.send(src, dst, Wire::Routed { token, to, hops: 0 }),
-            Some(NextHop::Via(via)) => {
-                self.send(src, via.index, Wire::Routed { token, to, hops: 1 })
-            }
-            None => self.observer.on_routed(token, RoutedOutcome::Unreachable),
+        if !self.send_routed(src, to, Body::Probe(token)) {
+            self.observer.on_routed(token, RoutedOutcome::Unreachable);
         }
         token
+    }
+
+    /// Sends `body` from `src` toward `to` as the runtime's router would; false if `src` has
+    /// neither a connection nor a route to it.
+    fn send_routed(&mut self, src: u32, to: SimId, body: Body) -> bool {
+        match self.first_hop(src, &to) {
+            Some(NextHop::Direct) => self.send(src, to.index, Wire::Routed { body, to, hops: 0 }),
+            Some(NextHop::Via(via)) => {
+                self.send(src, via.index, Wire::Routed { body, to, hops: 1 })
+            }
+            None => return false,
+        }
+        true
+    }
+
+    /// Starts the directory of global names on node `i` (it hears the current members at
+    /// once).
+    pub fn start_names(&mut self, i: u32, cfg: DirectoryConfig) {
+        let now = self.now_d();
+        let node = &mut self.nodes[i as usize];
+        let mut dir = Directory::new(node.id, cfg);
+        dir.handle_members(now, node.machine.members());
+        node.names = Some(dir);
+        self.after(i);
+    }
+
+    /// Hands node `i`'s directory a request (register, unregister, whereis, ...) at the
+    /// current time, then carries out what it produced. Panics if the node runs no directory.
+    pub fn names<R>(&mut self, i: u32, f: impl FnOnce(&mut Directory<SimId>, Duration) -> R) -> R {
+        let now = self.now_d();
+        let dir = self.nodes[i as usize]
+            .names
+            .as_mut()
+            .expect("the node runs no directory (Network::start_names)");
+        let r = f(dir, now);
+        self.after(i);
+        r
     }
 
     /// The runtime's first hop from node `i` toward `to`.
@@ -729,8 +786,16 @@ impl<O: Observer> Network<O> {
     }
 
     fn lose(&mut self, wire: Wire) {
-        if let Wire::Routed { token, .. } = wire {
-            self.observer.on_routed(token, RoutedOutcome::Lost);
+        if let Wire::Routed { body, .. } = wire {
+            self.ended(body, RoutedOutcome::Lost);
+        }
+    }
+
+    /// A routed message that did not arrive.
+    fn ended(&mut self, body: Body, outcome: RoutedOutcome) {
+        match body {
+            Body::Probe(token) => self.observer.on_routed(token, outcome),
+            Body::Names { .. } => self.counters.names_dropped += 1,
         }
     }
 
@@ -748,15 +813,26 @@ impl<O: Observer> Network<O> {
                     protocol,
                     payload,
                 } => self.send(i, to.index, Wire::Proto(protocol, payload)),
-                other => self.observer.on_output(now, i, &other),
+                other => {
+                    if let (Output::Members(m), Some(dir)) =
+                        (&other, self.nodes[i as usize].names.as_mut())
+                    {
+                        dir.handle_members(Duration::from_micros(now), m);
+                    }
+                    self.observer.on_output(now, i, &other);
+                }
             }
         }
+        self.drain_names(i);
         let node = &mut self.nodes[i as usize];
+        let names = node.names.as_ref().and_then(|d| d.poll_timeout());
+        let earliest = match (node.machine.poll_timeout(), names) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // Rounded up: a wake-up before the deadline would find nothing due.
-        let next = node
-            .machine
-            .poll_timeout()
-            .map(|d| d.as_nanos().div_ceil(1000).min(u128::from(u64::MAX)) as Micros);
+        let next =
+            earliest.map(|d| d.as_nanos().div_ceil(1000).min(u128::from(u64::MAX)) as Micros);
         if next.is_some() && next != node.wake {
             node.wake = next;
             if let Some(at) = next {
@@ -792,10 +868,10 @@ impl<O: Observer> Network<O> {
                         self.after(to);
                     }
                     Wire::Routed {
-                        token,
+                        body,
                         to: dst,
                         hops,
-                    } => self.forward(from, to, token, dst, hops),
+                    } => self.forward(from, to, body, dst, hops),
                 }
             }
             Ev::Up { node, peer, gen } => {
@@ -842,6 +918,9 @@ impl<O: Observer> Network<O> {
                 if n.alive && n.wake == Some(at) {
                     n.wake = None;
                     n.machine.handle_timeout(now);
+                    if let Some(dir) = n.names.as_mut() {
+                        dir.handle_timeout(now);
+                    }
                     self.after(node);
                 }
             }
@@ -860,7 +939,7 @@ impl<O: Observer> Network<O> {
     }
 
     /// A routed message arrived at `at` from neighbour `came_from`.
-    fn forward(&mut self, came_from: u32, at: u32, token: u64, to: SimId, hops: u16) {
+    fn forward(&mut self, came_from: u32, at: u32, body: Body, to: SimId, hops: u16) {
         let me = self.nodes[at as usize].id;
         let prev = self.nodes[came_from as usize].id;
         let limit = self.cfg.hop_limit;
@@ -871,18 +950,69 @@ impl<O: Observer> Network<O> {
             })
         });
         match decision {
-            ForwardDecision::Deliver => self
-                .observer
-                .on_routed(token, RoutedOutcome::Delivered(hops)),
+            ForwardDecision::Deliver => match body {
+                Body::Probe(token) => self
+                    .observer
+                    .on_routed(token, RoutedOutcome::Delivered(hops)),
+                Body::Names { from, payload } => self.deliver_names(at, from, &payload),
+            },
             ForwardDecision::ForwardTo(next) => {
                 let hops = hops.saturating_add(1);
-                self.send(at, next.index, Wire::Routed { token, to, hops });
+                self.send(at, next.index, Wire::Routed { body, to, hops });
             }
-            ForwardDecision::Drop(DropReason::NoRoute) => {
-                self.observer.on_routed(token, RoutedOutcome::NoRoute)
-            }
+            ForwardDecision::Drop(DropReason::NoRoute) => self.ended(body, RoutedOutcome::NoRoute),
             ForwardDecision::Drop(DropReason::HopLimit) => {
-                self.observer.on_routed(token, RoutedOutcome::HopLimit)
+                self.ended(body, RoutedOutcome::HopLimit)
+            }
+        }
+    }
+
+    /// A directory message for node `at` arrived (a node whose directory is not running drops
+    /// it).
+    fn deliver_names(&mut self, at: u32, from: SimId, payload: &[u8]) {
+        let now = self.now_d();
+        let Ok(msg) = postcard::from_bytes::<DirMsg<SimId>>(payload) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        match self.nodes[at as usize].names.as_mut() {
+            Some(dir) => dir.handle_message(now, from, msg),
+            None => {
+                self.counters.names_dropped += 1;
+                return;
+            }
+        }
+        self.after(at);
+    }
+
+    /// Carries out what node `i`'s directory produced.
+    fn drain_names(&mut self, i: u32) {
+        let now = self.q.now;
+        let me = self.nodes[i as usize].id;
+        loop {
+            let Some(out) = self.nodes[i as usize]
+                .names
+                .as_mut()
+                .and_then(|d| d.poll_output())
+            else {
+                return;
+            };
+            match out {
+                DirOutput::Send { to, msg } => {
+                    self.counters.names_sent += 1;
+                    let payload = match crate::encode(&msg) {
+                        Ok(p) => Bytes::from(p),
+                        Err(_) => {
+                            self.counters.names_dropped += 1;
+                            continue;
+                        }
+                    };
+                    let body = Body::Names { from: me, payload };
+                    if !self.send_routed(i, to, body) {
+                        self.counters.names_dropped += 1;
+                    }
+                }
+                other => self.observer.on_names(now, i, &other),
             }
         }
     }

@@ -52,6 +52,11 @@ impl<K: Clone + Eq + Hash> Timers<K> {
         }
     }
 
+    /// The deadline of `key`, if it is set.
+    pub fn next_of(&self, key: &K) -> Option<Duration> {
+        self.by_key.get(key).map(|(at, _)| *at)
+    }
+
     /// The earliest deadline.
     pub fn next(&self) -> Option<Duration> {
         self.by_time.first().map(|(at, _)| *at)

@@ -20,16 +20,29 @@
 //! - A registration goes away when its owner releases it, or when its owner node leaves the
 //!   member list (down or left): every node drops the entries and cache lines of that node when
 //!   the driver hands it the new list ([`Directory::handle_members`]).
+//! - The owner is the source of truth. When the members change (a join, a death, a healed
+//!   partition), each node, [`DirectoryConfig::resync_after`] later, asserts those of its own
+//!   registrations whose home moved to the new home ([`DirMsg::Assert`], answered, sent again
+//!   until it is, asserted again at the next resync if it never is). So a home that took over
+//!   from a dead one, or a home that missed a copy while routes were changing, learns every
+//!   name it should hold.
 //! - During a partition each side has its own homes, so both sides may register the same name;
-//!   a lookup returns what its side (or its cache) knows. When the sides meet again, every node
-//!   asserts those of its own registrations whose home is now on the other side to that home
-//!   (the home of a name over both sides is the home of one of them), and a home that holds two
-//!   registrations of one name keeps the one with the smaller [`Entry::stamp`] (then the
-//!   smaller owner): the same winner on every node, whatever the order in which they meet. The
-//!   loser's node is told ([`DirOutput::Lost`]) and drops it.
-//! - A lookup may return an entry that was released or replaced a moment ago (a cache line, or
-//!   an answer overtaken by a registration); the driver calls [`Directory::invalidate`] when a
-//!   send to it fails, and the next lookup asks the home.
+//!   a lookup returns what its side (or its cache) knows. When the sides meet again the owners'
+//!   assertions bring two registrations of one name to the same home, which keeps the one with
+//!   the smaller [`Entry::stamp`] (then the smaller owner): the same winner on every node,
+//!   whatever the order in which they meet. The loser's node is told ([`DirMsg::Lost`], sent
+//!   until acknowledged, or in the answer to its own assertion), drops the name and reports
+//!   [`DirOutput::Lost`].
+//! - A lookup is answered by the home (or this node's cache, or this node when it is the
+//!   home); replicas only keep copies for the home's successor. A lookup may return an entry
+//!   that was released or replaced a moment ago (a cache line, or an answer overtaken by a
+//!   registration); the driver calls [`Directory::invalidate`] when a send to it fails, and
+//!   the next lookup asks the home. When members are added (a join, a healed partition) every
+//!   cache line is dropped, so that a registration that lost a conflict is not served from a
+//!   cache afterwards.
+//! - Messages may be lost (routes change under them): requests (claims, lookups, assertions,
+//!   loss notices) are sent again every quarter of [`DirectoryConfig::request_timeout`] until
+//!   answered or timed out; copies to replicas are not (the owners' assertions repair them).
 //!
 //! # Bounds
 //!
@@ -37,8 +50,10 @@
 //! registration that would exceed it is refused with [`RegisterError::Full`]; a copy that
 //! would is dropped and counted), caches at most [`DirectoryConfig::cache_capacity`] lookups
 //! (the oldest is evicted), and has at most [`DirectoryConfig::max_pending`] requests waiting
-//! for an answer (more fail at once with [`RegisterError::Busy`] / [`LookupError::Busy`]); a
-//! request not answered within [`DirectoryConfig::request_timeout`] fails.
+//! for an answer (more fail at once with [`RegisterError::Busy`] / [`LookupError::Busy`]; an
+//! assertion that finds no room waits for the next resync); a request not answered within
+//! [`DirectoryConfig::request_timeout`] fails. Names have 1 to [`MAX_NAME_BYTES`] bytes; a copy
+//! or an assertion carries at most [`COPY_BATCH`] names.
 
 mod cache;
 pub mod hrw;
@@ -66,6 +81,9 @@ pub struct DirectoryConfig {
     pub max_pending: usize,
     /// How long a request waits for its answer. Default 5 s.
     pub request_timeout: Duration,
+    /// How long after a change of the members this node asserts its own registrations to
+    /// their homes again (the changes of one burst share one resync). Default 1 s.
+    pub resync_after: Duration,
 }
 
 impl Default for DirectoryConfig {
@@ -76,6 +94,7 @@ impl Default for DirectoryConfig {
             cache_capacity: 1 << 16,
             max_pending: 1 << 16,
             request_timeout: Duration::from_secs(5),
+            resync_after: Duration::from_secs(1),
         }
     }
 }
@@ -99,6 +118,12 @@ impl<P: Ord> Entry<P> {
     }
 }
 
+/// The longest name, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Names in one [`DirMsg::Copy`] at most (more go in several messages).
+pub const COPY_BATCH: usize = 256;
+
 /// Why a registration failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum RegisterError<P> {
@@ -114,6 +139,9 @@ pub enum RegisterError<P> {
     /// No answer came in time.
     #[error("the name's home did not answer in time")]
     Timeout,
+    /// The name is empty or longer than [`MAX_NAME_BYTES`].
+    #[error("a name has 1 to 255 bytes")]
+    BadName,
 }
 
 /// Why a lookup failed (a name that is not registered is not a failure: `Ok(None)`).
@@ -130,8 +158,22 @@ pub enum LookupError {
 /// A request, as the driver tracks it.
 pub type ReqId = u64;
 
-/// A name and its entry as [`DirMsg::Copy`] carries it (`None`: deleted).
-pub type Copied<P> = (String, Option<Entry<P>>);
+/// A change to one name, as [`DirMsg::Copy`] carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change<P> {
+    /// The name is this registration's (a conflict is settled as at the home).
+    Set(Entry<P>),
+    /// The registration of `owner` stamped `stamp` (or earlier) is gone.
+    Delete {
+        /// Whose registration.
+        owner: P,
+        /// Its stamp.
+        stamp: u64,
+    },
+}
+
+/// A name and its change.
+pub type Copied<P> = (String, Change<P>);
 
 /// What one directory sends another.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,19 +215,41 @@ pub enum DirMsg<P> {
         /// The registration, if any.
         entry: Option<Entry<P>>,
     },
-    /// Copies from a home (or a node handing names to their new homes): set each name to its
-    /// entry (a conflict is settled as at the home), or delete it (`None`, only for the
-    /// entry's own owner).
+    /// Copies from a home to the replicas, from a node to the names' new replicas, or from an
+    /// owner to the homes of its registrations (a resync): apply each change.
     Copy {
         /// Names and entries.
         names: Vec<Copied<P>>,
     },
-    /// A registration of the receiver lost a conflict to `winner`.
+    /// An owner asserts its registrations to their home (after the members changed); the
+    /// home takes them in, settling conflicts, and answers with [`DirMsg::Asserted`].
+    Assert {
+        /// The owner's request.
+        req: ReqId,
+        /// The names and their registrations (all the sender's own).
+        names: Vec<(String, Entry<P>)>,
+    },
+    /// The home's answer to an assertion: the names the asserting owner lost, and to whom.
+    Asserted {
+        /// The request.
+        req: ReqId,
+        /// The names the sender no longer holds, with the registration that kept each.
+        lost: Vec<(String, Entry<P>)>,
+    },
+    /// A registration of the receiver lost a conflict to `winner` (answered with
+    /// [`DirMsg::Ack`]; sent again until it is).
     Lost {
+        /// The sender's request.
+        req: ReqId,
         /// The name.
         name: String,
         /// The registration that kept it.
         winner: Entry<P>,
+    },
+    /// A [`DirMsg::Lost`] arrived.
+    Ack {
+        /// Its request.
+        req: ReqId,
     },
 }
 
@@ -255,11 +319,38 @@ pub struct DirStats {
     pub conflicts: u64,
     /// Requests that timed out.
     pub timeouts: u64,
+    /// Requests sent again because no answer came.
+    pub retries: u64,
+}
+
+/// What a timer is for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Timer {
+    /// A request's deadline.
+    Req(ReqId),
+    /// Assert this node's registrations to their homes again.
+    Resync,
 }
 
 enum Pending<P> {
-    Register { name: String, entry: Entry<P> },
-    Lookup { name: String },
+    Register {
+        name: String,
+        entry: Entry<P>,
+    },
+    Lookup {
+        name: String,
+    },
+    /// This node's registrations asserted to `to`, their home.
+    Assert {
+        to: P,
+        names: Vec<String>,
+    },
+    /// Telling `to` that its registration of `name` lost to `winner`.
+    Tell {
+        to: P,
+        name: String,
+        winner: Entry<P>,
+    },
 }
 
 /// The directory of one node (see the module docs).
@@ -272,10 +363,12 @@ pub struct Directory<P: PeerId> {
     /// Names stored here, as home or replica.
     table: BTreeMap<String, Entry<P>>,
     /// This node's own registrations.
-    own: BTreeMap<String, Entry<P>>,
+    /// This node's own registrations, and the home each was last asserted to.
+    own: BTreeMap<String, (Entry<P>, Option<P>)>,
     cache: Cache<Entry<P>>,
-    pending: HashMap<ReqId, Pending<P>>,
-    timers: Timers<ReqId>,
+    /// Requests waiting for an answer, and when they give up.
+    pending: HashMap<ReqId, (Pending<P>, Duration)>,
+    timers: Timers<Timer>,
     next_req: ReqId,
     out: VecDeque<DirOutput<P>>,
     stats: DirStats,
@@ -348,6 +441,11 @@ impl<P: PeerId> Directory<P> {
         self.timers.next()
     }
 
+    /// The registration of `name` this node stores as its home or a replica.
+    pub fn stored(&self, name: &str) -> Option<&Entry<P>> {
+        self.table.get(name)
+    }
+
     /// Counters.
     pub fn stats(&self) -> DirStats {
         DirStats {
@@ -365,15 +463,78 @@ impl<P: PeerId> Directory<P> {
         }
         let req = self.next_req;
         self.next_req += 1;
-        self.pending.insert(req, p);
-        self.timers.set(req, now + self.cfg.request_timeout);
+        self.pending
+            .insert(req, (p, now + self.cfg.request_timeout));
+        self.timers.set(Timer::Req(req), now + self.retry_every());
         Some(req)
+    }
+
+    /// How long a request waits before it is sent again (a message may be lost while routes
+    /// change): a quarter of the request timeout.
+    fn retry_every(&self) -> Duration {
+        self.cfg.request_timeout / 4
+    }
+
+    /// Sends a waiting request (again) to the name's home, as it is now.
+    fn ask(&mut self, req: ReqId) {
+        let me = self.me.clone();
+        let Some((what, _)) = self.pending.get(&req) else {
+            return;
+        };
+        match what {
+            Pending::Register { name, entry } => {
+                let (name, entry) = (name.clone(), entry.clone());
+                let home = self.home(&name);
+                if home == me {
+                    let result = self.claim(&name, entry);
+                    self.answer_register(req, result);
+                } else {
+                    self.send(home, DirMsg::Claim { req, name, entry });
+                }
+            }
+            Pending::Assert { to, names } => {
+                let to = to.clone();
+                let names = names
+                    .iter()
+                    .filter_map(|n| self.own.get(n).map(|(e, _)| (n.clone(), e.clone())))
+                    .collect();
+                self.send(to, DirMsg::Assert { req, names });
+            }
+            Pending::Tell { to, name, winner } => {
+                let (to, name, winner) = (to.clone(), name.clone(), winner.clone());
+                self.send(to, DirMsg::Lost { req, name, winner });
+            }
+            Pending::Lookup { name } => {
+                let name = name.clone();
+                let home = self.home(&name);
+                if home == me {
+                    self.pending.remove(&req);
+                    self.timers.cancel(&Timer::Req(req));
+                    let entry = self.table.get(&name).cloned();
+                    self.out.push_back(DirOutput::Found {
+                        req,
+                        result: Ok(entry),
+                    });
+                } else {
+                    self.send(home, DirMsg::Lookup { req, name });
+                }
+            }
+        }
     }
 
     /// Registers `name` for `target`, stamped `stamp` (see [`Entry::stamp`]); the answer comes
     /// as [`DirOutput::Registered`] with the returned request (at once when this node is the
     /// home). Registering a name this node holds again replaces its target.
     pub fn register(&mut self, now: Duration, name: &str, target: Bytes, stamp: u64) -> ReqId {
+        if name.is_empty() || name.len() > MAX_NAME_BYTES {
+            let req = self.next_req;
+            self.next_req += 1;
+            self.out.push_back(DirOutput::Registered {
+                req,
+                result: Err(RegisterError::BadName),
+            });
+            return req;
+        }
         let entry = Entry {
             owner: self.me.clone(),
             target,
@@ -394,20 +555,7 @@ impl<P: PeerId> Directory<P> {
             });
             return req;
         };
-        let home = self.home(name);
-        if home == self.me {
-            let result = self.claim(name, entry);
-            self.answer_register(req, result);
-        } else {
-            self.send(
-                home,
-                DirMsg::Claim {
-                    req,
-                    name: name.to_string(),
-                    entry,
-                },
-            );
-        }
+        self.ask(req);
         req
     }
 
@@ -428,10 +576,10 @@ impl<P: PeerId> Directory<P> {
         true
     }
 
-    /// Who holds `name`: from the cache, a copy or this node's own table when it can, else by
-    /// asking its home.
+    /// Who holds `name`: from this node's own registrations, its cache, or its table when it is
+    /// the name's home, else by asking the home.
     pub fn whereis(&mut self, now: Duration, name: &str) -> Whereis<P> {
-        if let Some(e) = self.own.get(name) {
+        if let Some((e, _)) = self.own.get(name) {
             self.stats.local_lookups += 1;
             return Whereis::Now(Some(e.clone()));
         }
@@ -439,8 +587,9 @@ impl<P: PeerId> Directory<P> {
             self.stats.local_lookups += 1;
             return Whereis::Now(Some(e.clone()));
         }
+        // Only the home answers from its table: a replica's copy may be out of date.
         let home = self.home(name);
-        if home == self.me || self.table.contains_key(name) {
+        if home == self.me {
             self.stats.local_lookups += 1;
             return Whereis::Now(self.table.get(name).cloned());
         }
@@ -453,13 +602,7 @@ impl<P: PeerId> Directory<P> {
             None => Whereis::Failed(LookupError::Busy),
             Some(req) => {
                 self.stats.remote_lookups += 1;
-                self.send(
-                    home,
-                    DirMsg::Lookup {
-                        req,
-                        name: name.to_string(),
-                    },
-                );
+                self.ask(req);
                 Whereis::Asked(req)
             }
         }
@@ -471,10 +614,11 @@ impl<P: PeerId> Directory<P> {
     }
 
     /// The members changed (the list includes or omits this node; either is fine). Entries of
-    /// nodes that are gone are dropped; names that gained replicas are copied to them; and this
-    /// node asserts its own registrations whose home is a newly added member to that home
-    /// (after a partition heals, that is how two registrations of a name meet).
-    pub fn handle_members(&mut self, _now: Duration, members: &[P]) {
+    /// nodes that are gone are dropped; names that gained replicas are copied to them; and
+    /// [`DirectoryConfig::resync_after`] later this node asserts its own registrations to
+    /// their homes (after a partition heals, that is how two registrations of a name meet;
+    /// it also repairs a home that missed a copy).
+    pub fn handle_members(&mut self, now: Duration, members: &[P]) {
         let before = std::mem::take(&mut self.members);
         let before_keys = std::mem::take(&mut self.member_keys);
         self.set_members(members.to_vec());
@@ -482,6 +626,12 @@ impl<P: PeerId> Directory<P> {
             .members
             .iter()
             .any(|m| before.binary_search(m).is_err());
+        if self.members == before {
+            return;
+        }
+        if self.timers.next_of(&Timer::Resync).is_none() {
+            self.timers.set(Timer::Resync, now + self.cfg.resync_after);
+        }
         let gone: Vec<P> = before
             .iter()
             .filter(|m| !self.is_member(m))
@@ -490,6 +640,11 @@ impl<P: PeerId> Directory<P> {
         if !gone.is_empty() {
             self.table.retain(|_, e| !gone.contains(&e.owner));
             self.cache.retain(|e| !gone.contains(&e.owner));
+        }
+        // New members may bring registrations that win against cached ones (a partition
+        // healed): the cache starts afresh.
+        if added {
+            self.cache.retain(|_| false);
         }
         // Copies to the replicas a stored name has gained (only those: the others have it);
         // names this node no longer keeps are handed over and dropped.
@@ -505,7 +660,7 @@ impl<P: PeerId> Directory<P> {
                 batches
                     .entry(r.clone())
                     .or_default()
-                    .push((name.clone(), Some(e.clone())));
+                    .push((name.clone(), Change::Set(e.clone())));
             }
             if !reps.contains(&self.me) {
                 drop.push(name.clone());
@@ -514,35 +669,99 @@ impl<P: PeerId> Directory<P> {
         for name in drop {
             self.table.remove(&name);
         }
-        // This node's own registrations whose home is now a member that was not one before
-        // (a node joined, or the other side of a partition came back) are asserted to it:
-        // that is where two registrations of one name from the two sides meet.
-        if added {
-            let own: Vec<(String, Entry<P>)> = self
-                .own
-                .iter()
-                .filter(|(name, _)| {
-                    let home = self.home(name);
-                    before.binary_search(&home).is_err()
-                })
-                .map(|(n, e)| (n.clone(), e.clone()))
-                .collect();
-            for (name, e) in own {
-                let home = self.home(&name);
-                if home == self.me {
-                    self.merge(name, e);
-                } else {
-                    batches.entry(home).or_default().push((name, Some(e)));
-                }
+        self.send_batches(batches);
+    }
+
+    /// Sends copies, at most [`COPY_BATCH`] names a message.
+    fn send_batches(&mut self, batches: BTreeMap<P, Vec<Copied<P>>>) {
+        for (to, mut names) in batches {
+            while names.len() > COPY_BATCH {
+                let rest = names.split_off(COPY_BATCH);
+                let chunk = std::mem::replace(&mut names, rest);
+                self.send(to.clone(), DirMsg::Copy { names: chunk });
             }
-        }
-        for (to, names) in batches {
             self.send(to, DirMsg::Copy { names });
         }
     }
 
+    /// Asserts this node's registrations whose home changed since they were last asserted to
+    /// their new homes: a home that lacks one takes it, a home that holds another registration
+    /// of the name settles the conflict.
+    fn resync(&mut self, now: Duration) {
+        let mut batches: BTreeMap<P, Vec<String>> = BTreeMap::new();
+        let mut moved = Vec::new();
+        for (name, (e, asserted)) in &self.own {
+            let home = self.home(name);
+            if asserted.as_ref() != Some(&home) {
+                moved.push((name.clone(), e.clone(), home));
+            }
+        }
+        for (name, e, home) in moved {
+            if home == self.me {
+                if let Some(own) = self.own.get_mut(&name) {
+                    own.1 = Some(home);
+                }
+                self.merge(name, e);
+            } else {
+                batches.entry(home).or_default().push(name);
+            }
+        }
+        for (to, mut names) in batches {
+            while !names.is_empty() {
+                let rest = names.split_off(names.len().min(COPY_BATCH));
+                let chunk = std::mem::replace(&mut names, rest);
+                let what = Pending::Assert {
+                    to: to.clone(),
+                    names: chunk.clone(),
+                };
+                if self.track(now, what).is_none() {
+                    // Too many requests in flight: the next resync asserts the rest.
+                    self.timers.set(Timer::Resync, now + self.cfg.resync_after);
+                    return;
+                }
+                for n in &chunk {
+                    if let Some(own) = self.own.get_mut(n) {
+                        own.1 = Some(to.clone());
+                    }
+                }
+                let req = self.next_req - 1;
+                self.ask(req);
+            }
+        }
+    }
+
+    /// Tells `loser`'s node that its registration of `name` lost to `winner` (or this node's
+    /// driver, when it is this node's).
+    fn tell_loser(&mut self, now: Duration, name: String, loser: P, winner: Entry<P>) {
+        if loser == self.me {
+            self.lose(name, winner);
+            return;
+        }
+        let what = Pending::Tell {
+            to: loser,
+            name,
+            winner,
+        };
+        if let Some(req) = self.track(now, what) {
+            self.ask(req);
+        }
+    }
+
+    /// This node's registration of `name` lost to `winner`, if it still holds one that does.
+    fn lose(&mut self, name: String, winner: Entry<P>) {
+        if self
+            .own
+            .get(&name)
+            .is_some_and(|(mine, _)| winner.beats(mine))
+        {
+            self.own.remove(&name);
+            self.cache.insert(name.clone(), winner.clone());
+            self.out.push_back(DirOutput::Lost { name, winner });
+        }
+    }
+
     /// A message from member `from`.
-    pub fn handle_message(&mut self, _now: Duration, from: P, msg: DirMsg<P>) {
+    pub fn handle_message(&mut self, now: Duration, from: P, msg: DirMsg<P>) {
         match msg {
             DirMsg::Claim { req, name, entry } => {
                 // The claimant is who sent it: an entry naming another owner is refused.
@@ -564,8 +783,8 @@ impl<P: PeerId> Directory<P> {
                 self.send(from, DirMsg::Found { req, entry });
             }
             DirMsg::Found { req, entry } => {
-                if let Some(Pending::Lookup { name }) = self.pending.remove(&req) {
-                    self.timers.cancel(&req);
+                if let Some((Pending::Lookup { name }, _)) = self.pending.remove(&req) {
+                    self.timers.cancel(&Timer::Req(req));
                     if let Some(e) = &entry {
                         self.cache.insert(name, e.clone());
                     }
@@ -576,32 +795,87 @@ impl<P: PeerId> Directory<P> {
                 }
             }
             DirMsg::Copy { names } => {
-                for (name, entry) in names {
-                    match entry {
-                        Some(e) if self.is_member(&e.owner) => self.merge(name, e),
-                        Some(_) => {}
-                        None => {
-                            if self.table.get(&name).is_some_and(|e| e.owner == from) {
+                for (name, change) in names {
+                    match change {
+                        Change::Set(e) if self.is_member(&e.owner) => {
+                            if let Some((loser, winner)) = self.merge(name.clone(), e) {
+                                self.tell_loser(now, name, loser, winner);
+                            }
+                        }
+                        Change::Set(_) => {}
+                        Change::Delete { owner, stamp } => {
+                            if self
+                                .table
+                                .get(&name)
+                                .is_some_and(|e| e.owner == owner && e.stamp <= stamp)
+                            {
                                 self.table.remove(&name);
                             }
                         }
                     }
                 }
             }
-            DirMsg::Lost { name, winner } => {
-                if self.own.get(&name).is_some_and(|mine| winner.beats(mine)) {
-                    self.own.remove(&name);
-                    self.cache.insert(name.clone(), winner.clone());
-                    self.out.push_back(DirOutput::Lost { name, winner });
+            DirMsg::Assert { req, names } => {
+                let mut lost = Vec::new();
+                for (name, e) in names {
+                    // Only the sender's own registrations, and only of members.
+                    if e.owner != from || !self.is_member(&from) {
+                        continue;
+                    }
+                    if let Some((loser, winner)) = self.merge(name.clone(), e) {
+                        if loser == from {
+                            lost.push((name, winner));
+                        } else {
+                            self.tell_loser(now, name, loser, winner);
+                        }
+                    }
+                }
+                self.send(from, DirMsg::Asserted { req, lost });
+            }
+            DirMsg::Asserted { req, lost } => {
+                if matches!(self.pending.get(&req), Some((Pending::Assert { .. }, _))) {
+                    self.pending.remove(&req);
+                    self.timers.cancel(&Timer::Req(req));
+                    for (name, winner) in lost {
+                        self.lose(name, winner);
+                    }
+                }
+            }
+            DirMsg::Lost { req, name, winner } => {
+                self.send(from, DirMsg::Ack { req });
+                self.lose(name, winner);
+            }
+            DirMsg::Ack { req } => {
+                if matches!(self.pending.get(&req), Some((Pending::Tell { .. }, _))) {
+                    self.pending.remove(&req);
+                    self.timers.cancel(&Timer::Req(req));
                 }
             }
         }
     }
 
-    /// Fails the requests whose time is up.
+    /// Fails the requests whose time is up; resyncs when it is time to.
     pub fn handle_timeout(&mut self, now: Duration) {
-        while let Some(req) = self.timers.expired(now) {
-            match self.pending.remove(&req) {
+        while let Some(timer) = self.timers.expired(now) {
+            let req = match timer {
+                Timer::Resync => {
+                    self.resync(now);
+                    continue;
+                }
+                Timer::Req(req) => req,
+            };
+            let deadline = match self.pending.get(&req) {
+                Some((_, deadline)) => *deadline,
+                None => continue,
+            };
+            if now < deadline {
+                self.stats.retries += 1;
+                self.timers
+                    .set(Timer::Req(req), (now + self.retry_every()).min(deadline));
+                self.ask(req);
+                continue;
+            }
+            match self.pending.remove(&req).map(|(what, _)| what) {
                 Some(Pending::Register { .. }) => {
                     self.stats.timeouts += 1;
                     self.out.push_back(DirOutput::Registered {
@@ -616,6 +890,17 @@ impl<P: PeerId> Directory<P> {
                         result: Err(LookupError::Timeout),
                     });
                 }
+                Some(Pending::Assert { names, .. }) => {
+                    // The home did not answer: assert these again at the next resync.
+                    self.stats.timeouts += 1;
+                    for n in names {
+                        if let Some(own) = self.own.get_mut(&n) {
+                            own.1 = None;
+                        }
+                    }
+                    self.timers.set(Timer::Resync, now + self.cfg.resync_after);
+                }
+                Some(Pending::Tell { .. }) => self.stats.timeouts += 1,
                 None => {}
             }
         }
@@ -631,45 +916,52 @@ impl<P: PeerId> Directory<P> {
             _ => {}
         }
         self.table.insert(name.to_string(), entry.clone());
-        self.copy_to_replicas(name, Some(entry));
+        self.copy_to_replicas(name, Change::Set(entry));
         Ok(())
     }
 
     fn release(&mut self, name: &str, owner: &P) {
-        if self.table.get(name).is_some_and(|e| e.owner == *owner) {
+        if let Some(held) = self.table.get(name).filter(|e| e.owner == *owner) {
+            let change = Change::Delete {
+                owner: owner.clone(),
+                stamp: held.stamp,
+            };
             self.table.remove(name);
-            self.copy_to_replicas(name, None);
+            self.copy_to_replicas(name, change);
         }
     }
 
-    fn copy_to_replicas(&mut self, name: &str, entry: Option<Entry<P>>) {
+    fn copy_to_replicas(&mut self, name: &str, change: Change<P>) {
         for r in self.replicas(name) {
             if r != self.me {
                 self.send(
                     r,
                     DirMsg::Copy {
-                        names: vec![(name.to_string(), entry.clone())],
+                        names: vec![(name.to_string(), change.clone())],
                     },
                 );
             }
         }
     }
 
-    /// Takes in another node's registration of `name`; two registrations of one name are
-    /// settled (the loser's owner is told) and the winner copied to the replicas.
-    fn merge(&mut self, name: String, e: Entry<P>) {
+    /// Takes in a registration of `name`; of two registrations of one name the winner is kept
+    /// (and copied to the replicas when this node is the home), and the loser's owner and the
+    /// winner are returned, for the caller to tell the loser.
+    fn merge(&mut self, name: String, e: Entry<P>) -> Option<(P, Entry<P>)> {
         match self.table.get(&name) {
             None => {
                 if self.table.len() >= self.cfg.max_names {
                     self.stats.copies_dropped += 1;
-                    return;
+                    return None;
                 }
                 self.table.insert(name, e);
+                None
             }
             Some(held) if held.owner == e.owner => {
                 if held != &e {
                     self.table.insert(name, e);
                 }
+                None
             }
             Some(held) => {
                 self.stats.conflicts += 1;
@@ -679,39 +971,22 @@ impl<P: PeerId> Directory<P> {
                     (held.clone(), e)
                 };
                 self.table.insert(name.clone(), winner.clone());
-                let at_home = self.home(&name) == self.me;
-                if loser.owner == self.me {
-                    self.handle_message(
-                        Duration::ZERO,
-                        self.me.clone(),
-                        DirMsg::Lost {
-                            name: name.clone(),
-                            winner: winner.clone(),
-                        },
-                    );
-                } else {
-                    self.send(
-                        loser.owner,
-                        DirMsg::Lost {
-                            name: name.clone(),
-                            winner: winner.clone(),
-                        },
-                    );
+                if self.home(&name) == self.me {
+                    self.copy_to_replicas(&name, Change::Set(winner.clone()));
                 }
-                if at_home {
-                    self.copy_to_replicas(&name, Some(winner));
-                }
+                Some((loser.owner, winner))
             }
         }
     }
 
     fn answer_register(&mut self, req: ReqId, result: Result<(), RegisterError<P>>) {
-        let Some(Pending::Register { name, entry }) = self.pending.remove(&req) else {
+        let Some((Pending::Register { name, entry }, _)) = self.pending.remove(&req) else {
             return;
         };
-        self.timers.cancel(&req);
+        self.timers.cancel(&Timer::Req(req));
         if result.is_ok() {
-            self.own.insert(name, entry);
+            let home = self.home(&name);
+            self.own.insert(name, (entry, Some(home)));
         }
         self.out.push_back(DirOutput::Registered { req, result });
     }
