@@ -57,6 +57,8 @@ counters! {
     routed_queue_full: "routed messages dropped because the next hop's lane stayed full",
     routed_invalid: "routed messages dropped because their lane or header made no sense here",
     subscription_drops: "broadcast messages dropped from full topic subscriptions (oldest first)",
+    names_send_failed: "directory messages not sent (no connection or route, or a full queue); requests are sent again",
+    names_lost: "global names of this node that lost a conflict when a partition healed",
     acked_resends: "acknowledged messages sent again because no acknowledgement came in time",
     acked_given_up: "acknowledged messages given up unacknowledged (the sender was told)",
     acked_duplicates: "acknowledged messages that arrived again and were acknowledged, not handled",

@@ -148,6 +148,9 @@ pub enum RegisterError {
     /// The actor is not local or has stopped.
     #[error("the actor is not alive on this node")]
     NotLocal,
+    /// Names starting with `$maquis/` are the runtime's own.
+    #[error("the name {0:?} is reserved (names starting with $maquis/ are the runtime's)")]
+    Reserved(String),
 }
 
 /// Why two actors could not be linked, or an actor could not be stopped.

@@ -37,6 +37,7 @@ pub mod config;
 mod counters;
 mod dispatch;
 mod error;
+pub mod names;
 mod node;
 pub mod payload;
 mod per_source;

@@ -73,7 +73,8 @@ use crate::membership::timers::Timers;
 pub struct DirectoryConfig {
     /// Members that keep each name, the home included. Default 3.
     pub replicas: usize,
-    /// Names this node stores at most, as home or replica. Default 1,048,576.
+    /// Names this node stores at most, as home or replica, and registers at most itself.
+    /// Default 1,048,576.
     pub max_names: usize,
     /// Lookups cached at most. Default 65,536.
     pub cache_capacity: usize,
@@ -130,8 +131,9 @@ pub enum RegisterError<P> {
     /// Another registration holds the name.
     #[error("the name is registered by another node")]
     Taken(Entry<P>),
-    /// The home holds as many names as it may.
-    #[error("the name's home holds as many names as it may")]
+    /// The name's home holds as many names as it may, or this node registered as many as it
+    /// may.
+    #[error("the directory holds as many names as it may")]
     Full,
     /// Too many requests wait for an answer on this node.
     #[error("too many directory requests in flight")]
@@ -526,12 +528,19 @@ impl<P: PeerId> Directory<P> {
     /// as [`DirOutput::Registered`] with the returned request (at once when this node is the
     /// home). Registering a name this node holds again replaces its target.
     pub fn register(&mut self, now: Duration, name: &str, target: Bytes, stamp: u64) -> ReqId {
-        if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        let refused = if name.is_empty() || name.len() > MAX_NAME_BYTES {
+            Some(RegisterError::BadName)
+        } else if self.own.len() >= self.cfg.max_names && !self.own.contains_key(name) {
+            Some(RegisterError::Full)
+        } else {
+            None
+        };
+        if let Some(e) = refused {
             let req = self.next_req;
             self.next_req += 1;
             self.out.push_back(DirOutput::Registered {
                 req,
-                result: Err(RegisterError::BadName),
+                result: Err(e),
             });
             return req;
         }

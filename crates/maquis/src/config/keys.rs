@@ -9,7 +9,7 @@ use serde::de::{self, Deserialize, Visitor};
 
 use super::{
     BroadcastConfig, ClientServerOptions, Config, FullMeshOptions, NodeConfig, OverlayKind,
-    PeerToPeerOptions, TransportConfig,
+    PeerToPeerOptions, ServicesConfig, TransportConfig,
 };
 
 /// The prefix of every environment variable.
@@ -73,6 +73,7 @@ fn in_section(section: &str, key: &str) -> bool {
         "node" => fields::<NodeConfig>().contains(&key),
         "transport" => fields::<TransportConfig>().contains(&key),
         "broadcast" => fields::<BroadcastConfig>().contains(&key),
+        "services" => fields::<ServicesConfig>().contains(&key),
         "overlay" => {
             key == "kind"
                 || OverlayKind::ALL
@@ -93,6 +94,7 @@ pub(super) fn all() -> Vec<(String, Option<OverlayKind>)> {
             "node" => fields::<NodeConfig>(),
             "transport" => fields::<TransportConfig>(),
             "broadcast" => fields::<BroadcastConfig>(),
+            "services" => fields::<ServicesConfig>(),
             _ => &[],
         };
         keys.extend(plain.iter().map(|k| (format!("{section}.{k}"), None)));

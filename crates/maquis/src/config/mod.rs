@@ -1,9 +1,10 @@
-//! Node configuration: four sections by concern, a TOML file, environment overrides, a few
+//! Node configuration: five sections by concern, a TOML file, environment overrides, a few
 //! builder setters.
 //!
 //! [`Config`] has one struct per section: `[node]` ([`NodeConfig`]), `[transport]`
 //! ([`TransportConfig`]), `[overlay]` ([`OverlayConfig`]: the overlay chosen by `kind`, with
-//! that overlay's own options) and `[broadcast]` ([`BroadcastConfig`]). Each option is declared
+//! that overlay's own options), `[broadcast]` ([`BroadcastConfig`]) and `[services]`
+//! ([`ServicesConfig`]). Each option is declared
 //! once, as a documented field whose default is in its section's `Default`; the TOML keys, the
 //! `MAQUIS_<SECTION>_<KEY>` environment variables ([`Config::apply_env`]) and the README's tables
 //! follow from those declarations (a test holds the README to them).
@@ -39,6 +40,7 @@ mod keys;
 mod moved;
 #[cfg(test)]
 mod readme_tests;
+mod services;
 #[cfg(test)]
 mod tests;
 
@@ -55,6 +57,7 @@ use crate::membership::{MembershipConfig, DEFAULT_HOP_LIMIT};
 use crate::overlay::{ClientServerConfig, HyParViewConfig, Role, MAX_SERVERS_PER_CLIENT};
 pub use crate::tls::TlsFileError;
 use crate::tls::{LoadError, Tls, TlsFile, TlsPaths};
+pub use services::ServicesConfig;
 
 /// A bad configuration.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -134,6 +137,8 @@ pub struct Config {
     pub overlay: OverlayConfig,
     /// `[broadcast]`: member heartbeats, routing and topic subscriptions, above the overlay.
     pub broadcast: BroadcastConfig,
+    /// `[services]`: the cluster services (global names).
+    pub services: ServicesConfig,
 }
 
 /// `[node]`: the node's identity, addresses, secret, contacts and local buffers.
@@ -1090,6 +1095,7 @@ impl Config {
         self.transport.validate()?;
         self.overlay.validate()?;
         self.broadcast.validate()?;
+        self.services.validate()?;
         self.load_tls()
     }
 

@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     pub(crate) listener_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The application's numbers for `/status` and `/metrics`.
     pub(crate) app_metrics: Mutex<Vec<Arc<dyn crate::admin::AppMetrics>>>,
+    /// The directory service's queue, and its lost-name notices.
+    pub(crate) names: crate::names::Names,
 }
 
 impl Inner {

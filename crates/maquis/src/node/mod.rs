@@ -21,6 +21,7 @@
 mod context;
 mod control;
 pub(crate) mod echo;
+mod global;
 mod host;
 mod inner;
 mod refusals;
@@ -167,6 +168,8 @@ impl Node {
             },
         ));
         let actors = Arc::new(Actors::new(router.clone(), config.node.mailbox_capacity));
+        let (names_tx, names_rx) = mpsc::channel(crate::names::COMMAND_QUEUE);
+        let (lost, _) = broadcast::channel(config.node.event_buffer);
         let inner = Arc::new(Inner {
             cookie: config.node.cookie.as_bytes().to_vec(),
             tls,
@@ -184,6 +187,10 @@ impl Node {
             refusals: Default::default(),
             listener_task: Mutex::new(None),
             app_metrics: Mutex::new(Vec::new()),
+            names: crate::names::Names {
+                cmds: names_tx,
+                lost: lost.clone(),
+            },
             config,
         });
         let accept = tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
@@ -217,6 +224,7 @@ impl Node {
             });
         }
         echo::spawn_echo(&node);
+        crate::names::spawn(&node, node.inner.clone(), names_rx, lost);
         if matches!(
             node.inner.config.overlay.kind(),
             OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer
@@ -589,12 +597,15 @@ impl Node {
     }
 
     /// Registers a local actor under a name (a local name: other nodes reach it by
-    /// (node, name)).
+    /// (node, name)). Names starting with `$maquis/` are the runtime's.
     pub fn register<M: Message>(
         &self,
         name: &str,
         actor: &ActorRef<M>,
     ) -> Result<(), RegisterError> {
+        if name.starts_with(RESERVED_PREFIX) {
+            return Err(RegisterError::Reserved(name.to_string()));
+        }
         match (actor.id(), self.inner.router.is_local(actor.node())) {
             (Some(id), Ok(true)) => self.inner.actors.registry.register(name, id),
             _ => Err(RegisterError::NotLocal),

@@ -1,0 +1,81 @@
+//! `[services]`: the cluster services above membership (global names so far).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{invalid, ms, ConfigError};
+use maquis_proto::names::DirectoryConfig;
+
+/// `[services]`: the cluster services: the directory of global names. The defaults are the
+/// directory's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServicesConfig {
+    /// Members that keep each global name, its home included.
+    pub name_replicas: usize,
+    /// Global names a node keeps at most as a name's home or replica, and registers at most
+    /// itself; a registration beyond is refused (`Full`).
+    pub max_names: usize,
+    /// Global-name lookups a node caches at most (the oldest is evicted).
+    pub name_cache: usize,
+    /// Directory requests (registrations, lookups, assertions, loss notices) a node has waiting
+    /// for an answer at most; more fail at once (`Busy`).
+    pub max_pending: usize,
+    /// How long a directory request waits for its answer (sent again every quarter of it), in
+    /// milliseconds.
+    pub request_timeout_ms: u64,
+    /// How long after a change of the members a node asserts its global names to their new
+    /// homes, in milliseconds.
+    pub resync_ms: u64,
+}
+
+impl Default for ServicesConfig {
+    fn default() -> Self {
+        let d = DirectoryConfig::default();
+        ServicesConfig {
+            name_replicas: d.replicas,
+            max_names: d.max_names,
+            name_cache: d.cache_capacity,
+            max_pending: d.max_pending,
+            request_timeout_ms: ms(d.request_timeout),
+            resync_ms: ms(d.resync_after),
+        }
+    }
+}
+
+impl ServicesConfig {
+    /// Checks this section's ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let at_least_one = [
+            ("services.name_replicas", self.name_replicas),
+            ("services.max_names", self.max_names),
+            ("services.name_cache", self.name_cache),
+            ("services.max_pending", self.max_pending),
+        ];
+        for (key, v) in at_least_one {
+            if v == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if self.request_timeout_ms < 4 {
+            return Err(invalid("services.request_timeout_ms", "must be at least 4"));
+        }
+        if self.resync_ms == 0 {
+            return Err(invalid("services.resync_ms", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The directory's settings.
+    pub(crate) fn directory(&self) -> DirectoryConfig {
+        DirectoryConfig {
+            replicas: self.name_replicas,
+            max_names: self.max_names,
+            cache_capacity: self.name_cache,
+            max_pending: self.max_pending,
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            resync_after: Duration::from_millis(self.resync_ms),
+        }
+    }
+}
