@@ -42,6 +42,7 @@ mod node;
 pub mod payload;
 mod per_source;
 mod process;
+pub mod remote;
 mod router;
 pub mod supervisor;
 mod throttle;

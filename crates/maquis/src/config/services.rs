@@ -1,4 +1,4 @@
-//! `[services]`: the cluster services above membership (global names so far).
+//! `[services]`: the cluster services above membership: global names, remote spawn, RPC.
 
 use std::time::Duration;
 
@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::{invalid, ms, ConfigError};
 use maquis_proto::names::DirectoryConfig;
 
-/// `[services]`: the cluster services: the directory of global names. The defaults are the
-/// directory's.
+/// `[services]`: the cluster services: the directory of global names, and the bound on RPCs.
+/// The directory's defaults are `DirectoryConfig::default()`'s.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServicesConfig {
@@ -28,6 +28,9 @@ pub struct ServicesConfig {
     /// How long after a change of the members a node asserts its global names to their new
     /// homes, in milliseconds.
     pub resync_ms: u64,
+    /// RPCs a node runs at once at most (each as a task of its own); more fail at once
+    /// (`Busy`).
+    pub max_rpc_tasks: usize,
 }
 
 impl Default for ServicesConfig {
@@ -40,6 +43,7 @@ impl Default for ServicesConfig {
             max_pending: d.max_pending,
             request_timeout_ms: ms(d.request_timeout),
             resync_ms: ms(d.resync_after),
+            max_rpc_tasks: 16_384,
         }
     }
 }
@@ -52,6 +56,7 @@ impl ServicesConfig {
             ("services.max_names", self.max_names),
             ("services.name_cache", self.name_cache),
             ("services.max_pending", self.max_pending),
+            ("services.max_rpc_tasks", self.max_rpc_tasks),
         ];
         for (key, v) in at_least_one {
             if v == 0 {

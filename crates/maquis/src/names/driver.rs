@@ -72,12 +72,7 @@ pub(crate) fn spawn(
         };
         async move { d.run(inbox, cmds, events).await }
     });
-    let actors = node.actors();
-    if let Some(id) = service.id() {
-        if let Err(e) = actors.registry.register(SERVICE, id) {
-            tracing::error!(error = %e, "cannot register the directory service");
-        }
-    }
+    node.register_system(SERVICE, &service);
 }
 
 /// Milliseconds of wall clock: the stamp that decides which of two registrations of one name
@@ -296,13 +291,8 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 /// The message type of a registration: its fingerprint and name.
 pub(crate) fn type_of<M: Message>() -> (u64, String) {
-    let mut name = std::any::type_name::<M>().to_string();
-    if name.len() > 128 {
-        let mut cut = 128;
-        while !name.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        name.truncate(cut);
-    }
-    (crate::actor::fingerprint::<M>(), name)
+    (
+        crate::actor::fingerprint::<M>(),
+        crate::remote::short_type_name::<M>(),
+    )
 }

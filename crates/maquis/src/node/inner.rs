@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     pub(crate) app_metrics: Mutex<Vec<Arc<dyn crate::admin::AppMetrics>>>,
     /// The directory service's queue, and its lost-name notices.
     pub(crate) names: crate::names::Names,
+    /// The actor kinds and functions other nodes may use here.
+    pub(crate) remote: crate::remote::Registry,
 }
 
 impl Inner {

@@ -25,6 +25,7 @@ mod global;
 mod host;
 mod inner;
 mod refusals;
+mod remote;
 mod status;
 pub use status::TooManySources;
 mod topics;
@@ -191,6 +192,7 @@ impl Node {
                 cmds: names_tx,
                 lost: lost.clone(),
             },
+            remote: crate::remote::Registry::new(config.services.max_rpc_tasks),
             config,
         });
         let accept = tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
@@ -225,6 +227,7 @@ impl Node {
         }
         echo::spawn_echo(&node);
         crate::names::spawn(&node, node.inner.clone(), names_rx, lost);
+        crate::remote::spawn_services(&node);
         if matches!(
             node.inner.config.overlay.kind(),
             OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer
@@ -798,7 +801,7 @@ impl Drop for StopGuard {
 }
 
 /// The text of a panic's payload (`panic!` with a literal or a format string).
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = panic.downcast_ref::<String>() {
