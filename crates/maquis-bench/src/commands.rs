@@ -4,7 +4,10 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::{agent, clients, clients_agent, micro, rawtcp, ring_agent, ring_bench, teardown};
+use crate::{
+    agent, clients, clients_agent, debench, debench_agent, micro, rawtcp, ring_agent, ring_bench,
+    teardown,
+};
 
 /// Benchmark commands.
 #[derive(Subcommand, Debug)]
@@ -22,6 +25,10 @@ pub enum BenchCommand {
     /// process) as 1,024 clients join and then push state faster than it takes it (loopback,
     /// no root needed).
     Clients(clients::ClientsArgs),
+    /// DE-Bench (Fig. 5–13): spawn, RPC, server calls, global and local names from every node
+    /// of 10–100-node clusters on loopback, Maquis (full mesh, peer-to-peer) against
+    /// Distributed Erlang.
+    Debench(debench::DebenchArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -44,6 +51,8 @@ pub enum AgentCommand {
     CsServer(clients_agent::CsServerArgs),
     /// Many client nodes in one process, pushing state to the server.
     CsClients(clients_agent::CsClientsArgs),
+    /// Several DE-Bench nodes in one process, running the worker loop on `go`.
+    DebenchNodes(debench_agent::DebenchNodesArgs),
 }
 
 /// Runs a benchmark command.
@@ -73,6 +82,11 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Clients(args) => tokio::task::spawn_blocking(move || clients::run(&args))
             .await
             .unwrap_or_else(|e| Err(e.to_string())),
+        BenchCommand::Debench(args) => {
+            tokio::task::spawn_blocking(move || debench::run(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
         BenchCommand::Agent(a) => match a {
             AgentCommand::MicroServer(x) => agent::server(x).await,
             AgentCommand::MicroClient(x) => agent::client(x).await,
@@ -81,6 +95,7 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
             AgentCommand::RingNode(x) => ring_agent::ring_node(x).await,
             AgentCommand::CsServer(x) => clients_agent::server(x).await,
             AgentCommand::CsClients(x) => clients_agent::clients(x).await,
+            AgentCommand::DebenchNodes(x) => debench_agent::debench_nodes(x).await,
         },
     };
     match r {

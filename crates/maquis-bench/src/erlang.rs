@@ -1,11 +1,12 @@
-//! The Distributed Erlang baseline: installs Erlang when missing and compiles the benchmark
+//! The Distributed Erlang baseline: installs Erlang when missing and compiles a benchmark
 //! program from `bench/erlang/`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The benchmark program, built into the binary so the command works from any directory.
-const MICRO_ERL: &str = include_str!("../../../bench/erlang/micro.erl");
+/// The `micro` benchmark's program, built into the binary so the command works from any
+/// directory.
+pub const MICRO_ERL: &str = include_str!("../../../bench/erlang/micro.erl");
 
 fn have(program: &str) -> bool {
     Command::new("sh")
@@ -15,8 +16,8 @@ fn have(program: &str) -> bool {
 }
 
 /// Makes sure `erl` and `erlc` exist (installing Debian's `erlang-nox` if not) and compiles
-/// `micro.erl` into `out/erlang-build`; returns that directory.
-pub fn prepare(out: &Path) -> Result<PathBuf, String> {
+/// the module `file` (its text: `source`) into `out/erlang-build`; returns that directory.
+pub fn prepare(out: &Path, file: &str, source: &str) -> Result<PathBuf, String> {
     if !have("erlc") {
         eprintln!(
             "Distributed Erlang is not installed: installing Debian's erlang-nox (apt-get) ..."
@@ -35,18 +36,18 @@ pub fn prepare(out: &Path) -> Result<PathBuf, String> {
     }
     let dir = out.join("erlang-build");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let src = dir.join("micro.erl");
-    std::fs::write(&src, MICRO_ERL).map_err(|e| e.to_string())?;
+    let src = dir.join(file);
+    std::fs::write(&src, source).map_err(|e| e.to_string())?;
     // erlc runs in the build directory with relative names: given absolute ones, it shortens
     // them by the working directory as a string prefix, so `/tmp/cc` turns `/tmp/ccx/…` into
     // `x/…`.
     let status = Command::new("erlc")
         .current_dir(&dir)
-        .args(["-o", ".", "micro.erl"])
+        .args(["-o", ".", file])
         .status()
         .map_err(|e| format!("erlc: {e}"))?;
     if !status.success() {
-        return Err("erlc failed to compile micro.erl".into());
+        return Err(format!("erlc failed to compile {file}"));
     }
     Ok(dir)
 }

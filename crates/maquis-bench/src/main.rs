@@ -11,6 +11,7 @@
 //! cargo run --release -p maquis-bench -- echo [--quick] [--out bench/results/echo] …
 //! cargo run --release -p maquis-bench -- kvs [--quick] [--redis] [--faults] [--out bench/results/kvs] …
 //! cargo run --release -p maquis-bench -- clients [--clients 1024] [--procs 4] …
+//! cargo run --release -p maquis-bench -- debench [--quick] [--sizes 10,40,100] …
 //! ```
 //!
 //! - `micro` (PARTISAN Fig. 1–4, [`micro`]): closed-loop actor pairs between two emulated hosts,
@@ -21,6 +22,8 @@
 //!   `kvs --faults` crash-restarts under load ([`ring_faults`], checked by [`ring_check`]).
 //! - `clients` (Fig. 9, [`clients`]): the memory of a client-server overlay server as 1,024
 //!   clients join and push state faster than it takes it; loopback only.
+//! - `debench` (DE-Bench Fig. 5–13, [`debench`]): the worker loop of DE-Bench on 10–100-node
+//!   clusters on loopback ([`debench_agent`]), against Distributed Erlang in the same run.
 //!
 //! `micro`, `echo` and `kvs` need root (the link emulator, `maquis netem`, makes network
 //! namespaces); `clients` does not. Each writes `results.json`, `report.md` and plots into its
@@ -37,6 +40,10 @@ pub mod certs;
 pub mod clients;
 pub mod clients_agent;
 pub mod commands;
+pub mod debench;
+pub mod debench_agent;
+pub mod debench_hist;
+pub mod debench_report;
 pub mod erlang;
 pub mod micro;
 pub mod micro_report;
@@ -96,6 +103,7 @@ mod tests {
             "ring-node",
             "cs-server",
             "cs-clients",
+            "debench-nodes",
         ] {
             let e = Cli::try_parse_from(["maquis-bench", "agent", role, "--help"]).unwrap_err();
             assert_eq!(

@@ -192,7 +192,11 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let erlang_dir = if plan.configs.iter().any(|c| c == "erlang") {
-        Some(crate::erlang::prepare(&args.out)?)
+        Some(crate::erlang::prepare(
+            &args.out,
+            "micro.erl",
+            crate::erlang::MICRO_ERL,
+        )?)
     } else {
         None
     };

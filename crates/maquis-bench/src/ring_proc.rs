@@ -51,6 +51,11 @@ impl Proc {
         })
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Writes one line to the child's stdin.
     pub fn send(&mut self, line: &str) -> Result<(), String> {
         let what = &self.what;

@@ -46,7 +46,16 @@ impl RunResult {
 
 /// CPU time (user + system) this process has used, in seconds, from /proc/self/stat.
 pub fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    cpu_from_stat("/proc/self/stat")
+}
+
+/// CPU time (user + system) process `pid` has used, in seconds (0 if it is gone).
+pub fn cpu_seconds_of(pid: u32) -> f64 {
+    cpu_from_stat(&format!("/proc/{pid}/stat"))
+}
+
+fn cpu_from_stat(path: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0.0;
     };
     // Fields after the command name (which may hold spaces) start after the last ')'.

@@ -1,0 +1,152 @@
+%% The Distributed Erlang side of `maquis-bench debench`: DE-Bench's worker loop, the same as the
+%% Maquis agents run. One VM is one node `dbI@127.0.0.1`; it connects to every other node, starts
+%% its server process (a gen_server registered as debench_srv), prints "ready", and then reads
+%% stdin: a line "go W GlobalPct LocalPct ServerPct ArgBytes ComputeUs Seconds" runs W workers
+%% for Seconds and prints one line "result {json}"; "quit" (or the end of stdin) halts the VM.
+%%
+%% A worker picks a random other node and a command: with GlobalPct % the global sequence
+%% (global:register_name -> global:whereis_name -> global:unregister_name of a unique name,
+%% DE-Bench Fig. 4), with LocalPct % the local one (register -> whereis -> unregister), else a
+%% point-to-point command: with ServerPct % a gen_server call, else spawn or rpc (half each).
+%% Point-to-point commands carry ArgBytes bytes and compute for ComputeUs microseconds on the
+%% target (a busy loop) before answering; a spawn is timed until the new process acknowledges.
+%% Latencies are counted in logarithmic buckets (2 % wide), as the Maquis side does.
+-module(debench).
+-behaviour(gen_server).
+-export([run/2, spawned/3, compute_ret/2]).
+-export([init/1, handle_call/3, handle_cast/2]).
+
+-define(TIMEOUT, 10000).
+
+run(Index, N) ->
+    {ok, _} = gen_server:start({local, debench_srv}, ?MODULE, [], []),
+    Others = [name(I) || I <- lists:seq(1, N), I =/= Index],
+    connect(Others),
+    io:format("ready~n"),
+    serve(Others).
+
+name(I) -> list_to_atom("db" ++ integer_to_list(I) ++ "@127.0.0.1").
+
+%% Connects to every other node, retrying those that are not up yet.
+connect([]) -> ok;
+connect(Nodes) ->
+    Left = [Nd || Nd <- Nodes, net_kernel:connect_node(Nd) =/= true],
+    case Left of
+        [] -> ok;
+        _ -> timer:sleep(100), connect(Left)
+    end.
+
+serve(Others) ->
+    case io:get_line('') of
+        "go " ++ Rest ->
+            [W, G, L, S, X, Y, Secs] = [list_to_integer(T) || T <- string:lexemes(string:trim(Rest), " ")],
+            %% Percentages arrive in hundredths of a percent (1 = 0.01 %).
+            io:format("result ~s~n", [measure(Others, W, G / 100, L / 100, S / 100, X, Y, Secs)]),
+            serve(Others);
+        _ -> halt(0)
+    end.
+
+measure(Others, W, G, L, S, X, Y, Secs) ->
+    Self = self(),
+    Arg = binary:copy(<<16#42>>, X),
+    Deadline = erlang:monotonic_time(microsecond) + Secs * 1000000,
+    Cfg = {list_to_tuple(Others), G, L, S, Arg, Y, Deadline},
+    {Cpu0, _} = erlang:statistics(runtime),
+    T0 = erlang:monotonic_time(microsecond),
+    [spawn_link(fun() -> Self ! {done, worker(Cfg, I, #{})} end) || I <- lists:seq(1, W)],
+    Stats = lists:foldl(fun(_, Acc) -> receive {done, St} -> merge(Acc, St) end end, #{},
+                        lists:seq(1, W)),
+    T1 = erlang:monotonic_time(microsecond),
+    {Cpu1, _} = erlang:statistics(runtime),
+    json(Stats, (T1 - T0) / 1.0e6, (Cpu1 - Cpu0) / 1000).
+
+worker({Others, G, L, S, Arg, Y, Deadline} = Cfg, I, St) ->
+    case erlang:monotonic_time(microsecond) >= Deadline of
+        true -> St;
+        false ->
+            Target = element(rand:uniform(tuple_size(Others)), Others),
+            R = rand:uniform() * 100,
+            St1 = if
+                R < G -> global_seq(I, St);
+                R < G + L -> local_seq(I, St);
+                true ->
+                    case rand:uniform() * 100 < S of
+                        true -> timed(call, fun() -> gen_server:call({debench_srv, Target}, {compute, Arg, Y}, ?TIMEOUT) end, St);
+                        false ->
+                            case rand:uniform(2) of
+                                1 -> timed(spawn, fun() -> spawn_ack(Target, Arg, Y) end, St);
+                                2 -> timed(rpc, fun() -> rpc:call(Target, ?MODULE, compute_ret, [Arg, Y], ?TIMEOUT) end, St)
+                            end
+                    end
+            end,
+            worker(Cfg, I, St1)
+    end.
+
+global_seq(I, St) ->
+    Name = {debench, node(), I, erlang:unique_integer()},
+    St1 = timed(register, fun() -> yes = global:register_name(Name, self()) end, St),
+    St2 = timed(whereis, fun() -> true = is_pid(global:whereis_name(Name)) end, St1),
+    timed(unregister, fun() -> global:unregister_name(Name) end, St2).
+
+local_seq(I, St) ->
+    Name = list_to_atom("debench_w" ++ integer_to_list(I)),
+    timed(local_register, fun() ->
+        true = register(Name, self()),
+        true = is_pid(whereis(Name)),
+        true = unregister(Name)
+    end, St).
+
+spawn_ack(Target, Arg, Y) ->
+    Self = self(),
+    Ref = make_ref(),
+    spawn(Target, ?MODULE, spawned, [{Self, Ref}, Arg, Y]),
+    receive {Ref, ok} -> ok after ?TIMEOUT -> error(timeout) end.
+
+spawned({From, Ref}, Arg, Y) ->
+    From ! {Ref, ok},
+    compute_ret(Arg, Y).
+
+compute_ret(Arg, Y) ->
+    Until = erlang:monotonic_time(microsecond) + Y,
+    spin(Until),
+    Arg.
+
+spin(Until) ->
+    case erlang:monotonic_time(microsecond) >= Until of
+        true -> ok;
+        false -> spin(Until)
+    end.
+
+%% Runs F, counting its latency under Kind (or an error).
+timed(Kind, F, St) ->
+    T0 = erlang:monotonic_time(microsecond),
+    Ok = try F(), true catch _:_ -> false end,
+    Us = max(erlang:monotonic_time(microsecond) - T0, 1),
+    {Count, Errors, Buckets} = maps:get(Kind, St, {0, 0, #{}}),
+    case Ok of
+        true ->
+            B = bucket(Us),
+            St#{Kind => {Count + 1, Errors, Buckets#{B => maps:get(B, Buckets, 0) + 1}}};
+        false ->
+            St#{Kind => {Count, Errors + 1, Buckets}}
+    end.
+
+bucket(Us) -> trunc(math:log(Us) / math:log(1.02)).
+
+merge(A, B) ->
+    maps:fold(fun(K, {C, E, Bs}, Acc) ->
+        {C0, E0, Bs0} = maps:get(K, Acc, {0, 0, #{}}),
+        Acc#{K => {C0 + C, E0 + E, maps:fold(fun(Bk, N, M) -> M#{Bk => maps:get(Bk, M, 0) + N} end, Bs0, Bs)}}
+    end, A, B).
+
+json(Stats, Secs, Cpu) ->
+    Kinds = [io_lib:format("\"~s\":{\"count\":~b,\"errors\":~b,\"buckets\":[~s]}",
+                           [K, C, E, lists:join(",", [io_lib:format("[~b,~b]", [Bk, N]) || {Bk, N} <- lists:sort(maps:to_list(Bs))])])
+             || {K, {C, E, Bs}} <- lists:sort(maps:to_list(Stats))],
+    lists:flatten(io_lib:format("{\"seconds\":~.6f,\"cpu_s\":~.6f,\"commands\":{~s}}",
+                                [Secs, Cpu, lists:join(",", Kinds)])).
+
+%% The server process: computes and answers.
+init([]) -> {ok, nostate}.
+handle_call({compute, Arg, Y}, _From, State) -> {reply, compute_ret(Arg, Y), State}.
+handle_cast(_, State) -> {noreply, State}.

@@ -1,0 +1,424 @@
+//! `maquis-bench debench`: DE-Bench ("Investigating the Scalability Limits of Distributed
+//! Erlang", Fig. 5–13) on Maquis and on Distributed Erlang in the same invocation.
+//!
+//! For each system and cluster size the driver starts a cluster on loopback — Maquis: processes
+//! of `--nodes-per-proc` nodes each ([`crate::debench_agent`]); Erlang: one VM per node
+//! (`bench/erlang/debench.erl`, one scheduler each, no busy-waiting) — waits until every node
+//! sees all the others, then runs each workload of the grid on that cluster: every node runs
+//! `--workers` closed-loop workers for `--seconds`, and every process reports its commands'
+//! counts and latency buckets. The driver measures the CPU time of every process of the system
+//! over the measurement from `/proc`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use crate::debench_hist::{KindStats, NodeResult};
+use crate::ring_proc::Proc;
+
+/// Options of `maquis-bench debench`.
+#[derive(Args, Debug, Clone)]
+pub struct DebenchArgs {
+    /// The small grid: 10 and 40 nodes, 0 % and 1 % global commands, Maquis on the full mesh
+    /// and Distributed Erlang, 5 s per cell.
+    #[arg(long)]
+    pub quick: bool,
+    /// Cluster sizes (default 10,20,40,70,100; quick 10,40).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    /// Systems: maquis-full-mesh, maquis-peer-to-peer, erlang (default all three; quick
+    /// maquis-full-mesh,erlang).
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Option<Vec<String>>,
+    /// Series of the paper to run: global (Fig. 5–6), data (Fig. 7), compute (Fig. 8), server
+    /// (Fig. 11–13) (default all; quick: global at 0 and 1 %).
+    #[arg(long, value_delimiter = ',')]
+    pub series: Option<Vec<String>>,
+    /// Seconds measured per cell (default 10; quick 5).
+    #[arg(long)]
+    pub seconds: Option<u64>,
+    /// Closed-loop workers per node.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Maquis nodes per process.
+    #[arg(long, default_value_t = 10)]
+    pub nodes_per_proc: usize,
+    /// Local registrations, percent of all commands.
+    #[arg(long, default_value_t = 0.1)]
+    pub local_pct: f64,
+    /// Maquis node i listens on 127.0.0.1:(base_port + i).
+    #[arg(long, default_value_t = 17_000)]
+    pub base_port: u16,
+    /// Output directory.
+    #[arg(long, default_value = "bench/results/debench")]
+    pub out: PathBuf,
+}
+
+/// One workload of the grid.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Global command sequences, percent of commands.
+    pub global_pct: f64,
+    /// Bytes of argument of point-to-point commands.
+    pub arg_bytes: usize,
+    /// Microseconds of computation on the target.
+    pub compute_us: u64,
+    /// Server calls, percent of point-to-point commands.
+    pub server_pct: f64,
+}
+
+/// One command kind's summary in a cell.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CommandSummary {
+    /// Successes.
+    pub count: u64,
+    /// Failures.
+    pub errors: u64,
+    /// Median latency, microseconds.
+    pub p50_us: u64,
+    /// 99th percentile latency, microseconds.
+    pub p99_us: u64,
+    /// The first failure (Maquis only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+/// One measured cell.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cell {
+    /// `maquis` or `erlang`.
+    pub system: String,
+    /// `full-mesh` or `peer-to-peer` (Distributed Erlang: its full mesh).
+    pub overlay: String,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// The workload.
+    #[serde(flatten)]
+    pub workload: Workload,
+    /// Local registrations, percent of commands.
+    pub local_pct: f64,
+    /// Workers per node.
+    pub workers: usize,
+    /// Processes the system ran in.
+    pub processes: usize,
+    /// Successful commands per second, all nodes together.
+    pub ops_per_s: f64,
+    /// The same per node.
+    pub ops_per_s_per_node: f64,
+    /// Wall time of the measurement (the slowest process's), seconds.
+    pub seconds: f64,
+    /// CPU time of all the system's processes over the measurement, seconds.
+    pub cpu_s: f64,
+    /// Successful commands per CPU-second.
+    pub ops_per_cpu_s: f64,
+    /// Failed commands.
+    pub errors: u64,
+    /// Per command kind.
+    pub commands: BTreeMap<String, CommandSummary>,
+}
+
+/// The grid of workloads of the selected series.
+pub fn workloads(args: &DebenchArgs) -> Vec<(Workload, Vec<&'static str>)> {
+    let w = |g, x, y, s| Workload {
+        global_pct: g,
+        arg_bytes: x,
+        compute_us: y,
+        server_pct: s,
+    };
+    let mut series: Vec<(&'static str, Vec<Workload>)> = vec![
+        (
+            "global",
+            [0.0, 0.01, 0.1, 1.0]
+                .iter()
+                .map(|g| w(*g, 10, 10, 0.0))
+                .collect(),
+        ),
+        (
+            "data",
+            [10, 100, 1000, 10_000]
+                .iter()
+                .map(|x| w(0.0, *x, 10, 0.0))
+                .collect(),
+        ),
+        (
+            "compute",
+            [10, 100, 1000]
+                .iter()
+                .map(|y| w(0.0, 10, *y, 0.0))
+                .collect(),
+        ),
+        (
+            "server",
+            [1.0, 50.0, 100.0]
+                .iter()
+                .map(|s| w(0.0, 10, 1, *s))
+                .collect(),
+        ),
+    ];
+    if args.quick {
+        series = vec![("global", vec![w(0.0, 10, 10, 0.0), w(1.0, 10, 10, 0.0)])];
+    }
+    if let Some(only) = &args.series {
+        series.retain(|(name, _)| only.iter().any(|o| o == name));
+    }
+    let mut out: Vec<(Workload, Vec<&'static str>)> = Vec::new();
+    for (name, ws) in series {
+        for wl in ws {
+            match out.iter_mut().find(|(o, _)| *o == wl) {
+                Some((_, names)) => names.push(name),
+                None => out.push((wl, vec![name])),
+            }
+        }
+    }
+    out
+}
+
+/// Runs the benchmark: every system × size × workload; writes `results.json`, `report.md`
+/// and the plots into `--out`.
+pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
+    let sizes = args.sizes.clone().unwrap_or(if args.quick {
+        vec![10, 40]
+    } else {
+        vec![10, 20, 40, 70, 100]
+    });
+    let systems = args.systems.clone().unwrap_or(if args.quick {
+        vec!["maquis-full-mesh".into(), "erlang".into()]
+    } else {
+        vec![
+            "maquis-full-mesh".into(),
+            "maquis-peer-to-peer".into(),
+            "erlang".into(),
+        ]
+    });
+    let seconds = args.seconds.unwrap_or(if args.quick { 5 } else { 10 });
+    let grid = workloads(args);
+    if grid.is_empty() || sizes.iter().any(|&n| n < 2) {
+        return Err("nothing to run: choose a known series, and sizes of 2 nodes or more".into());
+    }
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let log_path = args.out.join("agents.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    let erlang_dir = if systems.iter().any(|s| s == "erlang") {
+        Some(crate::erlang::prepare(
+            &args.out,
+            "debench.erl",
+            DEBENCH_ERL,
+        )?)
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut cells = Vec::new();
+    for system in &systems {
+        for &n in &sizes {
+            eprintln!("debench: {system}, {n} nodes: starting the cluster ...");
+            let t = Instant::now();
+            let mut cluster = Cluster::start(args, system, n, erlang_dir.as_deref(), &log)?;
+            eprintln!("  formed in {:.1} s", t.elapsed().as_secs_f64());
+            for (wl, _) in &grid {
+                let cell = cluster.measure(args, wl, seconds)?;
+                eprintln!(
+                    "  global {}% arg {} B compute {} µs server {}%: {:.0} ops/s, {:.0} ops/CPU-s, {} errors",
+                    wl.global_pct,
+                    wl.arg_bytes,
+                    wl.compute_us,
+                    wl.server_pct,
+                    cell.ops_per_s,
+                    cell.ops_per_cpu_s,
+                    cell.errors
+                );
+                cells.push(cell);
+            }
+            cluster.stop();
+        }
+    }
+    let json = serde_json::to_string_pretty(&cells).map_err(|e| e.to_string())?;
+    std::fs::write(args.out.join("results.json"), json).map_err(|e| e.to_string())?;
+    let run = crate::debench_report::Run {
+        args,
+        sizes: &sizes,
+        systems: &systems,
+        seconds,
+        grid: &grid,
+        wall_s: started.elapsed().as_secs_f64(),
+        load_before: load_before.trim().to_string(),
+    };
+    crate::debench_report::write(&run, &cells)?;
+    Ok(cells)
+}
+
+/// The Erlang program, built into the binary.
+const DEBENCH_ERL: &str = include_str!("../../../bench/erlang/debench.erl");
+
+/// A running cluster of one system.
+struct Cluster {
+    system: String,
+    overlay: String,
+    nodes: usize,
+    procs: Vec<Proc>,
+}
+
+impl Cluster {
+    fn start(
+        args: &DebenchArgs,
+        system: &str,
+        n: usize,
+        erlang_dir: Option<&std::path::Path>,
+        log: &std::fs::File,
+    ) -> Result<Cluster, String> {
+        let stderr = || log.try_clone().map(Stdio::from).map_err(|e| e.to_string());
+        let mut procs = Vec::new();
+        let overlay = match system {
+            "erlang" => {
+                let dir = erlang_dir.ok_or("erlang was not prepared")?;
+                for i in 1..=n {
+                    let mut c = Command::new("erl");
+                    c.args(["-noshell", "-name", &format!("db{i}@127.0.0.1")])
+                        .args(["-setcookie", "debench"])
+                        // One scheduler per VM, and none spinning while idle: a hundred VMs
+                        // share two cores.
+                        .args(["+S", "1:1", "+SDcpu", "1:1", "+SDio", "1"])
+                        .args(["+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none"])
+                        .arg("-pa")
+                        .arg(dir)
+                        .args(["-eval", &format!("debench:run({i}, {n})")]);
+                    procs.push(Proc::start(&format!("erlang db{i}"), c, stderr()?)?);
+                }
+                "full-mesh".to_string()
+            }
+            s => {
+                let overlay = s
+                    .strip_prefix("maquis-")
+                    .filter(|o| *o == "full-mesh" || *o == "peer-to-peer")
+                    .ok_or_else(|| format!("unknown system {s:?}"))?;
+                let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+                let per = args.nodes_per_proc.max(1);
+                let mut first = 1;
+                while first <= n {
+                    let count = per.min(n + 1 - first);
+                    let mut c = Command::new(&exe);
+                    c.env("RUST_LOG", crate::stats::agent_log_filter())
+                        .args(["agent", "debench-nodes"])
+                        .args(["--first", &first.to_string()])
+                        .args(["--count", &count.to_string()])
+                        .args(["--total", &n.to_string()])
+                        .args(["--base-port", &args.base_port.to_string()])
+                        .args(["--overlay", overlay]);
+                    procs.push(Proc::start(&format!("maquis db{first}.."), c, stderr()?)?);
+                    first += count;
+                }
+                overlay.to_string()
+            }
+        };
+        let limit = Duration::from_secs(120 + 3 * n as u64);
+        for p in &mut procs {
+            p.expect(&["ready"], limit)?;
+        }
+        Ok(Cluster {
+            system: if system == "erlang" {
+                "erlang".into()
+            } else {
+                "maquis".into()
+            },
+            overlay,
+            nodes: n,
+            procs,
+        })
+    }
+
+    fn cpu(&self) -> f64 {
+        self.procs
+            .iter()
+            .map(|p| crate::stats::cpu_seconds_of(p.pid()))
+            .sum()
+    }
+
+    fn measure(&mut self, args: &DebenchArgs, wl: &Workload, seconds: u64) -> Result<Cell, String> {
+        let hundredths = |pct: f64| (pct * 100.0).round() as u64;
+        let go = format!(
+            "go {} {} {} {} {} {} {}",
+            args.workers,
+            hundredths(wl.global_pct),
+            hundredths(args.local_pct),
+            hundredths(wl.server_pct),
+            wl.arg_bytes,
+            wl.compute_us,
+            seconds
+        );
+        let cpu0 = self.cpu();
+        for p in &mut self.procs {
+            p.send(&go)?;
+        }
+        let mut results = Vec::new();
+        // Erlang's global commands may block far beyond the window (DE-Bench: 20 s at 100
+        // nodes): the measurement ends when the last worker's last command does.
+        let limit = Duration::from_secs(seconds + 600);
+        for p in &mut self.procs {
+            let line = p.expect(&["result "], limit)?;
+            let r: NodeResult = serde_json::from_str(&line["result ".len()..])
+                .map_err(|e| format!("bad result line: {e}: {line}"))?;
+            results.push(r);
+        }
+        let cpu_s = self.cpu() - cpu0;
+        let seconds = results
+            .iter()
+            .map(|r| r.seconds)
+            .fold(0.0f64, f64::max)
+            .max(1e-9);
+        let mut all: BTreeMap<String, KindStats> = BTreeMap::new();
+        for r in &results {
+            for (k, s) in &r.commands {
+                all.entry(k.clone()).or_default().merge(s);
+            }
+        }
+        let ops: u64 = all.values().map(|s| s.count).sum();
+        let errors = all.values().map(|s| s.errors).sum();
+        let commands = all
+            .iter()
+            .map(|(k, s)| {
+                (
+                    k.clone(),
+                    CommandSummary {
+                        count: s.count,
+                        errors: s.errors,
+                        p50_us: s.percentile(50.0),
+                        p99_us: s.percentile(99.0),
+                        first_error: s.first_error.clone(),
+                    },
+                )
+            })
+            .collect();
+        let ops_per_s = ops as f64 / seconds;
+        Ok(Cell {
+            system: self.system.clone(),
+            overlay: self.overlay.clone(),
+            nodes: self.nodes,
+            workload: *wl,
+            local_pct: args.local_pct,
+            workers: args.workers,
+            processes: self.procs.len(),
+            ops_per_s,
+            ops_per_s_per_node: ops_per_s / self.nodes as f64,
+            seconds,
+            cpu_s,
+            ops_per_cpu_s: if cpu_s > 0.0 { ops as f64 / cpu_s } else { 0.0 },
+            errors,
+            commands,
+        })
+    }
+
+    fn stop(self) {
+        let mut procs = self.procs;
+        for p in &mut procs {
+            let _ = p.send("quit");
+        }
+        for p in procs {
+            p.stop(Duration::from_secs(20));
+        }
+    }
+}

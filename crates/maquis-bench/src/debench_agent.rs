@@ -1,0 +1,350 @@
+//! The Maquis side of `maquis-bench debench`: several nodes in one process, each with its
+//! server actor, its spawnable kind and its RPC function, and the DE-Bench worker loop.
+//!
+//! The protocol with the driver is the Erlang side's (`bench/erlang/debench.erl`): `ready` once
+//! every node of this process sees the whole cluster; then, for each line `go W G L S X Y
+//! SECONDS` (percentages in hundredths), W workers per node run for SECONDS and the process
+//! prints one line `result {json}` for all its nodes; `quit` or the end of stdin stops it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Args;
+use maquis::config::PeerToPeerOptions;
+use maquis::{ActorRef, Config, Inbox, Node, ReplyTo};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+
+use crate::debench_hist::{KindStats, NodeResult};
+
+/// The server actor's local name on every node.
+const SERVER: &str = "debench_srv";
+/// The kind and the function the workers spawn and call.
+const WORK: &str = "debench";
+/// How long a command may take before it counts as an error.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options of one process of nodes.
+#[derive(Args, Debug)]
+pub struct DebenchNodesArgs {
+    /// Index of this process's first node (nodes are `db1` … `dbN`).
+    #[arg(long)]
+    pub first: usize,
+    /// How many nodes this process runs.
+    #[arg(long)]
+    pub count: usize,
+    /// Nodes in the cluster.
+    #[arg(long)]
+    pub total: usize,
+    /// Node i listens on 127.0.0.1:(base_port + i); every node joins through node 1.
+    #[arg(long)]
+    pub base_port: u16,
+    /// `full-mesh` or `peer-to-peer`.
+    #[arg(long, default_value = "full-mesh")]
+    pub overlay: String,
+    /// The cluster's cookie.
+    #[arg(long, default_value = "debench")]
+    pub cookie: String,
+}
+
+/// A point-to-point command's argument: the data and the computation on the target.
+#[derive(Debug, Serialize, Deserialize)]
+struct Work {
+    data: Bytes,
+    compute_us: u64,
+}
+
+/// A call to a node's server actor.
+#[derive(Debug, Serialize, Deserialize)]
+struct SrvReq {
+    work: Work,
+    reply: ReplyTo<Bytes>,
+}
+
+/// Busy for `us` microseconds (DE-Bench's computation on the target).
+fn spin(us: u64) {
+    let until = Instant::now() + Duration::from_micros(us);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+fn addr(base: u16, i: usize) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], base + i as u16))
+}
+
+async fn start_node(args: &DebenchNodesArgs, i: usize) -> Result<Node, String> {
+    let mut cfg = Config::new(format!("db{i}"))
+        .listen(addr(args.base_port, i))
+        .cookie(&args.cookie);
+    match args.overlay.as_str() {
+        "full-mesh" => {}
+        "peer-to-peer" => cfg = cfg.overlay(PeerToPeerOptions::default()),
+        other => return Err(format!("unknown overlay {other:?}")),
+    }
+    // Many nodes share two cores: give heartbeats room before a busy node is declared down.
+    cfg.transport.heartbeat_timeout_ms = 10_000;
+    cfg.broadcast.member_timeout_ms = 15_000;
+    let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
+    node.register_kind(WORK, |node: &Node, w: Work| {
+        node.spawn_fn(move |_inbox: Inbox<()>| async move {
+            spin(w.compute_us);
+            drop(w.data);
+        })
+    });
+    node.register_fn(WORK, |w: Work| async move {
+        spin(w.compute_us);
+        w.data
+    });
+    let server = node.spawn_fn(|mut inbox: Inbox<SrvReq>| async move {
+        while let Some(r) = inbox.recv().await {
+            spin(r.work.compute_us);
+            let _ = r.reply.send(r.work.data).await;
+        }
+    });
+    node.register(SERVER, &server).map_err(|e| e.to_string())?;
+    if i != 1 {
+        node.join_wait(addr(args.base_port, 1), Duration::from_secs(120))
+            .await
+            .map_err(|e| format!("db{i} cannot join: {e}"))?;
+    }
+    Ok(node)
+}
+
+/// Runs the process until `quit` or the end of stdin.
+pub async fn debench_nodes(args: DebenchNodesArgs) -> Result<(), String> {
+    raise_fd_limit();
+    let mut nodes = Vec::new();
+    for i in args.first..args.first + args.count {
+        nodes.push(start_node(&args, i).await?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while nodes.iter().any(|n| n.members().len() < args.total) {
+        if Instant::now() > deadline {
+            return Err("the cluster did not form within 300 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("ready");
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Some(rest) = line.strip_prefix("go ") else {
+            break;
+        };
+        let go = Go::parse(rest)?;
+        let result = measure(&nodes, args.total, &go).await;
+        println!(
+            "result {}",
+            serde_json::to_string(&result).map_err(|e| e.to_string())?
+        );
+    }
+    for n in &nodes {
+        n.shutdown().await;
+    }
+    Ok(())
+}
+
+/// One measurement's parameters (percentages as fractions of 100).
+#[derive(Clone, Copy, Debug)]
+struct Go {
+    workers: usize,
+    global_pct: f64,
+    local_pct: f64,
+    server_pct: f64,
+    arg_bytes: usize,
+    compute_us: u64,
+    seconds: u64,
+}
+
+impl Go {
+    fn parse(s: &str) -> Result<Go, String> {
+        let v: Vec<u64> = s
+            .split_whitespace()
+            .map(|t| {
+                t.parse::<u64>()
+                    .map_err(|e| format!("bad go line {s:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let [w, g, l, sv, x, y, secs] = v[..] else {
+            return Err(format!("bad go line {s:?}: 7 numbers expected"));
+        };
+        Ok(Go {
+            workers: w as usize,
+            global_pct: g as f64 / 100.0,
+            local_pct: l as f64 / 100.0,
+            server_pct: sv as f64 / 100.0,
+            arg_bytes: x as usize,
+            compute_us: y,
+            seconds: secs,
+        })
+    }
+}
+
+async fn measure(nodes: &[Node], total: usize, go: &Go) -> NodeResult {
+    let cpu0 = crate::stats::cpu_seconds();
+    let t0 = Instant::now();
+    let until = t0 + Duration::from_secs(go.seconds);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let mut started = 0;
+    for node in nodes {
+        let me: usize = node.id().name[2..].parse().unwrap_or(0);
+        for w in 0..go.workers {
+            let tx = tx.clone();
+            let node2 = node.clone();
+            let go = *go;
+            node.spawn_fn(move |inbox: Inbox<()>| async move {
+                let myself = inbox.myself();
+                let stats = worker(&node2, myself, me, w, total, &go, until).await;
+                let _ = tx.send(stats).await;
+            });
+            started += 1;
+        }
+    }
+    drop(tx);
+    let mut all: BTreeMap<String, KindStats> = BTreeMap::new();
+    for _ in 0..started {
+        let Some(stats) = rx.recv().await else { break };
+        for (k, s) in stats {
+            all.entry(k).or_default().merge(&s);
+        }
+    }
+    NodeResult {
+        seconds: t0.elapsed().as_secs_f64(),
+        cpu_s: crate::stats::cpu_seconds() - cpu0,
+        commands: all,
+    }
+}
+
+/// DE-Bench's worker: until `until`, a random other node and a command from the mix.
+async fn worker(
+    node: &Node,
+    myself: ActorRef<()>,
+    me: usize,
+    w: usize,
+    total: usize,
+    go: &Go,
+    until: Instant,
+) -> BTreeMap<String, KindStats> {
+    let mut st: BTreeMap<String, KindStats> = BTreeMap::new();
+    let data = Bytes::from(vec![0x42u8; go.arg_bytes]);
+    let mut seq = 0u64;
+    while Instant::now() < until {
+        let (target, r, server, spawn) = {
+            let mut rng = rand::thread_rng();
+            let mut j = rng.gen_range(1..total);
+            if j >= me {
+                j += 1;
+            }
+            (
+                format!("db{j}"),
+                rng.gen::<f64>() * 100.0,
+                rng.gen::<f64>() * 100.0 < go.server_pct,
+                rng.gen::<bool>(),
+            )
+        };
+        let work = || Work {
+            data: data.clone(),
+            compute_us: go.compute_us,
+        };
+        if r < go.global_pct {
+            seq += 1;
+            let name = format!("db{me}-w{w}-{seq}");
+            let ok = timed(&mut st, "register", node.register_global(&name, &myself)).await;
+            if ok {
+                timed(&mut st, "whereis", async {
+                    match node.whereis_global::<()>(&name).await {
+                        Ok(Some(_)) => Ok(()),
+                        Ok(None) => Err("not found".to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                })
+                .await;
+                timed(&mut st, "unregister", async {
+                    node.unregister_global(&name)
+                        .await
+                        .then_some(())
+                        .ok_or("not held")
+                })
+                .await;
+            }
+        } else if r < go.global_pct + go.local_pct {
+            let name = format!("debench_w{w}");
+            timed(&mut st, "local_register", async {
+                node.register(&name, &myself).map_err(|e| e.to_string())?;
+                node.whereis::<()>(&name).ok_or("not found")?;
+                node.unregister(&name).then_some(()).ok_or("not held")?;
+                Ok::<(), String>(())
+            })
+            .await;
+        } else if server {
+            timed(&mut st, "call", async {
+                let srv: ActorRef<SrvReq> = node.remote(&target, SERVER).ok_or("no target")?;
+                srv.call(
+                    |reply| SrvReq {
+                        work: work(),
+                        reply,
+                    },
+                    TIMEOUT,
+                )
+                .await
+                .map_err(|e| e.to_string())
+            })
+            .await;
+        } else if spawn {
+            timed(
+                &mut st,
+                "spawn",
+                node.spawn_remote::<Work, ()>(&target, WORK, &work(), TIMEOUT),
+            )
+            .await;
+        } else {
+            timed(
+                &mut st,
+                "rpc",
+                node.rpc::<Work, Bytes>(&target, WORK, &work(), TIMEOUT),
+            )
+            .await;
+        }
+    }
+    st
+}
+
+/// Runs a command, counting its latency under `kind` (or an error); whether it succeeded.
+async fn timed<T, E: std::fmt::Display>(
+    st: &mut BTreeMap<String, KindStats>,
+    kind: &str,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> bool {
+    let t0 = Instant::now();
+    let r = f.await;
+    let us = t0.elapsed().as_micros() as u64;
+    let s = st.entry(kind.to_string()).or_default();
+    match r {
+        Ok(_) => {
+            s.record(us);
+            true
+        }
+        Err(e) => {
+            s.error(&e.to_string());
+            false
+        }
+    }
+}
+
+/// A hundred nodes in full mesh hold thousands of sockets: lift the soft limit to the hard one.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! `maquis-bench debench` end to end at a small size: three Maquis nodes on each overlay, the
+//! global-command series for one second per cell, and results that account for every command.
+
+use std::process::Command;
+
+#[test]
+fn small_debench_run_measures_every_command_without_errors() {
+    let out = std::env::temp_dir().join(format!("maquis-bench-debench-{}", std::process::id()));
+    let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
+        .args(["debench", "--sizes", "3", "--series", "global,server"])
+        .args(["--systems", "maquis-full-mesh,maquis-peer-to-peer"])
+        .args([
+            "--seconds",
+            "1",
+            "--nodes-per-proc",
+            "2",
+            "--base-port",
+            "27100",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("maquis-bench runs");
+    assert!(
+        run.status.success(),
+        "bench debench failed: {}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let cells: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    // Two overlays × (4 global shares + 3 server shares).
+    assert_eq!(cells.len(), 14);
+    for c in &cells {
+        assert_eq!(c["errors"], 0, "{c}");
+        assert_eq!(c["processes"], 2, "3 nodes, 2 per process");
+        assert!(c["ops_per_s"].as_f64().unwrap() > 0.0);
+        assert!(c["cpu_s"].as_f64().unwrap() > 0.0);
+        let count = |k: &str| c["commands"][k]["count"].as_u64().unwrap_or(0);
+        let global = c["global_pct"].as_f64().unwrap();
+        let server = c["server_pct"].as_f64().unwrap();
+        if global >= 1.0 {
+            // Each sequence is a register, a whereis and an unregister.
+            assert!(count("register") > 0, "{c}");
+            assert_eq!(count("register"), count("whereis"), "{c}");
+            assert_eq!(count("register"), count("unregister"), "{c}");
+        }
+        if global == 0.0 {
+            assert_eq!(count("register"), 0, "{c}");
+        }
+        if server == 100.0 {
+            assert!(
+                count("call") > 0 && count("rpc") == 0 && count("spawn") == 0,
+                "{c}"
+            );
+        } else if server == 0.0 {
+            assert!(
+                count("rpc") > 0 && count("spawn") > 0 && count("call") == 0,
+                "{c}"
+            );
+        }
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("## Targets"));
+    let _ = std::fs::remove_dir_all(&out);
+}
