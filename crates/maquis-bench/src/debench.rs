@@ -2,10 +2,12 @@
 //! Erlang", Fig. 5–13) on Maquis and on Distributed Erlang in the same invocation.
 //!
 //! For each system and cluster size the driver starts a cluster on loopback — Maquis: processes
-//! of `--nodes-per-proc` nodes each ([`crate::debench_agent`]); Erlang: one VM per node
+//! `--procs` processes, the nodes spread evenly over them ([`crate::debench_agent`]); Erlang:
+//! one VM per node
 //! (`bench/erlang/debench.erl`, one scheduler each, no busy-waiting) — waits until every node
 //! sees all the others, then runs each workload of the grid on that cluster: every node runs
-//! `--workers` closed-loop workers for `--seconds`, and every process reports its commands'
+//! closed-loop workers for `--seconds` (`--total-workers` shared among the nodes, or
+//! `--workers` per node), and every process reports its commands'
 //! counts and latency buckets. The driver measures the CPU time of every process of the system
 //! over the measurement from `/proc`.
 
@@ -41,12 +43,21 @@ pub struct DebenchArgs {
     /// Seconds measured per cell (default 10; quick 5).
     #[arg(long)]
     pub seconds: Option<u64>,
-    /// Closed-loop workers per node.
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    /// Maquis nodes per process.
-    #[arg(long, default_value_t = 10)]
-    pub nodes_per_proc: usize,
+    /// Closed-loop workers in the whole cluster, shared among the nodes (at least one each):
+    /// the offered load stays the same at every cluster size, so that on a machine whose cores
+    /// do not grow with the cluster a command's latency shows what the cluster size costs, not
+    /// a longer queue for the same cores.
+    #[arg(long, default_value_t = 160)]
+    pub total_workers: usize,
+    /// Closed-loop workers per node instead (the paper's setting: the load grows with the
+    /// cluster).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Processes the Maquis nodes are spread over (the same number at every size, so that the
+    /// operating system's scheduling of processes on the cores does not change with the
+    /// cluster size; one per core by default).
+    #[arg(long, default_value_t = 2)]
+    pub procs: usize,
     /// Local registrations, percent of all commands.
     #[arg(long, default_value_t = 0.1)]
     pub local_pct: f64,
@@ -101,7 +112,7 @@ pub struct Cell {
     pub workload: Workload,
     /// Local registrations, percent of commands.
     pub local_pct: f64,
-    /// Workers per node.
+    /// Workers per node (the cluster's total is this × `nodes`).
     pub workers: usize,
     /// Processes the system ran in.
     pub processes: usize,
@@ -252,6 +263,14 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
     Ok(cells)
 }
 
+/// Workers each node runs: `--workers`, or `--total-workers` shared among `nodes` (rounded,
+/// at least one).
+pub fn workers_per_node(args: &DebenchArgs, nodes: usize) -> usize {
+    args.workers.unwrap_or_else(|| {
+        ((args.total_workers as f64 / nodes.max(1) as f64).round() as usize).max(1)
+    })
+}
+
 /// The Erlang program, built into the binary.
 const DEBENCH_ERL: &str = include_str!("../../../bench/erlang/debench.erl");
 
@@ -297,7 +316,7 @@ impl Cluster {
                     .filter(|o| *o == "full-mesh" || *o == "peer-to-peer")
                     .ok_or_else(|| format!("unknown system {s:?}"))?;
                 let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-                let per = args.nodes_per_proc.max(1);
+                let per = n.div_ceil(args.procs.clamp(1, n));
                 let mut first = 1;
                 while first <= n {
                     let count = per.min(n + 1 - first);
@@ -340,9 +359,10 @@ impl Cluster {
 
     fn measure(&mut self, args: &DebenchArgs, wl: &Workload, seconds: u64) -> Result<Cell, String> {
         let hundredths = |pct: f64| (pct * 100.0).round() as u64;
+        let workers = workers_per_node(args, self.nodes);
         let go = format!(
             "go {} {} {} {} {} {} {}",
-            args.workers,
+            workers,
             hundredths(wl.global_pct),
             hundredths(args.local_pct),
             hundredths(wl.server_pct),
@@ -400,7 +420,7 @@ impl Cluster {
             nodes: self.nodes,
             workload: *wl,
             local_pct: args.local_pct,
-            workers: args.workers,
+            workers,
             processes: self.procs.len(),
             ops_per_s,
             ops_per_s_per_node: ops_per_s / self.nodes as f64,

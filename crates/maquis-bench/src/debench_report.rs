@@ -90,6 +90,15 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     if let Some(s) = &a.series {
         let _ = write!(cmd, " --series {}", s.join(","));
     }
+    match a.workers {
+        Some(w) => {
+            let _ = write!(cmd, " --workers {w}");
+        }
+        None if a.total_workers != 160 => {
+            let _ = write!(cmd, " --total-workers {}", a.total_workers);
+        }
+        None => {}
+    }
     let _ = writeln!(r, "Command: `{cmd}`  ");
     let _ = writeln!(r, "Machine: {}  ", crate::micro_report::machine());
     let _ = writeln!(r, "TCP: {}  ", tcp_settings());
@@ -106,16 +115,29 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs {} nodes per process (each process one tokio runtime); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others.",
+        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime; the same number at every size); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others.",
         run.sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
         run.systems.join(", "),
-        a.nodes_per_proc,
+        a.procs,
         sh("erl -noshell -eval 'io:format(\"~s\", [erlang:system_info(otp_release)]), halt().' 2>/dev/null")
     );
     let _ = writeln!(
         r,
-        "- Worker loop (DE-Bench §2.3): every node runs {} closed-loop workers for {} s. A worker picks a random other node and a command: with the global percentage the sequence register → whereis → unregister of a unique global name (Fig. 4; each step a command), with {}% a local register → whereis → unregister (one command), else a point-to-point command: with the server percentage a call to the target's server actor (`gen_server` in Erlang), else `spawn` or `rpc` (half each). A point-to-point command carries the argument, computes on the target for the given time (a busy loop) and returns the argument; a spawn is timed until the new actor's node answers (Erlang: until the new process acknowledges).",
-        a.workers, run.seconds, a.local_pct
+        "- Worker loop (DE-Bench §2.3): {} for {} s. A worker picks a random other node and a command: with the global percentage the sequence register → whereis → unregister of a unique global name (Fig. 4; each step a command), with {}% a local register → whereis → unregister (one command), else a point-to-point command: with the server percentage a call to the target's server actor (`gen_server` in Erlang), else `spawn` or `rpc` (half each). A point-to-point command carries the argument, computes on the target for the given time (a busy loop) and returns the argument; a spawn is timed until the new actor's node answers (Erlang: until the new process acknowledges).",
+        match a.workers {
+            Some(w) => format!("every node runs {w} closed-loop workers (the load grows with the cluster, as in the paper)"),
+            None => format!(
+                "{} closed-loop workers in the whole cluster, shared among its nodes ({}), so that the offered load is the same at every size: on two cores that do not grow with the cluster, more workers would only lengthen the queue for the same cores and hide what the cluster size itself costs",
+                a.total_workers,
+                run.sizes
+                    .iter()
+                    .map(|&n| format!("{} per node at {n}", crate::debench::workers_per_node(a, n)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
+        run.seconds,
+        a.local_pct
     );
     let _ = writeln!(
         r,

@@ -9,14 +9,7 @@ fn small_debench_run_measures_every_command_without_errors() {
     let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
         .args(["debench", "--sizes", "3", "--series", "global,server"])
         .args(["--systems", "maquis-full-mesh,maquis-peer-to-peer"])
-        .args([
-            "--seconds",
-            "1",
-            "--nodes-per-proc",
-            "2",
-            "--base-port",
-            "27100",
-        ])
+        .args(["--seconds", "1", "--procs", "2", "--base-port", "27100"])
         .arg("--out")
         .arg(&out)
         .output()
