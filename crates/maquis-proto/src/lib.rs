@@ -15,11 +15,13 @@
 //!   heartbeats, membership events and the route table; and the router's decisions.
 //! - [`names`]: the directory of cluster-wide names, partitioned over the members by
 //!   rendezvous hashing.
+//! - [`groups`]: process groups, each node's memberships replicated to every member.
 //! - `harness` (feature `test-utils`): a deterministic network of membership machines on
 //!   simulated time, for tests and the simulator.
 #![deny(missing_docs)]
 
 pub mod broadcast;
+pub mod groups;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
 pub mod id;

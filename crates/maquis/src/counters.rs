@@ -59,6 +59,7 @@ counters! {
     subscription_drops: "broadcast messages dropped from full topic subscriptions (oldest first)",
     names_send_failed: "directory messages not sent (no connection or route, or a full queue); requests are sent again",
     names_lost: "global names of this node that lost a conflict when a partition healed",
+    groups_send_failed: "group membership messages not sent (no connection or route, or a full queue); repaired by the next change or the digest",
     acked_resends: "acknowledged messages sent again because no acknowledgement came in time",
     acked_given_up: "acknowledged messages given up unacknowledged (the sender was told)",
     acked_duplicates: "acknowledged messages that arrived again and were acknowledged, not handled",

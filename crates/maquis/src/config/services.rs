@@ -1,10 +1,12 @@
-//! `[services]`: the cluster services above membership: global names, remote spawn, RPC.
+//! `[services]`: the cluster services above membership: global names, remote spawn, RPC,
+//! process groups.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{invalid, ms, ConfigError};
+use maquis_proto::groups::GroupsConfig;
 use maquis_proto::names::DirectoryConfig;
 
 /// `[services]`: the cluster services: the directory of global names, and the bound on RPCs.
@@ -31,11 +33,19 @@ pub struct ServicesConfig {
     /// RPCs a node runs at once at most (each as a task of its own); more fail at once
     /// (`Busy`).
     pub max_rpc_tasks: usize,
+    /// Group memberships a node keeps at most, its own actors' and the replicas of the
+    /// others' together; a join beyond fails (`Full`), a remote one beyond is dropped and
+    /// counted.
+    pub max_group_members: usize,
+    /// How often a node with group memberships tells the others its version (so that a lost
+    /// change is noticed), in milliseconds.
+    pub group_digest_ms: u64,
 }
 
 impl Default for ServicesConfig {
     fn default() -> Self {
         let d = DirectoryConfig::default();
+        let g = GroupsConfig::default();
         ServicesConfig {
             name_replicas: d.replicas,
             max_names: d.max_names,
@@ -44,6 +54,8 @@ impl Default for ServicesConfig {
             request_timeout_ms: ms(d.request_timeout),
             resync_ms: ms(d.resync_after),
             max_rpc_tasks: 16_384,
+            max_group_members: g.max_members,
+            group_digest_ms: ms(g.digest_every),
         }
     }
 }
@@ -57,6 +69,7 @@ impl ServicesConfig {
             ("services.name_cache", self.name_cache),
             ("services.max_pending", self.max_pending),
             ("services.max_rpc_tasks", self.max_rpc_tasks),
+            ("services.max_group_members", self.max_group_members),
         ];
         for (key, v) in at_least_one {
             if v == 0 {
@@ -69,7 +82,18 @@ impl ServicesConfig {
         if self.resync_ms == 0 {
             return Err(invalid("services.resync_ms", "must be at least 1"));
         }
+        if self.group_digest_ms == 0 {
+            return Err(invalid("services.group_digest_ms", "must be at least 1"));
+        }
         Ok(())
+    }
+
+    /// The groups machine's settings.
+    pub(crate) fn groups(&self) -> GroupsConfig {
+        GroupsConfig {
+            max_members: self.max_group_members,
+            digest_every: Duration::from_millis(self.group_digest_ms),
+        }
     }
 
     /// The directory's settings.

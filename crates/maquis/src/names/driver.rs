@@ -11,15 +11,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::future::{AbortHandle, BoxFuture};
-use futures::stream::{FuturesUnordered, StreamExt};
-use futures::FutureExt;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::{Cmd, Envelope, GlobalNameError, NameLost, SERVICE};
 use crate::actor::{ActorRef, Message};
 use crate::id::NodeId;
 use crate::node::{Inbox, Inner, Node};
+use crate::service::{deadline, sleep_until, Watches};
 use crate::wire::frame::Dest;
 use maquis_proto::names::{DirMsg, DirOutput, Directory, Entry, ReqId, Whereis};
 
@@ -28,12 +26,6 @@ type Lookup = oneshot::Sender<Result<Option<Entry<NodeId>>, GlobalNameError>>;
 /// A registration waiting for the home: the name, the actor, the caller.
 type Registering = (String, u64, oneshot::Sender<Result<(), GlobalNameError>>);
 
-/// A local actor with global names, and the watch that tells when it stops.
-struct Watched {
-    names: BTreeSet<String>,
-    abort: AbortHandle,
-}
-
 struct Driver {
     inner: Arc<Inner>,
     dir: Directory<NodeId>,
@@ -41,11 +33,10 @@ struct Driver {
     registering: HashMap<ReqId, Registering>,
     /// Lookups waiting for the home.
     looking: HashMap<ReqId, Lookup>,
-    /// Local actors that hold global names, and which actor holds each name.
-    watched: HashMap<u64, Watched>,
+    /// Local actors that hold global names (watched), and which actor holds each name.
+    watched: HashMap<u64, BTreeSet<String>>,
     holder: HashMap<String, u64>,
-    /// The watches: each ends with its actor's id when the actor stops.
-    downs: FuturesUnordered<BoxFuture<'static, Option<u64>>>,
+    watches: Watches,
     lost: broadcast::Sender<NameLost>,
 }
 
@@ -67,7 +58,7 @@ pub(crate) fn spawn(
             looking: HashMap::new(),
             watched: HashMap::new(),
             holder: HashMap::new(),
-            downs: FuturesUnordered::new(),
+            watches: Watches::default(),
             lost,
         };
         async move { d.run(inbox, cmds, events).await }
@@ -100,10 +91,7 @@ impl Driver {
         self.flush();
         let shutdown = self.inner.router.shutdown.clone();
         loop {
-            let deadline = self
-                .dir
-                .poll_timeout()
-                .map(|d| tokio::time::Instant::from_std(self.inner.router.started() + d));
+            let at = deadline(&self.inner, self.dir.poll_timeout());
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 m = inbox.recv() => match m {
@@ -125,12 +113,8 @@ impl Driver {
                     }
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
-                Some(down) = self.downs.next(), if !self.downs.is_empty() => {
-                    if let Some(id) = down {
-                        self.actor_down(id);
-                    }
-                }
-                () = sleep_until(deadline) => {
+                id = self.watches.next() => self.actor_down(id),
+                () = sleep_until(at) => {
                     let now = self.now();
                     self.dir.handle_timeout(now);
                 }
@@ -231,26 +215,11 @@ impl Driver {
                 self.unwatch(old, name);
             }
         }
-        if let Some(w) = self.watched.get_mut(&actor) {
-            w.names.insert(name.to_string());
-            return;
-        }
-        let node = Node::from_inner(self.inner.clone());
-        let target: ActorRef<()> = ActorRef::new(
-            self.inner.router.id.clone(),
-            Dest::Id(actor),
-            Arc::downgrade(&self.inner.actors),
-        );
-        let (watch, abort) = futures::future::abortable(node.monitor(&target));
-        self.downs
-            .push(watch.map(move |r| r.ok().map(|_| actor)).boxed());
-        self.watched.insert(
-            actor,
-            Watched {
-                names: BTreeSet::from([name.to_string()]),
-                abort,
-            },
-        );
+        self.watched
+            .entry(actor)
+            .or_default()
+            .insert(name.to_string());
+        self.watches.watch(&self.inner, actor);
     }
 
     /// `name` is no longer this node's.
@@ -261,10 +230,10 @@ impl Driver {
     }
 
     fn unwatch(&mut self, actor: u64, name: &str) {
-        if let Some(w) = self.watched.get_mut(&actor) {
-            w.names.remove(name);
-            if w.names.is_empty() {
-                w.abort.abort();
+        if let Some(names) = self.watched.get_mut(&actor) {
+            names.remove(name);
+            if names.is_empty() {
+                self.watches.unwatch(actor);
                 self.watched.remove(&actor);
             }
         }
@@ -272,20 +241,13 @@ impl Driver {
 
     /// A local actor with global names stopped: its names go.
     fn actor_down(&mut self, actor: u64) {
-        let Some(w) = self.watched.remove(&actor) else {
+        let Some(names) = self.watched.remove(&actor) else {
             return;
         };
-        for name in w.names {
+        for name in names {
             self.holder.remove(&name);
             self.dir.unregister(&name);
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) names: crate::names::Names,
     /// The actor kinds and functions other nodes may use here.
     pub(crate) remote: crate::remote::Registry,
+    /// The groups service's queue.
+    pub(crate) groups: crate::groups::Groups,
 }
 
 impl Inner {

@@ -22,6 +22,7 @@ mod context;
 mod control;
 pub(crate) mod echo;
 mod global;
+mod groups;
 mod host;
 mod inner;
 mod refusals;
@@ -171,6 +172,7 @@ impl Node {
         let actors = Arc::new(Actors::new(router.clone(), config.node.mailbox_capacity));
         let (names_tx, names_rx) = mpsc::channel(crate::names::COMMAND_QUEUE);
         let (lost, _) = broadcast::channel(config.node.event_buffer);
+        let (groups_tx, groups_rx) = mpsc::channel(crate::groups::COMMAND_QUEUE);
         let inner = Arc::new(Inner {
             cookie: config.node.cookie.as_bytes().to_vec(),
             tls,
@@ -193,6 +195,7 @@ impl Node {
                 lost: lost.clone(),
             },
             remote: crate::remote::Registry::new(config.services.max_rpc_tasks),
+            groups: crate::groups::Groups { cmds: groups_tx },
             config,
         });
         let accept = tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
@@ -228,6 +231,7 @@ impl Node {
         echo::spawn_echo(&node);
         crate::names::spawn(&node, node.inner.clone(), names_rx, lost);
         crate::remote::spawn_services(&node);
+        crate::groups::spawn(&node, node.inner.clone(), groups_rx);
         if matches!(
             node.inner.config.overlay.kind(),
             OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer

@@ -1,0 +1,216 @@
+//! `Node`'s process groups (see [`crate::groups`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::seq::SliceRandom;
+
+use super::Node;
+use crate::actor::{compatible, fingerprint, ActorRef, Message, ReplyTo};
+use crate::error::{CallError, SendError};
+use crate::groups::{Cmd, Envelope, GroupError, GroupStats, Wire, SERVICE};
+use crate::id::NodeId;
+use crate::wire::frame::Dest;
+use maquis_proto::groups::Actor;
+
+impl Node {
+    /// A live local actor joins `group` (joining twice is one membership). It leaves when
+    /// it stops, when [`Node::leave_group`] is called, or when this node leaves the cluster.
+    ///
+    /// Errors: [`GroupError::NotLocal`], `BadName`, `Full`, `Stopped`.
+    pub async fn join_group<M: Message>(
+        &self,
+        group: &str,
+        actor: &ActorRef<M>,
+    ) -> Result<(), GroupError> {
+        let actor = self.group_actor(actor)?;
+        let group = group.to_string();
+        self.inner
+            .groups
+            .ask(|reply| Cmd::Join {
+                group,
+                actor,
+                reply,
+            })
+            .await?
+    }
+
+    /// A local actor leaves `group`; whether it was in it.
+    pub async fn leave_group<M: Message>(&self, group: &str, actor: &ActorRef<M>) -> bool {
+        let Ok(actor) = self.group_actor(actor) else {
+            return false;
+        };
+        let group = group.to_string();
+        self.inner
+            .groups
+            .ask(|reply| Cmd::Leave {
+                group,
+                actor,
+                reply,
+            })
+            .await
+            .unwrap_or(false)
+    }
+
+    fn group_actor<M: Message>(&self, actor: &ActorRef<M>) -> Result<Actor, GroupError> {
+        match (actor.id(), self.inner.router.is_local(actor.node())) {
+            (Some(id), Ok(true)) if self.inner.actors.registry.by_id(id).is_some() => Ok(Actor {
+                id,
+                ty: fingerprint::<M>(),
+            }),
+            _ => Err(GroupError::NotLocal),
+        }
+    }
+
+    /// The members of `group` whose message type is `M`, this node's first (answered from
+    /// this node's replica of the groups: no message).
+    pub async fn group_members<M: Message>(
+        &self,
+        group: &str,
+    ) -> Result<Vec<ActorRef<M>>, GroupError> {
+        let rt = Arc::downgrade(&self.inner.actors);
+        Ok(self
+            .typed_members::<M>(group)
+            .await?
+            .into_iter()
+            .map(|(node, id)| ActorRef::new(node, Dest::Id(id), rt.clone()))
+            .collect())
+    }
+
+    async fn typed_members<M: Message>(
+        &self,
+        group: &str,
+    ) -> Result<Vec<(NodeId, u64)>, GroupError> {
+        let g = group.to_string();
+        let all = self
+            .inner
+            .groups
+            .ask(|reply| Cmd::Members { group: g, reply })
+            .await?;
+        let ty = fingerprint::<M>();
+        Ok(all
+            .into_iter()
+            .filter(|(_, a)| compatible(ty, a.ty))
+            .map(|(n, a)| (n, a.id))
+            .collect())
+    }
+
+    /// Sends `msg` to every member of `group` of type `M`, once each: encoded once, one copy
+    /// to each node that has members, handed to them there. Returns how many members it was
+    /// sent to. Best effort: a member that stops meanwhile, or a node that goes down, misses
+    /// it. Waits while a node's lane is full.
+    pub async fn publish<M: Message>(&self, group: &str, msg: &M) -> Result<usize, GroupError> {
+        let members = self.typed_members::<M>(group).await?;
+        if members.is_empty() {
+            return Err(GroupError::NoMembers(group.to_string()));
+        }
+        let payload =
+            Bytes::from(crate::encode(msg).map_err(|e| GroupError::Encode(e.to_string()))?);
+        let ty = fingerprint::<M>();
+        let mut per_node: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for (n, _) in &members {
+            *per_node.entry(n.clone()).or_default() += 1;
+        }
+        let me = &self.inner.router.id;
+        let rt = Arc::downgrade(&self.inner.actors);
+        for node in per_node.keys() {
+            let (group, payload) = (group.to_string(), payload.clone());
+            if node == me {
+                self.inner
+                    .groups
+                    .cmds
+                    .send(Cmd::Deliver { group, ty, payload })
+                    .await
+                    .map_err(|_| GroupError::Stopped)?;
+                continue;
+            }
+            let service: ActorRef<Envelope> =
+                ActorRef::new(node.clone(), Dest::Name(SERVICE.into()), rt.clone());
+            let envelope = Envelope {
+                from: me.clone(),
+                wire: Wire::Publish { group, ty, payload },
+            };
+            if let Err(e) = service.send(envelope).await {
+                tracing::debug!(error = %e, to = %node, "publish not sent to a node");
+            }
+        }
+        Ok(members.len())
+    }
+
+    /// Sends `msg` to one member of `group` of type `M`, chosen at random among this node's
+    /// members if it has any, else among all (waiting while its lane is full). A member that
+    /// stopped a moment ago may be chosen: the send then fails (a local one) or the message is
+    /// dropped at its node (a remote one), as any send to a stopped actor; [`Node::call_any`]
+    /// is the form that tries another member.
+    pub async fn anycast<M: Message>(&self, group: &str, msg: M) -> Result<(), GroupError> {
+        let target = self
+            .candidates::<M>(group)
+            .await?
+            .pop()
+            .ok_or_else(|| GroupError::NoMembers(group.to_string()))?;
+        target
+            .send(msg)
+            .await
+            .map_err(|e| GroupError::Failed(e.to_string()))
+    }
+
+    /// Calls one member of `group` of type `M` (chosen as [`Node::anycast`] does) and returns
+    /// its answer. If the member stops, or its node goes down, before it answers, the call is
+    /// made again on another member, until one answers, `timeout` passes
+    /// ([`GroupError::Timeout`]) or none is left ([`GroupError::NoMembers`]).
+    pub async fn call_any<M: Message, R: Message>(
+        &self,
+        group: &str,
+        make: impl Fn(ReplyTo<R>) -> M,
+        timeout: Duration,
+    ) -> Result<R, GroupError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut candidates = self.candidates::<M>(group).await?;
+        while let Some(target) = candidates.pop() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(GroupError::Timeout);
+            }
+            match target.call(&make, left).await {
+                Ok(r) => return Ok(r),
+                Err(CallError::Timeout) => return Err(GroupError::Timeout),
+                Err(
+                    CallError::NoProc
+                    | CallError::NoReply(_)
+                    | CallError::Send(
+                        SendError::NoProc
+                        | SendError::Unreachable(_)
+                        | SendError::StaleIncarnation { .. },
+                    ),
+                ) => continue,
+                Err(e) => return Err(GroupError::Failed(e.to_string())),
+            }
+        }
+        Err(GroupError::NoMembers(group.to_string()))
+    }
+
+    /// The members to try, in order of `pop`: the remote ones shuffled, then this node's
+    /// shuffled (tried first).
+    async fn candidates<M: Message>(&self, group: &str) -> Result<Vec<ActorRef<M>>, GroupError> {
+        let me = self.inner.router.id.clone();
+        let rt = Arc::downgrade(&self.inner.actors);
+        let members = self.typed_members::<M>(group).await?;
+        let (mut local, mut remote): (Vec<_>, Vec<_>) =
+            members.into_iter().partition(|(n, _)| *n == me);
+        let mut rng = rand::thread_rng();
+        local.shuffle(&mut rng);
+        remote.shuffle(&mut rng);
+        Ok(remote
+            .into_iter()
+            .chain(local)
+            .map(|(n, id)| ActorRef::new(n, Dest::Id(id), rt.clone()))
+            .collect())
+    }
+
+    /// The groups machine's counters on this node.
+    pub async fn group_stats(&self) -> Result<GroupStats, GroupError> {
+        self.inner.groups.ask(|reply| Cmd::Stats { reply }).await
+    }
+}

@@ -1,0 +1,269 @@
+//! Process groups in running nodes: members seen everywhere, publish reaching every member
+//! once, anycast reaching exactly one, a member killed mid-call leading to a retry, dead
+//! members and nodes leaving, two clusters that meet merging their groups.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use maquis::groups::GroupError;
+use maquis::{ActorRef, Node, ReplyTo};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Work {
+    /// Note that this member got it.
+    Note(u64),
+    /// Answer with the member's node name; `stall` first waits for ever (the member is killed
+    /// while it holds the request).
+    Who { stall: bool, reply: ReplyTo<String> },
+}
+
+/// A member that reports every `Note` on `seen` as (its node, the note).
+fn member(node: &Node, seen: mpsc::UnboundedSender<(String, u64)>) -> ActorRef<Work> {
+    let me = node.id().name.clone();
+    node.spawn_fn(move |mut inbox| async move {
+        while let Some(w) = inbox.recv().await {
+            match w {
+                Work::Note(n) => {
+                    let _ = seen.send((me.clone(), n));
+                }
+                Work::Who { stall, reply } => {
+                    if stall {
+                        std::future::pending::<()>().await;
+                    }
+                    let _ = reply.send(me.clone()).await;
+                }
+            }
+        }
+    })
+}
+
+async fn members_everywhere(nodes: &[&Node], group: &str, n: usize) {
+    for node in nodes {
+        until(
+            &format!("{} sees {n} members of {group}", node.id().name),
+            Duration::from_secs(10),
+            || async { node.group_members::<Work>(group).await.unwrap().len() == n },
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publish_reaches_every_member_once_and_anycast_exactly_one() {
+    let nodes = cluster("p", 4, |c| c).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // Two members on p1, one on p2, one on p3, none on p4.
+    let mut refs = Vec::new();
+    for i in [0usize, 0, 1, 2] {
+        let m = member(&nodes[i], tx.clone());
+        nodes[i].join_group("workers", &m).await.unwrap();
+        refs.push(m);
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    members_everywhere(&all, "workers", 4).await;
+    // A member of another type is not one of these.
+    let other = nodes[3].spawn_fn(|mut inbox: maquis::Inbox<u64>| async move {
+        while inbox.recv().await.is_some() {}
+    });
+    nodes[3].join_group("workers", &other).await.unwrap();
+    assert_eq!(
+        nodes[3]
+            .group_members::<u64>("workers")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // From a node without members of this type: every member once.
+    assert_eq!(
+        nodes[3].publish("workers", &Work::Note(7)).await.unwrap(),
+        4
+    );
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(
+            tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("delivered")
+                .unwrap(),
+        );
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("p1".to_string(), 7),
+            ("p1".to_string(), 7),
+            ("p2".to_string(), 7),
+            ("p3".to_string(), 7)
+        ]
+    );
+    // Anycast: exactly one member, each time.
+    for k in 0..20u64 {
+        nodes[3]
+            .anycast("workers", Work::Note(100 + k))
+            .await
+            .unwrap();
+    }
+    let mut notes = Vec::new();
+    for _ in 0..20 {
+        let (_, n) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("delivered")
+            .unwrap();
+        notes.push(n);
+    }
+    notes.sort();
+    assert_eq!(notes, (100..120).collect::<Vec<u64>>());
+    // Nothing more arrives: no message went to two members.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(rx.try_recv().is_err());
+    // A node with members of its own serves an anycast locally.
+    let who = nodes[1]
+        .call_any(
+            "workers",
+            |reply| Work::Who {
+                stall: false,
+                reply,
+            },
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(who, "p2");
+
+    // Leave, and a stopped member leaves by itself.
+    assert!(nodes[0].leave_group("workers", &refs[0]).await);
+    assert!(!nodes[0].leave_group("workers", &refs[0]).await);
+    nodes[1].stop_actor(&refs[2]).unwrap();
+    members_everywhere(&all, "workers", 2).await;
+    // Bad input.
+    assert_eq!(
+        nodes[0].join_group("", &refs[1]).await,
+        Err(GroupError::BadName)
+    );
+    assert_eq!(
+        nodes[0].join_group("w", &refs[3]).await,
+        Err(GroupError::NotLocal)
+    );
+    assert_eq!(
+        nodes[0].publish("nobody", &Work::Note(1)).await,
+        Err(GroupError::NoMembers("nobody".into()))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_killed_mid_call_leads_to_a_retry_and_none_left_is_an_error() {
+    let nodes = cluster("r", 3, |c| c).await;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    // One member that stalls (on r2) and one that answers (on r3); the caller on r1 has none,
+    // so it tries them in random order: run until the stalling one was tried first.
+    let answering = member(&nodes[2], tx.clone());
+    nodes[2].join_group("svc", &answering).await.unwrap();
+    let stalls = Arc::new(AtomicUsize::new(0));
+    let mut retried = false;
+    for _ in 0..20 {
+        let staller = {
+            let stalls = stalls.clone();
+            nodes[1].spawn_fn(move |mut inbox: maquis::Inbox<Work>| async move {
+                while let Some(w) = inbox.recv().await {
+                    if let Work::Who { reply, .. } = w {
+                        stalls.fetch_add(1, Ordering::SeqCst);
+                        // Holds the request; it is killed meanwhile.
+                        std::future::pending::<()>().await;
+                        drop(reply);
+                    }
+                }
+            })
+        };
+        nodes[1].join_group("svc", &staller).await.unwrap();
+        members_everywhere(&[&nodes[0]], "svc", 2).await;
+        let before = stalls.load(Ordering::SeqCst);
+        let killer = {
+            let n = nodes[1].clone();
+            let stalls = stalls.clone();
+            let s = staller.clone();
+            tokio::spawn(async move {
+                until(
+                    "the staller holds a call",
+                    Duration::from_secs(5),
+                    || async { stalls.load(Ordering::SeqCst) > before },
+                )
+                .await;
+                n.stop_actor(&s).unwrap();
+            })
+        };
+        let who = nodes[0]
+            .call_any(
+                "svc",
+                |reply| Work::Who {
+                    stall: false,
+                    reply,
+                },
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("answered by the other member");
+        assert_eq!(who, "r3");
+        if stalls.load(Ordering::SeqCst) > before {
+            // The staller got the call first and was killed holding it: the call was retried.
+            let _ = killer.await;
+            retried = true;
+            break;
+        }
+        killer.abort();
+        nodes[1].stop_actor(&staller).unwrap();
+        members_everywhere(&[&nodes[0]], "svc", 1).await;
+    }
+    assert!(
+        retried,
+        "the stalling member was never chosen first in 20 tries"
+    );
+
+    // No member left: the caller is told.
+    nodes[2].stop_actor(&answering).unwrap();
+    members_everywhere(&[&nodes[0]], "svc", 0).await;
+    let r: Result<String, _> = nodes[0]
+        .call_any(
+            "svc",
+            |reply| Work::Who {
+                stall: false,
+                reply,
+            },
+            Duration::from_secs(2),
+        )
+        .await;
+    assert_eq!(r, Err(GroupError::NoMembers("svc".into())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_nodes_members_leave_and_clusters_that_meet_merge_their_groups() {
+    let a = cluster("ga", 3, |c| c).await;
+    let b = cluster("gb", 2, |c| c).await;
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut keep = Vec::new();
+    for n in a.iter().chain(b.iter()) {
+        let m = member(n, tx.clone());
+        n.join_group("g", &m).await.unwrap();
+        keep.push(m);
+    }
+    members_everywhere(&a.iter().collect::<Vec<_>>(), "g", 3).await;
+    members_everywhere(&b.iter().collect::<Vec<_>>(), "g", 2).await;
+    // The two sides meet: every node sees all five.
+    b[0].join_wait(a[0].addr(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let all: Vec<&Node> = a.iter().chain(b.iter()).collect();
+    members_everywhere(&all, "g", 5).await;
+    // A node killed: its member leaves everywhere.
+    a[2].shutdown().await;
+    let survivors: Vec<&Node> = all.into_iter().filter(|n| n.id().name != "ga3").collect();
+    members_everywhere(&survivors, "g", 4).await;
+}
