@@ -105,7 +105,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     let _ = writeln!(
         r,
         "Commit: {}  ",
-        sh("git rev-parse --short HEAD 2>/dev/null")
+        sh("git describe --always --dirty 2>/dev/null")
     );
     let _ = writeln!(
         r,

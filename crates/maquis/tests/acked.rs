@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::*;
-use maquis::config::PeerToPeerOptions;
-use maquis::{Acked, ActorRef, Config, Node, ReplyTo, SendError, SendOpts};
+use maquis::{Acked, ActorRef, Node, ReplyTo, SendError, SendOpts};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -196,18 +195,6 @@ async fn the_window_to_one_node_is_bounded() {
     assert_eq!(err, SendError::Backpressure("acknowledged-delivery window"));
     assert_eq!(a.status().gauges.get("unacked").copied(), Some(1024));
     a.shutdown().await;
-}
-
-fn p2p(name: &str) -> Config {
-    let mut c = config(name).overlay(PeerToPeerOptions {
-        active_size: 3,
-        passive_size: 6,
-        shuffle_period_ms: 400,
-        ..PeerToPeerOptions::default()
-    });
-    c.broadcast.member_heartbeat_ms = 250;
-    c.broadcast.member_timeout_ms = 2000;
-    c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use maquis::config::PeerToPeerOptions;
 use maquis::names::GlobalNameError;
 use maquis::{ActorRef, Node, RegisterError, ReplyTo};
 use serde::{Deserialize, Serialize};
@@ -217,17 +216,6 @@ async fn two_sides_that_meet_keep_the_older_registration_and_tell_the_loser() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lookups_are_routed_on_the_peer_to_peer_overlay() {
-    let p2p = |name: &str| {
-        let mut c = config(name).overlay(PeerToPeerOptions {
-            active_size: 3,
-            passive_size: 6,
-            shuffle_period_ms: 400,
-            ..PeerToPeerOptions::default()
-        });
-        c.broadcast.member_heartbeat_ms = 250;
-        c.broadcast.member_timeout_ms = 2000;
-        c
-    };
     let mut nodes = Vec::new();
     for i in 1..=8 {
         nodes.push(start_with(p2p(&format!("r{i}"))).await);

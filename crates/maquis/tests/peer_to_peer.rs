@@ -7,23 +7,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use common::*;
-use maquis::config::PeerToPeerOptions;
-use maquis::{ActorRef, CallError, Config, MembershipEvent, Node, NodeId, ReplyTo, Subscription};
+use maquis::{ActorRef, CallError, MembershipEvent, Node, NodeId, ReplyTo, Subscription};
 use serde::{Deserialize, Serialize};
 
 const N: usize = 12;
-
-fn p2p(name: &str) -> Config {
-    let mut c = config(name).overlay(PeerToPeerOptions {
-        active_size: 3,
-        passive_size: 6,
-        shuffle_period_ms: 400,
-        ..PeerToPeerOptions::default()
-    });
-    c.broadcast.member_heartbeat_ms = 250;
-    c.broadcast.member_timeout_ms = 2000;
-    c
-}
 
 fn names(ids: &[NodeId]) -> BTreeSet<String> {
     ids.iter().map(|n| n.name.clone()).collect()

@@ -5,15 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{broadcast, mpsc, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 
 use super::{Cmd, Envelope, GroupError, Wire, DELIVERIES, SERVICE};
 use crate::actor::registry::RemoteMsg;
-use crate::actor::ActorRef;
 use crate::id::NodeId;
-use crate::node::{Inbox, Inner, Node};
-use crate::service::{deadline, sleep_until, Watches};
-use crate::wire::frame::Dest;
+use crate::node::{Inner, Node};
+use crate::service::{send_to, Service, Watches};
 use maquis_proto::groups::{GroupOutput, Groups, JoinError};
 
 struct Driver {
@@ -26,77 +24,68 @@ struct Driver {
 
 /// Starts the service on `node`: registers it as [`SERVICE`] and returns at once.
 pub(crate) fn spawn(node: &Node, inner: Arc<Inner>, cmds: mpsc::Receiver<Cmd>) {
-    let me = inner.router.id.clone();
-    let cfg = inner.config.services.groups();
-    let events = inner.events.subscribe();
-    let service = node.spawn_fn(move |inbox: Inbox<Envelope>| {
-        let mut d = Driver {
-            machine: Groups::new(me, cfg),
-            inner,
-            watches: Watches::default(),
-            deliveries: Arc::new(Semaphore::new(DELIVERIES)),
-        };
-        async move { d.run(inbox, cmds, events).await }
-    });
-    node.register_system(SERVICE, &service);
+    let driver = Driver {
+        machine: Groups::new(inner.router.id.clone(), inner.config.services.groups()),
+        inner,
+        watches: Watches::default(),
+        deliveries: Arc::new(Semaphore::new(DELIVERIES)),
+    };
+    crate::service::spawn(node, SERVICE, driver, cmds);
 }
 
-impl Driver {
-    fn now(&self) -> Duration {
-        self.inner.router.started().elapsed()
+impl Service for Driver {
+    type Msg = Envelope;
+    type Cmd = Cmd;
+
+    fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
-    async fn run(
-        &mut self,
-        mut inbox: Inbox<Envelope>,
-        mut cmds: mpsc::Receiver<Cmd>,
-        mut events: broadcast::Receiver<crate::MembershipEvent>,
-    ) {
-        let members = self.inner.members_now();
-        self.machine.handle_members(self.now(), &members);
-        self.flush();
-        let shutdown = self.inner.router.shutdown.clone();
-        loop {
-            let at = deadline(&self.inner, self.machine.poll_timeout());
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                m = inbox.recv() => match m {
-                    Some(Envelope { from, wire: Wire::Proto(msg) }) => {
-                        let now = self.now();
-                        self.machine.handle_message(now, from, msg);
-                    }
-                    Some(Envelope { from, wire: Wire::Publish { group, ty, payload } }) => {
-                        self.deliver(&from, &group, ty, payload).await;
-                    }
-                    None => return,
-                },
-                c = cmds.recv() => match c {
-                    Some(c) => self.command(c).await,
-                    None => return,
-                },
-                e = events.recv() => match e {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let members = self.inner.members_now();
-                        let now = self.now();
-                        self.machine.handle_members(now, &members);
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-                id = self.watches.next() => {
-                    let now = self.now();
-                    self.machine.remove_actor(now, id);
-                }
-                () = sleep_until(at) => {
-                    let now = self.now();
-                    self.machine.handle_timeout(now);
-                }
-            }
-            self.flush();
+    fn watches(&mut self) -> &mut Watches {
+        &mut self.watches
+    }
+
+    fn next_timeout(&self) -> Option<Duration> {
+        self.machine.poll_timeout()
+    }
+
+    fn on_members(&mut self, now: Duration, members: &[NodeId]) {
+        self.machine.handle_members(now, members);
+    }
+
+    async fn on_message(&mut self, now: Duration, Envelope { from, wire }: Envelope) {
+        match wire {
+            Wire::Proto(msg) => self.machine.handle_message(now, from, msg),
+            Wire::Publish { group, ty, payload } => self.deliver(&from, &group, ty, payload).await,
         }
     }
 
-    async fn command(&mut self, c: Cmd) {
-        let now = self.now();
+    async fn on_command(&mut self, now: Duration, c: Cmd) {
+        self.command(now, c).await;
+    }
+
+    fn on_actor_down(&mut self, now: Duration, id: u64) {
+        self.machine.remove_actor(now, id);
+    }
+
+    fn on_timeout(&mut self, now: Duration) {
+        self.machine.handle_timeout(now);
+    }
+
+    fn flush(&mut self) {
+        while let Some(GroupOutput::Send { to, msg }) = self.machine.poll_output() {
+            let envelope = Envelope {
+                from: self.inner.router.id.clone(),
+                wire: Wire::Proto(msg),
+            };
+            let failed = &self.inner.router.counters.groups_send_failed;
+            send_to(&self.inner, to, SERVICE, envelope, failed);
+        }
+    }
+}
+
+impl Driver {
+    async fn command(&mut self, now: Duration, c: Cmd) {
         match c {
             Cmd::Join {
                 group,
@@ -168,24 +157,5 @@ impl Driver {
             }
             drop(permit);
         });
-    }
-
-    /// Carries out what the machine produced.
-    fn flush(&mut self) {
-        while let Some(GroupOutput::Send { to, msg }) = self.machine.poll_output() {
-            send(&self.inner, to, Wire::Proto(msg));
-        }
-    }
-}
-
-/// Sends a message to `to`'s groups service.
-pub(crate) fn send(inner: &Arc<Inner>, to: NodeId, wire: Wire) {
-    let actors = Arc::downgrade(&inner.actors);
-    let service: ActorRef<Envelope> = ActorRef::new(to, Dest::Name(SERVICE.into()), actors);
-    let from = inner.router.id.clone();
-    if let Err(e) = service.try_send(Envelope { from, wire }) {
-        // Deltas lost here are repaired by the next delta or the digest.
-        inner.router.counters.groups_send_failed.inc();
-        tracing::debug!(error = %e, to = %service.node(), "groups message not sent");
     }
 }

@@ -56,7 +56,7 @@ mod driver;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::id::NodeId;
 use maquis_proto::groups::{Actor, GroupMsg};
@@ -147,24 +147,4 @@ pub(crate) enum Cmd {
     Stats {
         reply: oneshot::Sender<GroupStats>,
     },
-}
-
-/// The API's side of the service.
-pub(crate) struct Groups {
-    pub(crate) cmds: mpsc::Sender<Cmd>,
-}
-
-impl Groups {
-    /// A request; `Stopped` if the service is gone.
-    pub(crate) async fn ask<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> Cmd,
-    ) -> Result<T, GroupError> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(make(tx))
-            .await
-            .map_err(|_| GroupError::Stopped)?;
-        rx.await.map_err(|_| GroupError::Stopped)
-    }
 }

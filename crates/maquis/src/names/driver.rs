@@ -14,12 +14,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::{Cmd, Envelope, GlobalNameError, NameLost, SERVICE};
-use crate::actor::{ActorRef, Message};
+use crate::actor::Message;
 use crate::id::NodeId;
-use crate::node::{Inbox, Inner, Node};
-use crate::service::{deadline, sleep_until, Watches};
-use crate::wire::frame::Dest;
-use maquis_proto::names::{DirMsg, DirOutput, Directory, Entry, ReqId, Whereis};
+use crate::node::{Inner, Node};
+use crate::service::{send_to, Service, Watches};
+use maquis_proto::names::{DirOutput, Directory, Entry, ReqId, Whereis};
 
 type Lookup = oneshot::Sender<Result<Option<Entry<NodeId>>, GlobalNameError>>;
 
@@ -47,23 +46,17 @@ pub(crate) fn spawn(
     cmds: mpsc::Receiver<Cmd>,
     lost: broadcast::Sender<NameLost>,
 ) {
-    let me = inner.router.id.clone();
-    let cfg = inner.config.services.directory();
-    let events = inner.events.subscribe();
-    let service = node.spawn_fn(move |inbox: Inbox<Envelope>| {
-        let mut d = Driver {
-            dir: Directory::new(me, cfg),
-            inner,
-            registering: HashMap::new(),
-            looking: HashMap::new(),
-            watched: HashMap::new(),
-            holder: HashMap::new(),
-            watches: Watches::default(),
-            lost,
-        };
-        async move { d.run(inbox, cmds, events).await }
-    });
-    node.register_system(SERVICE, &service);
+    let driver = Driver {
+        dir: Directory::new(inner.router.id.clone(), inner.config.services.directory()),
+        inner,
+        registering: HashMap::new(),
+        looking: HashMap::new(),
+        watched: HashMap::new(),
+        holder: HashMap::new(),
+        watches: Watches::default(),
+        lost,
+    };
+    crate::service::spawn(node, SERVICE, driver, cmds);
 }
 
 /// Milliseconds of wall clock: the stamp that decides which of two registrations of one name
@@ -75,94 +68,51 @@ fn wall_ms() -> u64 {
         .unwrap_or(0)
 }
 
-impl Driver {
-    fn now(&self) -> Duration {
-        self.inner.router.started().elapsed()
+impl Service for Driver {
+    type Msg = Envelope;
+    type Cmd = Cmd;
+
+    fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
-    async fn run(
-        &mut self,
-        mut inbox: Inbox<Envelope>,
-        mut cmds: mpsc::Receiver<Cmd>,
-        mut events: broadcast::Receiver<crate::MembershipEvent>,
-    ) {
-        let members = self.inner.members_now();
-        self.dir.handle_members(self.now(), &members);
-        self.flush();
-        let shutdown = self.inner.router.shutdown.clone();
-        loop {
-            let at = deadline(&self.inner, self.dir.poll_timeout());
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                m = inbox.recv() => match m {
-                    Some(Envelope { from, msg }) => {
-                        let now = self.now();
-                        self.dir.handle_message(now, from, msg);
-                    }
-                    None => return,
-                },
-                c = cmds.recv() => match c {
-                    Some(c) => self.command(c),
-                    None => return,
-                },
-                e = events.recv() => match e {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        let members = self.inner.members_now();
-                        let now = self.now();
-                        self.dir.handle_members(now, &members);
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-                id = self.watches.next() => self.actor_down(id),
-                () = sleep_until(at) => {
-                    let now = self.now();
-                    self.dir.handle_timeout(now);
-                }
-            }
-            self.flush();
-        }
+    fn watches(&mut self) -> &mut Watches {
+        &mut self.watches
     }
 
-    fn command(&mut self, c: Cmd) {
-        let now = self.now();
-        match c {
-            Cmd::Register {
-                name,
-                actor,
-                target,
-                reply,
-            } => {
-                let req = self.dir.register(now, &name, target, wall_ms());
-                self.registering.insert(req, (name, actor, reply));
-            }
-            Cmd::Unregister { name, reply } => {
-                let held = self.dir.unregister(&name);
-                self.forget(&name);
-                let _ = reply.send(held);
-            }
-            Cmd::Whereis { name, reply } => match self.dir.whereis(now, &name) {
-                Whereis::Now(e) => {
-                    let _ = reply.send(Ok(e));
-                }
-                Whereis::Asked(req) => {
-                    self.looking.insert(req, reply);
-                }
-                Whereis::Failed(e) => {
-                    let _ = reply.send(Err(GlobalNameError::from_lookup(e)));
-                }
-            },
-            Cmd::Invalidate { name } => self.dir.invalidate(&name),
-            Cmd::Stats { reply } => {
-                let _ = reply.send(self.dir.stats());
-            }
-        }
+    fn next_timeout(&self) -> Option<Duration> {
+        self.dir.poll_timeout()
+    }
+
+    fn on_members(&mut self, now: Duration, members: &[NodeId]) {
+        self.dir.handle_members(now, members);
+    }
+
+    async fn on_message(&mut self, now: Duration, Envelope { from, msg }: Envelope) {
+        self.dir.handle_message(now, from, msg);
+    }
+
+    async fn on_command(&mut self, now: Duration, c: Cmd) {
+        self.command(now, c);
+    }
+
+    fn on_actor_down(&mut self, _now: Duration, id: u64) {
+        self.actor_down(id);
+    }
+
+    fn on_timeout(&mut self, now: Duration) {
+        self.dir.handle_timeout(now);
     }
 
     /// Carries out what the machine produced.
     fn flush(&mut self) {
         while let Some(out) = self.dir.poll_output() {
             match out {
-                DirOutput::Send { to, msg } => self.send(to, msg),
+                DirOutput::Send { to, msg } => {
+                    let from = self.inner.router.id.clone();
+                    let failed = &self.inner.router.counters.names_send_failed;
+                    send_to(&self.inner, to, SERVICE, Envelope { from, msg }, failed);
+                }
                 DirOutput::Registered { req, result } => {
                     let Some((name, actor, reply)) = self.registering.remove(&req) else {
                         continue;
@@ -194,17 +144,40 @@ impl Driver {
             }
         }
     }
+}
 
-    /// Sends a directory message to `to`'s service.
-    fn send(&self, to: NodeId, msg: DirMsg<NodeId>) {
-        let actors = Arc::downgrade(&self.inner.actors);
-        let service: ActorRef<Envelope> = ActorRef::new(to, Dest::Name(SERVICE.into()), actors);
-        let from = self.inner.router.id.clone();
-        if let Err(e) = service.try_send(Envelope { from, msg }) {
-            // Requests are sent again until answered; a copy to a replica is repaired by the
-            // owner's next assertion.
-            self.inner.router.counters.names_send_failed.inc();
-            tracing::debug!(error = %e, to = %service.node(), "directory message not sent");
+impl Driver {
+    fn command(&mut self, now: Duration, c: Cmd) {
+        match c {
+            Cmd::Register {
+                name,
+                actor,
+                target,
+                reply,
+            } => {
+                let req = self.dir.register(now, &name, target, wall_ms());
+                self.registering.insert(req, (name, actor, reply));
+            }
+            Cmd::Unregister { name, reply } => {
+                let held = self.dir.unregister(&name);
+                self.forget(&name);
+                let _ = reply.send(held);
+            }
+            Cmd::Whereis { name, reply } => match self.dir.whereis(now, &name) {
+                Whereis::Now(e) => {
+                    let _ = reply.send(Ok(e));
+                }
+                Whereis::Asked(req) => {
+                    self.looking.insert(req, reply);
+                }
+                Whereis::Failed(e) => {
+                    let _ = reply.send(Err(GlobalNameError::from_lookup(e)));
+                }
+            },
+            Cmd::Invalidate { name } => self.dir.invalidate(&name),
+            Cmd::Stats { reply } => {
+                let _ = reply.send(self.dir.stats());
+            }
         }
     }
 

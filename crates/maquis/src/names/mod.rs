@@ -63,7 +63,7 @@ use std::fmt;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
 use crate::id::NodeId;
 use maquis_proto::names::{Entry, LookupError, RegisterError};
@@ -204,21 +204,6 @@ pub(crate) enum Cmd {
 
 /// The API's side of the service.
 pub(crate) struct Names {
-    pub(crate) cmds: mpsc::Sender<Cmd>,
+    pub(crate) queue: crate::service::Queue<Cmd>,
     pub(crate) lost: broadcast::Sender<NameLost>,
-}
-
-impl Names {
-    /// A request; `Stopped` if the service is gone.
-    pub(crate) async fn ask<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<T>) -> Cmd,
-    ) -> Result<T, GlobalNameError> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds
-            .send(make(tx))
-            .await
-            .map_err(|_| GlobalNameError::Stopped)?;
-        rx.await.map_err(|_| GlobalNameError::Stopped)
-    }
 }

@@ -43,13 +43,15 @@ impl Node {
         let name = name.to_string();
         self.inner
             .names
+            .queue
             .ask(|reply| Cmd::Register {
                 name,
                 actor: id,
                 target,
                 reply,
             })
-            .await?
+            .await
+            .ok_or(GlobalNameError::Stopped)?
     }
 
     /// Releases a global name this node holds; returns whether it held it.
@@ -57,6 +59,7 @@ impl Node {
         let name = name.to_string();
         self.inner
             .names
+            .queue
             .ask(|reply| Cmd::Unregister { name, reply })
             .await
             .unwrap_or(false)
@@ -76,8 +79,10 @@ impl Node {
         let entry = self
             .inner
             .names
+            .queue
             .ask(|reply| Cmd::Whereis { name: owned, reply })
-            .await??;
+            .await
+            .ok_or(GlobalNameError::Stopped)??;
         let Some(entry) = entry else {
             return Ok(None);
         };
@@ -102,6 +107,7 @@ impl Node {
         let _ = self
             .inner
             .names
+            .queue
             .cmds
             .send(Cmd::Invalidate {
                 name: name.to_string(),
@@ -120,6 +126,11 @@ impl Node {
     /// The directory's counters on this node (names stored, cached, lookups served locally,
     /// conflicts, timeouts, ...).
     pub async fn directory_stats(&self) -> Result<DirStats, GlobalNameError> {
-        self.inner.names.ask(|reply| Cmd::Stats { reply }).await
+        self.inner
+            .names
+            .queue
+            .ask(|reply| Cmd::Stats { reply })
+            .await
+            .ok_or(GlobalNameError::Stopped)
     }
 }

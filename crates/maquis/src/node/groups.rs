@@ -34,7 +34,8 @@ impl Node {
                 actor,
                 reply,
             })
-            .await?
+            .await
+            .ok_or(GroupError::Stopped)?
     }
 
     /// A local actor leaves `group`; whether it was in it.
@@ -88,7 +89,8 @@ impl Node {
             .inner
             .groups
             .ask(|reply| Cmd::Members { group: g, reply })
-            .await?;
+            .await
+            .ok_or(GroupError::Stopped)?;
         let ty = fingerprint::<M>();
         Ok(all
             .into_iter()
@@ -211,6 +213,10 @@ impl Node {
 
     /// The groups machine's counters on this node.
     pub async fn group_stats(&self) -> Result<GroupStats, GroupError> {
-        self.inner.groups.ask(|reply| Cmd::Stats { reply }).await
+        self.inner
+            .groups
+            .ask(|reply| Cmd::Stats { reply })
+            .await
+            .ok_or(GroupError::Stopped)
     }
 }

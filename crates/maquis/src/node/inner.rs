@@ -61,7 +61,7 @@ pub(crate) struct Inner {
     /// The actor kinds and functions other nodes may use here.
     pub(crate) remote: crate::remote::Registry,
     /// The groups service's queue.
-    pub(crate) groups: crate::groups::Groups,
+    pub(crate) groups: crate::service::Queue<crate::groups::Cmd>,
 }
 
 impl Inner {

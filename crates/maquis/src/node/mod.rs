@@ -191,11 +191,11 @@ impl Node {
             listener_task: Mutex::new(None),
             app_metrics: Mutex::new(Vec::new()),
             names: crate::names::Names {
-                cmds: names_tx,
+                queue: crate::service::Queue { cmds: names_tx },
                 lost: lost.clone(),
             },
             remote: crate::remote::Registry::new(config.services.max_rpc_tasks),
-            groups: crate::groups::Groups { cmds: groups_tx },
+            groups: crate::service::Queue { cmds: groups_tx },
             config,
         });
         let accept = tokio::spawn(crate::transport::listener::run(inner.clone(), listener));

@@ -27,6 +27,20 @@ pub fn init_tracing() {
     }
 }
 
+/// A peer-to-peer test node: small views (most pairs are not neighbours), fast shuffles and
+/// member heartbeats.
+pub fn p2p(name: &str) -> Config {
+    let mut c = config(name).overlay(maquis::config::PeerToPeerOptions {
+        active_size: 3,
+        passive_size: 6,
+        shuffle_period_ms: 400,
+        ..maquis::config::PeerToPeerOptions::default()
+    });
+    c.broadcast.member_heartbeat_ms = 250;
+    c.broadcast.member_timeout_ms = 2000;
+    c
+}
+
 pub async fn start(name: &str) -> Node {
     init_tracing();
     Node::start(config(name)).await.expect("node starts")
