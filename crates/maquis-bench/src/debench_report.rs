@@ -144,7 +144,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
         "- Computation times are scaled down to fit the machine: 10, 100 and 1,000 µs where the paper used 10 µs, 1 ms and 1 s. On 2 cores the total throughput cannot grow with the node count; what matters is throughput per CPU-second, the ratios, and each command's latency against cluster size.");
     let _ = writeln!(
         r,
-        "- `ops_per_s`: successful commands over the measurement's wall time, all nodes; `cpu_s`: CPU time of all the system's processes over the measurement (from `/proc`; Erlang's `epmd` is not counted); latencies from logarithmic buckets 2% wide.\n"
+        "- `ops_per_s`: successful commands over the measurement's wall time, all nodes; `cpu_s`: CPU time of all the system's processes from the start of the measurement until they are back at rest (from `/proc`; work the window started and left unfinished — spawned computations still queued — is the system's cost too; the cost of being at rest, measured for 1 s before each cell, is not counted for the time waited after the window; Erlang's `epmd` is not counted); latencies from logarithmic buckets 2% wide.\n"
     );
 
     let systems: Vec<String> = run.systems.iter().map(|s| s.to_string()).collect();
