@@ -130,6 +130,9 @@ pub struct Cell {
     pub errors: u64,
     /// Per command kind.
     pub commands: BTreeMap<String, CommandSummary>,
+    /// What the runtime's counters rose by over the measurement, all nodes (Maquis only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, u64>,
 }
 
 /// The grid of workloads of the selected series.
@@ -426,6 +429,12 @@ impl Cluster {
                 all.entry(k.clone()).or_default().merge(s);
             }
         }
+        let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+        for r in &results {
+            for (k, v) in &r.counters {
+                *counters.entry(k.clone()).or_insert(0) += v;
+            }
+        }
         let ops: u64 = all.values().map(|s| s.count).sum();
         let errors = all.values().map(|s| s.errors).sum();
         let commands = all
@@ -459,6 +468,7 @@ impl Cluster {
             ops_per_cpu_s: if cpu_s > 0.0 { ops as f64 / cpu_s } else { 0.0 },
             errors,
             commands,
+            counters,
         })
     }
 

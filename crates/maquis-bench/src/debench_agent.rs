@@ -183,7 +183,19 @@ impl Go {
     }
 }
 
+/// The runtime's counters of all `nodes`, added up.
+fn counters(nodes: &[Node]) -> BTreeMap<String, u64> {
+    let mut sum = BTreeMap::new();
+    for n in nodes {
+        for (k, v) in n.counters().snapshot() {
+            *sum.entry(k).or_insert(0) += v;
+        }
+    }
+    sum
+}
+
 async fn measure(nodes: &[Node], total: usize, go: &Go) -> NodeResult {
+    let before = counters(nodes);
     let cpu0 = crate::stats::cpu_seconds();
     let t0 = Instant::now();
     let until = t0 + Duration::from_secs(go.seconds);
@@ -211,10 +223,18 @@ async fn measure(nodes: &[Node], total: usize, go: &Go) -> NodeResult {
             all.entry(k).or_default().merge(&s);
         }
     }
+    let rose = counters(nodes)
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let d = v.saturating_sub(before.get(&k).copied().unwrap_or(0));
+            (d > 0).then_some((k, d))
+        })
+        .collect();
     NodeResult {
         seconds: t0.elapsed().as_secs_f64(),
         cpu_s: crate::stats::cpu_seconds() - cpu0,
         commands: all,
+        counters: rose,
     }
 }
 

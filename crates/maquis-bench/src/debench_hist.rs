@@ -98,6 +98,10 @@ pub struct NodeResult {
     pub cpu_s: f64,
     /// Per command kind.
     pub commands: BTreeMap<String, KindStats>,
+    /// What the runtime's counters rose by over the measurement, all the process's nodes
+    /// together (Maquis only: routed messages dropped, sends that failed, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, u64>,
 }
 
 #[cfg(test)]

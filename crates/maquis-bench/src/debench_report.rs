@@ -257,12 +257,26 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
                 .iter()
                 .find_map(|(k, s)| s.first_error.as_ref().map(|e| format!("{k}: {e}")))
                 .unwrap_or_default();
+            // What the runtime counted meanwhile: where routed messages died, sends that failed.
+            let counted: Vec<String> = c
+                .counters
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("routed_") || k.ends_with("_failed") || *k == "control_drops"
+                })
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
             format!(
-                "- {} at {} nodes, {}: {} errors {first}",
+                "- {} at {} nodes, {}: {} errors {first}{}",
                 label(c),
                 c.nodes,
                 describe(&c.workload),
-                c.errors
+                c.errors,
+                if counted.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (counters: {})", counted.join(", "))
+                }
             )
         })
         .collect();
