@@ -151,6 +151,22 @@ fn register_whereis_unregister_across_five_nodes() {
         assert_eq!(net.whereis(n, "svc"), None, "through n{n}");
     }
     assert_eq!(net.register(2, "svc", 12), Ok(()));
+
+    // An owner that is neither home nor replica: its release, relayed by the home, removes
+    // the replicas' copies too (a deletion names the owner, not the home that relays it).
+    let reps = net.dirs[0].replicas("svc2");
+    let owner = (0..5)
+        .find(|n| !reps.contains(&id(*n)))
+        .expect("5 nodes, 3 replicas");
+    assert_eq!(net.register(owner, "svc2", 20), Ok(()));
+    assert!(reps
+        .iter()
+        .all(|r| net.dirs[r.index as usize].stored("svc2").is_some()));
+    assert!(net.dirs[owner as usize].unregister("svc2"));
+    net.run();
+    for n in 0..5 {
+        assert_eq!(net.dirs[n as usize].stored("svc2"), None, "copy on n{n}");
+    }
 }
 
 #[test]

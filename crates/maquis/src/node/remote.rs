@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
 
 use super::Node;
-use crate::actor::{fingerprint, ActorRef, Message, Monitor};
+use crate::actor::{fingerprint, ActorRef, Message, Monitor, ReplyTo};
 use crate::remote::{
     CallFailure, Function, Kind, Refusal, RpcError, RpcReq, SpawnError, SpawnReq, RPC_SERVICE,
     SPAWN_SERVICE,
@@ -105,23 +105,18 @@ impl Node {
         let args = crate::encode(args)
             .map(Bytes::from)
             .map_err(|e| SpawnError::BadArgs(e.to_string()))?;
-        let service: ActorRef<SpawnReq> = self
-            .remote(on, SPAWN_SERVICE)
-            .ok_or_else(|| SpawnError::NodeDown(on.to_string()))?;
-        let answer = service
-            .call(
-                |reply| SpawnReq {
-                    kind: kind.to_string(),
-                    args,
-                    ty_args: fingerprint::<A>(),
-                    ty_msg: fingerprint::<M>(),
-                    link,
-                    reply,
-                },
-                timeout,
-            )
+        let make = |reply| SpawnReq {
+            kind: kind.to_string(),
+            args,
+            ty_args: fingerprint::<A>(),
+            ty_msg: fingerprint::<M>(),
+            link,
+            reply,
+        };
+        let answer = self
+            .call_service(on, SPAWN_SERVICE, make, timeout)
             .await
-            .map_err(|e| match CallFailure::from(e) {
+            .map_err(|e| match e {
                 CallFailure::NodeDown => SpawnError::NodeDown(on.to_string()),
                 CallFailure::Timeout => SpawnError::Timeout,
                 CallFailure::Other(e) => SpawnError::Failed(e),
@@ -161,22 +156,17 @@ impl Node {
         let args = crate::encode(args)
             .map(Bytes::from)
             .map_err(|e| RpcError::BadArgs(e.to_string()))?;
-        let service: ActorRef<RpcReq> = self
-            .remote(on, RPC_SERVICE)
-            .ok_or_else(|| RpcError::NodeDown(on.to_string()))?;
-        let answer = service
-            .call(
-                |reply| RpcReq {
-                    name: name.to_string(),
-                    args,
-                    ty_args: fingerprint::<A>(),
-                    ty_ret: fingerprint::<R>(),
-                    reply,
-                },
-                timeout,
-            )
+        let make = |reply| RpcReq {
+            name: name.to_string(),
+            args,
+            ty_args: fingerprint::<A>(),
+            ty_ret: fingerprint::<R>(),
+            reply,
+        };
+        let answer = self
+            .call_service(on, RPC_SERVICE, make, timeout)
             .await
-            .map_err(|e| match CallFailure::from(e) {
+            .map_err(|e| match e {
                 CallFailure::NodeDown => RpcError::NodeDown(on.to_string()),
                 CallFailure::Timeout => RpcError::Timeout,
                 CallFailure::Other(e) => RpcError::Transport(e),
@@ -195,6 +185,19 @@ impl Node {
             Err(Refusal::Exited) => Err(RpcError::Failed("exited".into())),
             Err(Refusal::Failed(e)) => Err(RpcError::Failed(e)),
         }
+    }
+
+    /// Calls the runtime service `service` on member `on`; a node that is not a member is
+    /// `NodeDown`, as one that goes down before it answers.
+    async fn call_service<Q: Message, T: Message>(
+        &self,
+        on: &str,
+        service: &str,
+        make: impl FnOnce(ReplyTo<T>) -> Q,
+        timeout: Duration,
+    ) -> Result<T, CallFailure> {
+        let target: ActorRef<Q> = self.remote(on, service).ok_or(CallFailure::NodeDown)?;
+        target.call(make, timeout).await.map_err(CallFailure::from)
     }
 
     pub(crate) fn kind(&self, name: &str) -> Option<Arc<Kind>> {
