@@ -56,6 +56,8 @@ counters! {
     routed_no_route: "routed messages dropped because this node knew no way on",
     routed_queue_full: "routed messages dropped because the next hop's lane stayed full",
     routed_invalid: "routed messages dropped because their lane or header made no sense here",
+    unsent_resent: "frames a dropped connection left unwritten, sent again by another way",
+    unsent_dropped: "frames a dropped connection left unwritten that found no other way in time (calls among them fail at once)",
     subscription_drops: "broadcast messages dropped from full topic subscriptions (oldest first)",
     names_send_failed: "directory messages not sent (no connection or route, or a full queue); requests are sent again",
     names_lost: "global names of this node that lost a conflict when a partition healed",

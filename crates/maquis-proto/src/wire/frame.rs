@@ -295,6 +295,17 @@ fn write_head(
     Ok(())
 }
 
+/// Decodes the header of a head that [`encode_head`] wrote (the frame's prefix and header,
+/// without its payload): how a sender reads back a frame it queued but could not write.
+pub fn decode_head(head: &[u8]) -> Result<Header, WireError> {
+    let Some(&[hi, lo]) = head.get(4..PREFIX) else {
+        return Err(WireError::Truncated);
+    };
+    let end = PREFIX + usize::from(u16::from_be_bytes([hi, lo]));
+    let bytes = head.get(PREFIX..end).ok_or(WireError::Truncated)?;
+    decode_exact(bytes)
+}
+
 /// Encodes a whole frame, copying the payload: for tests and small frames.
 pub fn encode_frame(
     header: &Header,
@@ -808,6 +819,14 @@ mod tests {
             prop_assert!(fed.error.is_none());
             prop_assert_eq!(&got, &expected);
             prop_assert!(fed.rest.is_empty());
+        }
+
+        #[test]
+        fn a_head_reads_back_as_its_header(header in any::<Header>(), len in 0usize..1 << 20) {
+            let mut head = BytesMut::new();
+            encode_head(&header, len, DEFAULT_MAX_FRAME, &mut head).unwrap();
+            prop_assert_eq!(decode_head(&head).unwrap(), header);
+            prop_assert!(decode_head(&head[..head.len() - 1]).is_err());
         }
 
         #[test]

@@ -12,8 +12,8 @@ use bytes::BytesMut;
 
 pub use auth::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError};
 pub use frame::{
-    encode_frame, encode_head, ActorHeader, Dest, DownReason, Frame, FrameDecoder, Header,
-    ReplyStatus, DEFAULT_MAX_FRAME,
+    decode_head, encode_frame, encode_head, ActorHeader, Dest, DownReason, Frame, FrameDecoder,
+    Header, ReplyStatus, DEFAULT_MAX_FRAME,
 };
 pub use handshake::{
     check_hello_version, encode_handshake, new_nonce, HandshakeDecoder, HandshakeMsg, Nonce, Proof,

@@ -213,6 +213,11 @@ impl Actors {
         self.reliable.node_gone(node);
     }
 
+    /// A call of this node whose request could not be delivered fails with `why` now.
+    pub(crate) fn fail_call(&self, call: u64, why: String) {
+        self.calls.complete(call, CallOutcome::Failed(why));
+    }
+
     /// Sends a watch request on the lane the current actor's messages to `target` take, so a
     /// monitor set up before a send is in place when that message arrives.
     pub(crate) fn send_monitor(&self, to: &NodeId, watch: u64, target: Dest) {

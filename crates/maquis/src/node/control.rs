@@ -258,10 +258,11 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
                     .store(inner.router.now_us(), Ordering::Relaxed);
                 tracing::info!(peer = %peer, "peer connected");
                 m.handle_connected(now, &peer);
+                inner.router.peer_up();
             }
         }
         Control::LaneDown { peer, slot } => {
-            tracing::debug!(%peer, slot, "lane down; redialing");
+            tracing::trace!(node = %inner.router.id.name, %peer, slot, "lane down");
         }
         Control::DialFailed { peer, slot, error } => {
             if slot == inner.router.dispatch.membership_slot() {
@@ -325,7 +326,7 @@ fn execute(d: &mut Driver, m: &mut Membership) {
                 }
             }
             Output::Members(members) => {
-                *inner.members.write().unwrap_or_else(|e| e.into_inner()) = members;
+                inner.router.set_members(members);
             }
             Output::Neighbors(nbrs) => {
                 *inner.neighbors.write().unwrap_or_else(|e| e.into_inner()) = nbrs;
@@ -390,7 +391,7 @@ fn peer_down(d: &mut Driver, m: &mut Membership, peer: &NodeId, reason: &str) {
             tracing::info!(%peer, %reason, "peer down");
         }
     } else if let Some(p) = &removed {
-        tracing::debug!(%peer, %reason, "connection closed");
+        tracing::debug!(node = %inner.router.id.name, %peer, %reason, "connection closed");
         if bye {
             // The peer closed it because its views changed: what is queued for it (replies,
             // forwarded messages) is still written, its end reads until it cuts the connection.

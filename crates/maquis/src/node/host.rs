@@ -58,6 +58,10 @@ impl Host for Inner {
         self.router.now_us()
     }
 
+    fn dials_on_demand(&self) -> bool {
+        self.router.liveness == crate::overlay::Liveness::Membership
+    }
+
     fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, PeerRefused> {
         self.peer_get_or_create(id)
     }

@@ -40,8 +40,6 @@ pub(crate) struct Inner {
     /// The node's actors.
     pub(crate) actors: Arc<Actors>,
     pub(crate) overlay_name: &'static str,
-    /// The members, sorted (by name first), shared with the control loop that sets them.
-    pub(crate) members: RwLock<Arc<Vec<NodeId>>>,
     /// The nodes broadcast runs over (the overlay's neighbours), as the control loop last set.
     pub(crate) neighbors: RwLock<Vec<NodeId>>,
     /// Local broadcast subscribers.
@@ -67,10 +65,7 @@ pub(crate) struct Inner {
 impl Inner {
     /// The members as the control loop last published them (sorted).
     pub(crate) fn members_now(&self) -> Arc<Vec<NodeId>> {
-        self.members
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.router.members()
     }
 
     /// Finds or creates the peer for `id`, with a dialer per lane. A newer incarnation
@@ -120,6 +115,10 @@ impl Inner {
                 peer.rtt_us.store(rtt, Ordering::Relaxed);
             }
             Header::Bye => {
+                // From now on sends take another way, and its lanes, which it closes after
+                // this, are not dialed again.
+                peer.said_bye.store(true, Ordering::Release);
+                peer.up.store(false, Ordering::Release);
                 let _ = self
                     .control
                     .send(Control::Bye {

@@ -158,7 +158,7 @@ impl Node {
         );
         let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
         let (events, _) = broadcast::channel(config.node.event_buffer);
-        let router = Arc::new(Router::new(
+        let (router, unsent) = Router::new(
             id.clone(),
             Dispatcher::new(config.transport.channel_specs(), config.transport.affinity),
             liveness,
@@ -168,7 +168,8 @@ impl Node {
                 node_queue_bytes: config.transport.node_queue_bytes,
                 hop_limit: config.broadcast.hop_limit,
             },
-        ));
+        );
+        let router = Arc::new(router);
         let actors = Arc::new(Actors::new(router.clone(), config.node.mailbox_capacity));
         let (names_tx, names_rx) = mpsc::channel(crate::names::COMMAND_QUEUE);
         let (lost, _) = broadcast::channel(config.node.event_buffer);
@@ -179,7 +180,6 @@ impl Node {
             router,
             actors,
             overlay_name,
-            members: RwLock::new(Arc::new(vec![id.clone()])),
             neighbors: RwLock::new(Vec::new()),
             topics: Default::default(),
             events,
@@ -205,6 +205,11 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner()) = Some(accept);
         tokio::spawn(control::run(inner.clone(), machine, control_rx));
         tokio::spawn(heartbeats(inner.clone()));
+        if let Some(rx) = unsent {
+            let actors = inner.actors.clone();
+            let fail = move |call, why| actors.fail_call(call, why);
+            tokio::spawn(inner.router.clone().run_unsent(rx, fail));
+        }
         tokio::spawn(crate::actor::run_reliable_timers(
             inner.actors.clone(),
             inner.router.shutdown.clone(),

@@ -75,6 +75,9 @@ use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE
 use crate::wire::WireError;
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
 
+/// Why a reader ended when the other end closed its side cleanly.
+const END_OF_STREAM: &str = "end of stream";
+
 /// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
 const READ_BUFFER: usize = 64 * 1024;
 
@@ -400,16 +403,12 @@ pub(crate) async fn install<H: Host>(
         return;
     }
     let (read, write) = stream.into_split();
-    let info = ConnInfo {
-        id: inner.next_conn_id(),
-        dialed_by_me,
-        cancel: peer.abort.child_token(),
-    };
+    let info = ConnInfo::new(inner.next_conn_id(), dialed_by_me, peer.abort.child_token());
     peer.max_frame.store(max_frame, Ordering::Relaxed);
     let lane = &peer.lanes[slot];
     let limit = usize::try_from(max_frame).unwrap_or(usize::MAX);
-    lane.install(info.clone(), write, limit);
-    tracing::debug!(peer = %peer.id, lane = %lane.id, dialed_by_me, "lane connected");
+    let replaced = lane.install(info.clone(), write, limit);
+    tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, dialed_by_me, ?replaced, "lane connected");
     tokio::spawn(read_loop(inner.clone(), peer.clone(), slot, read, info));
     peer.changed.notify_waiters();
     inner
@@ -456,12 +455,18 @@ async fn read_loop<H: Host>(
                 tracing::warn!(peer = %peer.id, lane = %lane.id, error = %e, "bad frame; closing the connection");
                 break e.to_string();
             }
-            None => break "end of stream".to_string(),
+            None => break END_OF_STREAM.to_string(),
         }
     };
-    info.cancel.cancel();
+    if reason == END_OF_STREAM {
+        // The other end closed its side on purpose: the write in progress here still goes out
+        // (it reads until it cuts the connection), then the writer lets the connection go.
+        info.ended.cancel();
+    } else {
+        info.cancel.cancel();
+    }
     if lane.clear(info.id) {
-        tracing::debug!(peer = %peer.id, lane = %lane.id, %reason, "lane disconnected");
+        tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, %reason, "lane disconnected");
         peer.changed.notify_waiters();
         inner
             .on_lane(LaneEvent::Down {

@@ -1,4 +1,6 @@
 //! The dialer of one lane: whenever the lane has no connection, dial with exponential backoff.
+//! On overlays where most connections are short-lived (see [`Host::dials_on_demand`]), a data
+//! lane is dialed only when it has a frame to carry; the membership lane always at once.
 //!
 //! Both nodes may dial the same lane; the tie winner (see `NodeId::wins_tie_against`) dials at
 //! once, the other waits `transport.reconnect_min_ms` first, so that usually only one dial happens
@@ -18,6 +20,7 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
     let min = Duration::from_millis(inner.config().transport.reconnect_min_ms);
     let max = Duration::from_millis(inner.config().transport.reconnect_max_ms);
     let winner = inner.id().wins_tie_against(&peer.id);
+    let on_demand = inner.dials_on_demand() && slot != inner.dispatch().membership_slot();
     let mut delay = if winner { Duration::ZERO } else { min };
     loop {
         // Wait while the lane is connected.
@@ -34,6 +37,24 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
                 _ = &mut changed => {}
             }
         }
+        if peer.said_bye.load(std::sync::atomic::Ordering::Acquire) {
+            // The peer closed its connections on purpose: not dialed again (the control loop
+            // drops the peer; a new one is dialed if the overlay wants it back).
+            tokio::select! {
+                _ = peer.abort.cancelled() => return,
+                _ = peer.close.cancelled() => return,
+            }
+        }
+        if on_demand {
+            tokio::select! {
+                _ = peer.abort.cancelled() => return,
+                _ = peer.close.cancelled() => return,
+                _ = lane.wanted() => {}
+            }
+            if lane.is_connected() {
+                continue;
+            }
+        }
         if !delay.is_zero() {
             tokio::select! {
                 _ = peer.abort.cancelled() => return,
@@ -46,9 +67,11 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
             continue;
         }
         set_dialing(&peer, slot, true);
+        // A graceful close lets a dial in flight finish (the other end may already have taken
+        // the connection and written to it): the connection is installed, and closed as the
+        // peer's others are, after what the other end sent has been read.
         let result = tokio::select! {
             _ = peer.abort.cancelled() => return,
-            _ = peer.close.cancelled() => return,
             r = conn::dial(&*inner, peer.id.addr, &lane.id, Some(&peer.id)) => r,
         };
         set_dialing(&peer, slot, false);

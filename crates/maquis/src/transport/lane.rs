@@ -4,8 +4,10 @@
 //! The queue is bounded in bytes by a semaphore: a frame holds permits for its size (capped at
 //! the lane's capacity, so one frame larger than the queue still goes, alone) until it has been
 //! written. `try_send` fails with `Backpressure` when the permits are not there; `send` waits.
-//! Frames queued while the lane is disconnected wait for the next connection; when the peer is
-//! dropped they are discarded and counted in `dropped`.
+//! Frames queued while the lane is disconnected wait for the next connection. When the peer is
+//! dropped, the frames never written go back to the router through the writer's [`UnsentSink`]
+//! (on overlays with routes, where another way may exist), or are discarded and counted in
+//! `dropped`.
 
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,12 +15,12 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::WriteHalf;
 use crate::error::SendError;
-use crate::id::LaneId;
+use crate::id::{LaneId, NodeId};
 
 /// Payloads up to this size are copied next to their header so that a batch of small frames
 /// becomes one buffer; larger payloads are written from their own buffer (never copied).
@@ -36,6 +38,29 @@ pub(crate) struct OutFrame {
     pub payload: Bytes,
     _permit: OwnedSemaphorePermit,
     _node_permit: OwnedSemaphorePermit,
+}
+
+/// Frames a lane's writer ended with and never wrote (its peer was dropped), still holding
+/// their queue permits: the router sends them another way.
+pub(crate) struct Unsent {
+    /// The peer they were queued for.
+    pub peer: NodeId,
+    /// The lane slot they were queued on.
+    pub slot: usize,
+    /// The frames, in queue order.
+    pub frames: Vec<OutFrame>,
+}
+
+/// Where a lane's writer hands the frames it could not write. Bounded: when it is full the
+/// frames are discarded and counted in the lane's `dropped`.
+#[derive(Clone)]
+pub(crate) struct UnsentSink {
+    /// The lane's peer.
+    pub peer: NodeId,
+    /// The lane's slot.
+    pub slot: usize,
+    /// The router's queue of unsent frames.
+    pub tx: mpsc::Sender<Unsent>,
 }
 
 /// The bytes all the lanes of a node may hold queued together (`transport.node_queue_bytes`): every
@@ -91,6 +116,21 @@ pub(crate) struct ConnInfo {
     pub dialed_by_me: bool,
     /// Cancelling it closes the connection (reader and writer).
     pub cancel: CancellationToken,
+    /// Cancelled when the other end has finished writing (a clean end of stream): the writer
+    /// finishes the write in progress, then lets the connection go.
+    pub ended: CancellationToken,
+}
+
+impl ConnInfo {
+    /// A connection's info; `cancel` closes it.
+    pub(crate) fn new(id: u64, dialed_by_me: bool, cancel: CancellationToken) -> Self {
+        ConnInfo {
+            id,
+            dialed_by_me,
+            cancel,
+            ended: CancellationToken::new(),
+        }
+    }
 }
 
 /// Connection state of a lane, guarded by a mutex; see [`Lane::offer_incoming`].
@@ -108,6 +148,8 @@ pub(crate) struct ConnHandle {
     pub writer: WriteHalf,
     /// Fires when the connection dies (either half).
     pub cancel: CancellationToken,
+    /// Fires when the other end has finished writing (see [`ConnInfo::ended`]).
+    pub ended: CancellationToken,
     /// The largest frame the other end accepts (from the handshake).
     pub max_frame: usize,
 }
@@ -130,6 +172,9 @@ pub(crate) struct Lane {
     /// Connection state.
     pub state: Mutex<LaneState>,
     connected: AtomicBool,
+    /// Signalled when a frame is queued while the lane has no connection (a dialer that dials
+    /// on demand waits for it).
+    demand: Notify,
     tx: mpsc::UnboundedSender<OutFrame>,
     budget: Arc<Semaphore>,
     capacity: u32,
@@ -169,6 +214,7 @@ impl Lane {
             metrics: LaneMetrics::default(),
             state: Mutex::new(LaneState::default()),
             connected: AtomicBool::new(false),
+            demand: Notify::new(),
             tx,
             budget: Arc::new(Semaphore::new(capacity as usize)),
             capacity,
@@ -183,6 +229,11 @@ impl Lane {
         self.connected.load(Ordering::Acquire)
     }
 
+    /// Whether the lane takes no more frames: its peer was dropped (closed or aborted).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
     /// Marks the lane (dis)connected.
     pub(crate) fn set_connected(&self, on: bool) {
         self.connected.store(on, Ordering::Release);
@@ -191,6 +242,19 @@ impl Lane {
     /// Bytes queued and not yet written.
     pub(crate) fn queued_bytes(&self) -> u64 {
         (self.capacity as u64).saturating_sub(self.budget.available_permits() as u64)
+    }
+
+    /// Waits until the lane has a connection or a frame waiting for one.
+    pub(crate) async fn wanted(&self) {
+        loop {
+            let demand = self.demand.notified();
+            tokio::pin!(demand);
+            demand.as_mut().enable();
+            if self.is_connected() || self.queued_bytes() > 0 {
+                return;
+            }
+            demand.await;
+        }
     }
 
     /// Queues a frame, waiting for room (in the lane, then in the node's budget); see
@@ -247,7 +311,11 @@ impl Lane {
                 _permit: permit,
                 _node_permit: node_permit,
             })
-            .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))
+            .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))?;
+        if !self.is_connected() {
+            self.demand.notify_one();
+        }
+        Ok(())
     }
 
     /// Decides on an authenticated incoming connection (the lane's tie-break rule): with no
@@ -284,11 +352,23 @@ impl Lane {
         let handle = ConnHandle {
             writer,
             cancel: info.cancel,
+            ended: info.ended,
             max_frame,
         };
-        if self.conn_tx.try_send(handle).is_err() {
-            // The writer is gone (peer dropped) or lagging by several connections: close it.
-            info_cancel(&self.state);
+        match self.conn_tx.try_send(handle) {
+            Ok(()) => {}
+            // The writer is gone: the peer was closed while this connection was being set up.
+            // This end writes nothing on it: its write side is shut, and its reader goes on
+            // until the other end has done the same (or the peer is cut), so that what the
+            // other end wrote on it is read.
+            Err(mpsc::error::TrySendError::Closed(mut handle)) => {
+                tokio::spawn(async move {
+                    let _ = handle.writer.shutdown().await;
+                });
+            }
+            // The writer lags by several connections: this one is closed (its dialer tries
+            // again).
+            Err(mpsc::error::TrySendError::Full(handle)) => handle.cancel.cancel(),
         }
         old.map(|o| o.id)
     }
@@ -306,20 +386,15 @@ impl Lane {
     }
 }
 
-fn info_cancel(state: &Mutex<LaneState>) {
-    let st = state.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(c) = &st.conn {
-        c.cancel.cancel();
-    }
-}
-
-/// The writer loop of one lane. Runs until `abort` fires (frames left are dropped and counted) or
-/// `close` fires (frames left are written first, then the connection is shut down).
+/// The writer loop of one lane. Runs until `abort` fires or `close` fires (frames left are
+/// written first if the lane has a connection, then the connection is shut down). Frames it
+/// ends with unwritten go to `unsent` if there is one, else are dropped and counted.
 pub(crate) async fn run_writer(
     lane: Arc<Lane>,
     mut task: LaneTask,
     abort: CancellationToken,
     close: CancellationToken,
+    unsent: Option<UnsentSink>,
 ) {
     let mut batch: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
     let mut conn: Option<ConnHandle> = None;
@@ -343,17 +418,25 @@ pub(crate) async fn run_writer(
             biased;
             _ = abort.cancelled() => break,
             _ = c.cancel.cancelled() => { conn = None; continue }
+            // The other end stopped writing: it is closing this connection. What was written
+            // before is read; the frames still queued wait for another connection (or go
+            // another way if the peer is dropped).
+            _ = c.ended.cancelled() => { c.cancel.cancel(); conn = None; continue }
             next = task.conn_rx.recv() => { conn = next; continue }
             _ = close.cancelled(), if !closing => { closing = true; task.rx.close(); continue }
             n = task.rx.recv_many(&mut batch, BATCH_FRAMES) => {
                 if n == 0 {
+                    // Closed and drained: this end is done writing. The reader goes on until
+                    // the other end is done too (or the peer is cut), so that what it still
+                    // sends, replies among it, is read.
                     let _ = c.writer.shutdown().await;
+                    conn = None;
                     break;
                 }
                 // A write to a peer that stopped reading may never finish: the connection's
                 // end (replaced, or the peer dropped) must still end it, or the write half
                 // would keep the socket open with the peer's unread data in it.
-                let ConnHandle { writer, cancel, max_frame } = c;
+                let ConnHandle { writer, cancel, max_frame, .. } = c;
                 drop_too_large(&lane, &mut batch, *max_frame);
                 let n = batch.len();
                 let written = tokio::select! {
@@ -379,11 +462,25 @@ pub(crate) async fn run_writer(
         }
     }
     task.rx.close();
-    let mut left = 0u64;
-    while task.rx.try_recv().is_ok() {
-        left += 1;
+    let mut left = Vec::new();
+    while let Ok(f) = task.rx.try_recv() {
+        left.push(f);
     }
-    lane.metrics.dropped.fetch_add(left, Ordering::Relaxed);
+    let n = left.len() as u64;
+    if n > 0 {
+        let handed = unsent.is_some_and(|sink| {
+            let frames = Unsent {
+                peer: sink.peer,
+                slot: sink.slot,
+                frames: left,
+            };
+            sink.tx.try_send(frames).is_ok()
+        });
+        if !handed {
+            tracing::debug!(lane = %lane.id, frames = n, "unwritten frames dropped");
+            lane.metrics.dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
     if let Some(c) = conn {
         c.cancel.cancel();
     }
@@ -523,11 +620,7 @@ mod tests {
         assert_eq!(lane.offer_incoming(true), Offer::Accept);
         let mut st = lane.state.lock().unwrap();
         st.dialing = false;
-        st.conn = Some(ConnInfo {
-            id: 1,
-            dialed_by_me: false,
-            cancel: CancellationToken::new(),
-        });
+        st.conn = Some(ConnInfo::new(1, false, CancellationToken::new()));
         drop(st);
         assert_eq!(lane.offer_incoming(false), Offer::Accept);
         lane.state
@@ -564,12 +657,9 @@ mod tests {
             task,
             CancellationToken::new(),
             CancellationToken::new(),
+            None,
         ));
-        let info = ConnInfo {
-            id: 1,
-            dialed_by_me: true,
-            cancel: CancellationToken::new(),
-        };
+        let info = ConnInfo::new(1, true, CancellationToken::new());
         lane.install(info, write_half.into(), 100);
         let mut got = [0u8; 16];
         server.read_exact(&mut got).await.unwrap();
@@ -578,6 +668,62 @@ mod tests {
         // Counted before the write began, so before the bytes above arrived.
         assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
         writer.abort();
+    }
+
+    /// A lane closed while it has no connection hands its frames, in order and with their
+    /// queue permits, to its sink; without a sink they are dropped and counted. A frame queued
+    /// while disconnected is the demand an on-demand dialer waits for.
+    #[tokio::test]
+    async fn frames_left_unwritten_go_to_the_sink() {
+        let node = NodeId::new("b", ([127, 0, 0, 1], 1).into(), 1);
+        let (tx, mut rx) = mpsc::channel(4);
+        let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        let wanted = tokio::spawn({
+            let lane = lane.clone();
+            async move { lane.wanted().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!wanted.is_finished(), "nothing queued, nothing connected");
+        for i in 0..3u8 {
+            lane.try_enqueue(Bytes::from(vec![i]), Bytes::new())
+                .unwrap();
+        }
+        wanted.await.unwrap();
+        let close = CancellationToken::new();
+        let sink = UnsentSink {
+            peer: node.clone(),
+            slot: 2,
+            tx,
+        };
+        let writer = tokio::spawn(run_writer(
+            lane.clone(),
+            task,
+            CancellationToken::new(),
+            close.clone(),
+            Some(sink),
+        ));
+        close.cancel();
+        writer.await.unwrap();
+        let unsent = rx.recv().await.unwrap();
+        assert_eq!((&unsent.peer, unsent.slot), (&node, 2));
+        let heads: Vec<u8> = unsent.frames.iter().map(|f| f.head[0]).collect();
+        assert_eq!(heads, [0, 1, 2]);
+        assert_eq!(
+            lane.queued_bytes(),
+            3,
+            "the frames still hold their permits"
+        );
+        drop(unsent);
+        assert_eq!(lane.queued_bytes(), 0);
+        assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 0);
+
+        let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        lane.try_enqueue(Bytes::from_static(b"x"), Bytes::new())
+            .unwrap();
+        let abort = CancellationToken::new();
+        abort.cancel();
+        run_writer(lane.clone(), task, abort, CancellationToken::new(), None).await;
+        assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
     }
 
     /// A connection that ends while its writer is blocked in a write (the peer stopped
@@ -594,17 +740,14 @@ mod tests {
         let (read_half, write_half) = client.into_split();
         let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
         let cancel = CancellationToken::new();
-        let info = ConnInfo {
-            id: 1,
-            dialed_by_me: true,
-            cancel: cancel.clone(),
-        };
+        let info = ConnInfo::new(1, true, cancel.clone());
         lane.install(info, write_half.into(), usize::MAX);
         let writer = tokio::spawn(run_writer(
             lane.clone(),
             task,
             CancellationToken::new(),
             CancellationToken::new(),
+            None,
         ));
         lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![1u8; BIG]))
             .unwrap();

@@ -18,7 +18,9 @@
 //! # Who dials
 //!
 //! Both nodes run a dialer (`connector::run`) for every lane. Whenever the lane has no connection
-//! the dialer dials: at once if this node wins the tie against the peer
+//! (and, on overlays with membership liveness, for lanes other than `membership`, once a frame is
+//! queued on it: most connections of a peer-to-peer overlay carry only a shuffle or a
+//! neighbour's protocol traffic) the dialer dials: at once if this node wins the tie against the peer
 //! (`NodeId::wins_tie_against`: the smaller `(name, incarnation, addr)` wins), after
 //! `transport.reconnect_min_ms` otherwise, so that usually only the winner dials; after a failure
 //! the delay doubles up to `transport.reconnect_max_ms`. A failed dial of the membership lane is
@@ -33,6 +35,19 @@
 //! `conn::install` makes an accepted connection the lane's (cancelling the one it replaces),
 //! hands its write half to the writer, spawns the reader and reports `LaneEvent::Up`; when
 //! the reader ends the lane forgets the connection and its dialer wakes up.
+//!
+//! # Closing
+//!
+//! A peer closed on purpose (`Peer::close_then_cut`) loses nothing in either direction: each
+//! writer writes what its lane has queued, shuts its side of the connection and ends; the
+//! readers go on. The other end reads to the end of the stream and then lets that connection go
+//! once the write it has in progress is out (`ConnInfo::ended`), so what it sent until then
+//! (replies among it) is read here. The peer's goodbye (`Bye`, read before that end of stream on
+//! the membership lane) marks it `said_bye`, and its lanes are not dialed again; a dial already
+//! in flight is finished and its connection shut the same way, since the other end may have
+//! written on it. Everything is cut `CLOSE_GRACE` (5 s) after the close. A lane's writer that
+//! ends with frames unwritten (no connection, or the peer cut) hands them to its `UnsentSink`
+//! when it has one (see `router::unsent`).
 
 pub(crate) mod conn;
 pub(crate) mod connector;
@@ -95,6 +110,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn next_conn_id(&self) -> u64;
     /// Microseconds since the node started.
     fn now_us(&self) -> u64;
+    /// Whether data lanes are dialed only when they have a frame to carry (overlays whose
+    /// connections come and go, where most are never used for data) rather than at once.
+    fn dials_on_demand(&self) -> bool;
     /// The peer a node's connections belong to, created if needed; `Err` if it may not
     /// connect (an older incarnation than one known, another node of its name connected, the
     /// node is stopping).

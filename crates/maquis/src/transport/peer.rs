@@ -34,8 +34,12 @@ pub(crate) struct Peer {
     pub id: NodeId,
     /// All lanes, indexed by slot (see `Dispatcher`).
     pub lanes: Vec<Arc<Lane>>,
-    /// Whether its membership lane has connected (cleared when it is declared down).
+    /// Whether its membership lane has connected (cleared when it is declared down, and when
+    /// it says goodbye).
     pub up: AtomicBool,
+    /// It said goodbye: its lanes are not dialed again (the connections it closes end with the
+    /// goodbye; the control loop drops the peer).
+    pub said_bye: AtomicBool,
     /// When a frame last arrived from it, in microseconds since the node started.
     pub last_seen_us: AtomicU64,
     /// Last heartbeat round trip in microseconds (0 until measured).

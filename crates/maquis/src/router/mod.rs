@@ -44,6 +44,27 @@
 //!
 //! Frames that must not wait (replies with a status only, down notices, protocol frames) go
 //! through `try_send_frame` and `send_control*`, which drop and count instead.
+//!
+//! # Overlays whose connections change
+//!
+//! On overlays with multi-hop routes (membership liveness), neighbours come and go as the
+//! overlay reshapes itself, and for a moment after a neighbour leaves, the routes through it are
+//! gone before the next member heartbeat brings new ones. Two rules keep traffic for live
+//! members from being lost in that moment:
+//!
+//! - A send or a forward toward a current member that has no route yet waits for one (the
+//!   control loop signals every change of routes, members and peers), up to `ROUTE_WAIT` (2 s);
+//!   only then does it fail with `Unreachable` (a forward: dropped, counted in
+//!   `routed_no_route`, its call failed). A node that is not a member fails at once.
+//! - The frames a dropped peer's lanes never wrote come back to the router ([`unsent`]), which
+//!   sends each again by the routes of the moment, within the same 2 s; what finds no way is
+//!   counted in `unsent_dropped`, and a call among it fails at once. Frames already written to
+//!   a connection that was then cut are not sent again (the peer may have read them).
+//!
+//! A frame sent again may arrive after frames its sender sent later by the new route: order
+//! between two actors holds except across the moment a route changes under a frame.
+
+mod unsent;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -51,6 +72,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::broadcast::{DropReason, ForwardDecision};
@@ -60,7 +82,7 @@ use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
 use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
-use crate::transport::lane::{run_writer, Lane};
+use crate::transport::lane::{run_writer, Lane, Unsent, UnsentSink};
 use crate::transport::{Peer, PeerRefused, QueueBudget};
 use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
 
@@ -69,12 +91,34 @@ use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStat
 /// a full mailbox does; the limit keeps two nodes forwarding to each other from waiting forever.
 const FORWARD_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a send or a forward toward a member waits for a route to appear, and how long
+/// frames a dropped peer left unwritten may take to find another way.
+const ROUTE_WAIT: Duration = Duration::from_secs(2);
+
+/// Batches of unwritten frames (one per lane of a dropped peer) waiting to be sent again; when
+/// full, a lane's frames are dropped and counted in its `dropped`. The frames hold their queue
+/// permits meanwhile, so the bytes stay within `transport.node_queue_bytes`.
+const UNSENT_BATCHES: usize = 1024;
+
+/// How many times a send chooses its way when the peer it chose turns out dropped meanwhile
+/// (its lanes closed): the peer table changes under the choice only in that moment.
+const CHOICES: usize = 3;
+
 /// Where a frame for a node goes first.
 enum Hop {
     /// To the node itself.
     Direct(Arc<Peer>),
     /// To a neighbour that forwards it.
     Via(Arc<Peer>),
+}
+
+impl Hop {
+    /// The peer the frame is queued for.
+    fn peer(&self) -> &Arc<Peer> {
+        match self {
+            Hop::Direct(p) | Hop::Via(p) => p,
+        }
+    }
 }
 
 /// The limits the router works with (from the node's configuration).
@@ -124,17 +168,32 @@ pub(crate) struct Router {
     /// control loop from the membership machine, read by sends only when no direct connection
     /// is up (no overlay lock on the way).
     routes: RwLock<HashMap<String, (NodeId, NodeId)>>,
+    /// The members (sorted), as the control loop last published them.
+    members: RwLock<Arc<Vec<NodeId>>>,
+    /// Signalled whenever a route, a peer or the members change: sends waiting for a route
+    /// look again.
+    routes_changed: Notify,
+    /// Where lanes of dropped peers hand their unwritten frames (membership liveness only).
+    unsent: Option<mpsc::Sender<Unsent>>,
 }
 
 impl Router {
-    /// A router for node `id` with no peers.
+    /// A router for node `id` with no peers; with membership liveness also the queue of frames
+    /// that dropped peers left unwritten, for [`Router::run_unsent`].
     pub(crate) fn new(
         id: NodeId,
         dispatch: Dispatcher,
         liveness: Liveness,
         limits: RouterLimits,
-    ) -> Self {
-        Router {
+    ) -> (Self, Option<mpsc::Receiver<Unsent>>) {
+        let (unsent, unsent_rx) = if liveness == Liveness::Membership {
+            let (tx, rx) = mpsc::channel(UNSENT_BATCHES);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let members = RwLock::new(Arc::new(vec![id.clone()]));
+        let router = Router {
             id,
             dispatch,
             counters: Counters::default(),
@@ -145,7 +204,30 @@ impl Router {
             started: Instant::now(),
             peers: RwLock::new(HashMap::new()),
             routes: RwLock::new(HashMap::new()),
-        }
+            members,
+            routes_changed: Notify::new(),
+            unsent,
+        };
+        (router, unsent_rx)
+    }
+
+    /// The members as the control loop last published them (sorted).
+    pub(crate) fn members(&self) -> Arc<Vec<NodeId>> {
+        self.members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets the members (sorted, this node included).
+    pub(crate) fn set_members(&self, members: Arc<Vec<NodeId>>) {
+        *self.members.write().unwrap_or_else(|e| e.into_inner()) = members;
+        self.routes_changed.notify_waiters();
+    }
+
+    /// A peer's membership lane came up: sends waiting for a way to it look again.
+    pub(crate) fn peer_up(&self) {
+        self.routes_changed.notify_waiters();
     }
 
     /// When the node started.
@@ -237,6 +319,8 @@ impl Router {
                 table.remove(&name);
             }
         }
+        drop(table);
+        self.routes_changed.notify_waiters();
     }
 
     /// Finds or creates the peer for `id`. A newer incarnation replaces an older one (whose
@@ -271,6 +355,7 @@ impl Router {
         }
         let peer = self.new_peer(id);
         peers.insert(id.name.clone(), peer.clone());
+        self.routes_changed.notify_waiters();
         Ok(PeerEntry::New { peer, replaced })
     }
 
@@ -295,6 +380,7 @@ impl Router {
             id: id.clone(),
             lanes,
             up: Default::default(),
+            said_bye: Default::default(),
             last_seen_us: AtomicU64::new(self.now_us()),
             rtt_us: Default::default(),
             max_frame: AtomicU64::new(u64::MAX),
@@ -305,7 +391,15 @@ impl Router {
         });
         let writers = tasks
             .into_iter()
-            .map(|(lane, task)| tokio::spawn(run_writer(lane, task, abort.clone(), close.clone())))
+            .enumerate()
+            .map(|(slot, (lane, task))| {
+                let sink = self.unsent.clone().map(|tx| UnsentSink {
+                    peer: id.clone(),
+                    slot,
+                    tx,
+                });
+                tokio::spawn(run_writer(lane, task, abort.clone(), close.clone(), sink))
+            })
             .collect();
         *peer.writers.lock().unwrap_or_else(|e| e.into_inner()) = writers;
         peer
@@ -352,19 +446,55 @@ impl Router {
         .ok_or_else(|| SendError::Unreachable(dst.name.clone()))
     }
 
-    /// The lane and the head of a frame for `dst`, wrapped for forwarding when `dst` is not a
-    /// neighbour.
-    fn route_frame(
+    /// Whether a send toward `dst` that finds no way may wait for one: `dst` is a member (this
+    /// incarnation) on an overlay whose routes change.
+    fn may_wait_for_route(&self, dst: &NodeId) -> bool {
+        self.liveness == Liveness::Membership
+            && self
+                .members
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .binary_search(dst)
+                .is_ok()
+    }
+
+    /// [`Router::next_hop`], waiting until `deadline` while `dst` is a member with no way to it
+    /// (its route being rebuilt after a neighbour left).
+    async fn next_hop_by(
         &self,
         dst: &NodeId,
-        opts: &SendOpts,
-        sender: u64,
-        receiver: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<Hop, SendError> {
+        loop {
+            let changed = self.routes_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.next_hop(dst) {
+                Err(SendError::Unreachable(_))
+                    if tokio::time::Instant::now() < deadline && self.may_wait_for_route(dst) =>
+                {
+                    tokio::select! {
+                        _ = &mut changed => {}
+                        _ = tokio::time::sleep_until(deadline) => {}
+                        _ = self.shutdown.cancelled() => return Err(SendError::Unreachable(dst.name.clone())),
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The lane and the head of a frame for `dst` on lane `slot`, sent to `hop`: wrapped for
+    /// forwarding when `hop` is a neighbour on the way.
+    fn frame_to(
+        &self,
+        hop: Hop,
+        dst: &NodeId,
+        slot: usize,
         header: ActorHeader,
         payload_len: usize,
     ) -> Result<(Arc<Lane>, Bytes), SendError> {
-        let slot = self.dispatch.pick(opts, sender, receiver);
-        let (peer, header) = match self.next_hop(dst)? {
+        let (peer, header) = match hop {
             Hop::Direct(peer) => (peer, Header::Actor(header)),
             Hop::Via(peer) => {
                 let routed = Header::Routed {
@@ -383,6 +513,28 @@ impl Router {
         ))
     }
 
+    /// The lane and the head of a frame for `dst` as things are now (no waiting).
+    fn route_frame(
+        &self,
+        dst: &NodeId,
+        opts: &SendOpts,
+        sender: u64,
+        receiver: u64,
+        header: ActorHeader,
+        payload_len: usize,
+    ) -> Result<(Arc<Lane>, Bytes), SendError> {
+        let slot = self.dispatch.pick(opts, sender, receiver);
+        let mut hop = self.next_hop(dst)?;
+        for _ in 0..CHOICES {
+            if !hop.peer().lanes[slot].is_closed() {
+                break;
+            }
+            // A peer dropped since the choice (its lanes take no more): choose again.
+            hop = self.next_hop(dst)?;
+        }
+        self.frame_to(hop, dst, slot, header, payload_len)
+    }
+
     /// The frame prefix and header of a frame for `peer`: at most this node's frame limit and
     /// the peer's (from its handshake), so a message too large for its receiver fails here,
     /// before any byte is queued.
@@ -396,8 +548,9 @@ impl Router {
         Ok(buf.freeze())
     }
 
-    /// Queues a frame for `dst`, waiting for room in the lane's queue. `sender` and `receiver`
-    /// are the hashes the lane picker uses for affinity.
+    /// Queues a frame for `dst`, waiting for room in the lane's queue (and, for a member with
+    /// no way to it yet, up to `ROUTE_WAIT` for a route). `sender` and `receiver` are the
+    /// hashes the lane picker uses for affinity.
     pub(crate) async fn send_frame(
         &self,
         dst: &NodeId,
@@ -407,7 +560,23 @@ impl Router {
         header: ActorHeader,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
+        let slot = self.dispatch.pick(opts, sender, receiver);
+        let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
+        let mut hop = self.next_hop(dst);
+        for _ in 0..CHOICES {
+            hop = match hop {
+                Err(SendError::Unreachable(_)) if self.may_wait_for_route(dst) => {
+                    self.next_hop_by(dst, deadline).await
+                }
+                // A peer dropped since the choice (its lanes take no more): choose again.
+                Ok(h) if h.peer().lanes[slot].is_closed() => self.next_hop(dst),
+                settled => {
+                    hop = settled;
+                    break;
+                }
+            };
+        }
+        let (lane, head) = self.frame_to(hop?, dst, slot, header, payload.len())?;
         lane.enqueue(head, payload).await
     }
 
@@ -521,24 +690,43 @@ impl Router {
             return self.routed_failed(&from, &actor, "invalid lane");
         }
         let limit = self.limits.hop_limit;
-        let next = forward(&self.id, came_from, &to, hops, limit, |d| {
-            match self.next_hop(d) {
-                Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
-                Err(_) => None,
+        let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
+        // No way on (or only back where it came from, while routes disagree): wait for the
+        // routes to change, as a send does.
+        let peer = loop {
+            let changed = self.routes_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let next = forward(&self.id, came_from, &to, hops, limit, |d| {
+                match self.next_hop(d) {
+                    Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
+                    Err(_) => None,
+                }
+            });
+            let found = match next {
+                ForwardDecision::ForwardTo(id) => self.peer_of(&id),
+                ForwardDecision::Drop(DropReason::HopLimit) => {
+                    self.counters.routed_hop_limit.inc();
+                    tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
+                    return self.routed_failed(&from, &actor, "hop limit reached");
+                }
+                ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
+            };
+            if found.is_some()
+                || tokio::time::Instant::now() >= deadline
+                || !self.may_wait_for_route(&to)
+            {
+                break found;
             }
-        });
-        let peer = match next {
-            ForwardDecision::ForwardTo(id) => self.peer_of(&id),
-            ForwardDecision::Drop(DropReason::HopLimit) => {
-                self.counters.routed_hop_limit.inc();
-                tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
-                return self.routed_failed(&from, &actor, "hop limit reached");
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = self.shutdown.cancelled() => break None,
             }
-            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
         };
         let Some(peer) = peer else {
             self.counters.routed_no_route.inc();
-            tracing::debug!(%to, %from, hops, "routed message dropped: no route");
+            tracing::debug!(%to, %from, hops, me = %self.id, came_from = %came_from, member = self.may_wait_for_route(&to), left_ms = deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64, "routed message dropped: no route");
             return self.routed_failed(&from, &actor, "no route");
         };
         let header = Header::Routed {
