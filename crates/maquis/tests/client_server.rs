@@ -1,6 +1,7 @@
 //! The client-server overlay in running nodes: one server and eleven clients as in PARTISAN's
 //! `high_client_test` (membership, connections, broadcast, calls relayed by the server, a
-//! killed client), and clients re-homing when their server dies.
+//! killed client), clients re-homing when their server dies, and the cluster services between
+//! clients.
 
 mod common;
 
@@ -437,5 +438,121 @@ async fn many_clients_memory() {
     );
     for x in all {
         x.shutdown().await;
+    }
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+enum Ask {
+    /// Answer with the node's name.
+    Who(maquis::ReplyTo<String>),
+    /// Report (node, n) on the actor's channel.
+    Note(u64),
+}
+
+/// An actor that answers `Who` with its node's name and reports every `Note` on `seen`.
+fn asker(
+    node: &Node,
+    seen: tokio::sync::mpsc::UnboundedSender<(String, u64)>,
+) -> maquis::ActorRef<Ask> {
+    let me = node.id().name.clone();
+    node.spawn_fn(move |mut inbox| async move {
+        while let Some(m) = inbox.recv().await {
+            match m {
+                Ask::Who(reply) => {
+                    let _ = reply.send(me.clone()).await;
+                }
+                Ask::Note(n) => {
+                    let _ = seen.send((me.clone(), n));
+                }
+            }
+        }
+    })
+}
+
+/// The cluster services between clients, which are never connected to each other (a server
+/// relays everything): a global name registered on one client and called from the others,
+/// a group of members on four clients published to and called, remote spawn and RPC from
+/// client to client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_services_work_between_clients() {
+    const T: Duration = Duration::from_secs(5);
+    let s1 = start_with(cs("svc-s1", Role::Server)).await;
+    let s2 = start_with(cs("svc-s2", Role::Server)).await;
+    s2.join_wait(s1.addr(), T).await.unwrap();
+    let mut clients = Vec::new();
+    for i in 1..=4 {
+        let c = start_with(cs(&format!("svc-c{i}"), Role::Client)).await;
+        let server = if i % 2 == 0 { &s1 } else { &s2 };
+        c.join_wait(server.addr(), T).await.unwrap();
+        clients.push(c);
+    }
+    let all: Vec<&Node> = [&s1, &s2].into_iter().chain(clients.iter()).collect();
+    let want: BTreeSet<String> = all.iter().map(|n| n.id().name.clone()).collect();
+    all_members(
+        &all,
+        &want,
+        "six members everywhere",
+        Duration::from_secs(15),
+    )
+    .await;
+    for c in &clients {
+        assert!(
+            c.neighbors().iter().all(|n| n.name.starts_with("svc-s")),
+            "a client is connected to servers only"
+        );
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+
+    // A global name on c1, looked up and called from the other clients.
+    let named = asker(&clients[0], tx.clone());
+    clients[0].register_global("svc", &named).await.unwrap();
+    for c in &clients[1..] {
+        let found = c
+            .whereis_global::<Ask>("svc")
+            .await
+            .unwrap()
+            .expect("registered");
+        assert_eq!(found.call(Ask::Who, T).await.unwrap(), "svc-c1");
+    }
+
+    // A group with a member on every client: publish reaches each once, call_any one of them.
+    for c in &clients {
+        let m = asker(c, tx.clone());
+        c.join_group("g", &m).await.unwrap();
+    }
+    for n in &all {
+        until("four members of g", Duration::from_secs(10), || async {
+            n.group_members::<Ask>("g").await.unwrap().len() == 4
+        })
+        .await;
+    }
+    assert_eq!(clients[0].publish("g", &Ask::Note(5)).await.unwrap(), 4);
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let note = tokio::time::timeout(T, rx.recv()).await.expect("delivered");
+        got.push(note.unwrap());
+    }
+    got.sort();
+    let expected: Vec<(String, u64)> = (1..=4).map(|i| (format!("svc-c{i}"), 5)).collect();
+    assert_eq!(got, expected);
+    let who = clients[3].call_any("g", Ask::Who, T).await.unwrap();
+    assert!(who.starts_with("svc-c"), "{who}");
+
+    // Remote spawn and RPC from client to client.
+    for c in &clients {
+        c.register_fn("double", |x: u64| async move { x * 2 });
+        let seen = tx.clone();
+        c.register_kind("asker", move |node: &Node, _: ()| asker(node, seen.clone()));
+    }
+    let doubled: u64 = clients[0].rpc("svc-c4", "double", &21u64, T).await.unwrap();
+    assert_eq!(doubled, 42);
+    let child: maquis::ActorRef<Ask> = clients[1]
+        .spawn_remote("svc-c3", "asker", &(), T)
+        .await
+        .unwrap();
+    assert_eq!(child.node().name, "svc-c3");
+    assert_eq!(child.call(Ask::Who, T).await.unwrap(), "svc-c3");
+    for n in all {
+        n.shutdown().await;
     }
 }

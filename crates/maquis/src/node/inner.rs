@@ -8,7 +8,8 @@
 //! - `Routed`: for this node's name, to the actors as if its sender had sent it directly (for
 //!   another incarnation: dropped, counted in `stale_target`, a call answered `NoProc`); for
 //!   another node, on to the next hop (`Router::forward`);
-//! - `Overlay` and `Broadcast`: to the control loop's queue, for the membership machine;
+//! - `Overlay` and `Broadcast`: to the control loop's queue, for the membership machine (from a
+//!   peer closed here: dropped, the machine has been told it is gone);
 //! - `Heartbeat`: answered with `HeartbeatAck` on the membership lane; `HeartbeatAck` sets the
 //!   peer's round-trip time;
 //! - `Bye`: the peer leaves (the control loop reports it `Left`, not `Down`).
@@ -97,6 +98,11 @@ impl Inner {
     pub(crate) async fn handle_frame(&self, peer: &Arc<Peer>, frame: Frame) {
         let Frame { header, payload } = frame;
         match header {
+            // A peer closed here (its connections read on for what it still sends, replies
+            // among it) no longer speaks to the membership machine, which has been told it is
+            // gone: its protocol messages are dropped, as the other end's would be once the
+            // connection is cut.
+            Header::Overlay | Header::Broadcast if peer.close.is_cancelled() => {}
             Header::Overlay | Header::Broadcast => {
                 let from = peer.id.clone();
                 let msg = if matches!(header, Header::Overlay) {

@@ -158,7 +158,7 @@ impl Node {
         );
         let (control_tx, control_rx) = mpsc::channel(control::CONTROL_QUEUE);
         let (events, _) = broadcast::channel(config.node.event_buffer);
-        let (router, unsent) = Router::new(
+        let (router, waiting) = Router::new(
             id.clone(),
             Dispatcher::new(config.transport.channel_specs(), config.transport.affinity),
             liveness,
@@ -205,10 +205,11 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner()) = Some(accept);
         tokio::spawn(control::run(inner.clone(), machine, control_rx));
         tokio::spawn(heartbeats(inner.clone()));
-        if let Some(rx) = unsent {
+        if let Some(queues) = waiting {
             let actors = inner.actors.clone();
             let fail = move |call, why| actors.fail_call(call, why);
-            tokio::spawn(inner.router.clone().run_unsent(rx, fail));
+            let router = inner.router.clone();
+            tokio::spawn(router.run_waiting(queues.unsent, queues.parked, fail));
         }
         tokio::spawn(crate::actor::run_reliable_timers(
             inner.actors.clone(),

@@ -52,19 +52,23 @@
 //! gone before the next member heartbeat brings new ones. Two rules keep traffic for live
 //! members from being lost in that moment:
 //!
-//! - A send or a forward toward a current member that has no route yet waits for one (the
-//!   control loop signals every change of routes, members and peers), up to `ROUTE_WAIT` (2 s);
-//!   only then does it fail with `Unreachable` (a forward: dropped, counted in
-//!   `routed_no_route`, its call failed). A node that is not a member fails at once.
-//! - The frames a dropped peer's lanes never wrote come back to the router ([`unsent`]), which
-//!   sends each again by the routes of the moment, within the same 2 s; what finds no way is
-//!   counted in `unsent_dropped`, and a call among it fails at once. Frames already written to
-//!   a connection that was then cut are not sent again (the peer may have read them).
+//! - A send toward a current member that has no route yet waits for one (the control loop
+//!   signals every change of routes, members and peers), up to `ROUTE_WAIT` (2 s); only then
+//!   does it fail with `Unreachable`. A forward in that case does not hold up the lane it came
+//!   on: the frame waits in [`waiting`] (bounded), tried again at every change, for the same
+//!   2 s; then it is dropped (`routed_no_route`) and its call failed. A node that is not a
+//!   member fails at once.
+//! - The frames a dropped peer's lanes never wrote come back to the router and wait there too,
+//!   sent again by the routes of the moment; what finds no way is counted in `unsent_dropped`,
+//!   and a call among it fails at once. Frames already written to a connection that was then
+//!   cut are not sent again (the peer may have read them).
 //!
 //! A frame sent again may arrive after frames its sender sent later by the new route: order
 //! between two actors holds except across the moment a route changes under a frame.
 
-mod unsent;
+mod waiting;
+
+pub(crate) use waiting::Parked;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -95,10 +99,19 @@ const FORWARD_WAIT: Duration = Duration::from_secs(2);
 /// frames a dropped peer left unwritten may take to find another way.
 const ROUTE_WAIT: Duration = Duration::from_secs(2);
 
-/// Batches of unwritten frames (one per lane of a dropped peer) waiting to be sent again; when
-/// full, a lane's frames are dropped and counted in its `dropped`. The frames hold their queue
-/// permits meanwhile, so the bytes stay within `transport.node_queue_bytes`.
+/// Batches of unwritten frames (one per lane of a dropped peer) waiting to be taken by the task
+/// that sends them again; when full, a lane's frames are dropped and counted in its `dropped`.
+/// The frames hold their queue permits meanwhile, so the bytes stay within
+/// `transport.node_queue_bytes`.
 const UNSENT_BATCHES: usize = 1024;
+
+/// The receiving ends of the queues of frames waiting for a way, for [`Router::run_waiting`].
+pub(crate) struct WaitingQueues {
+    /// Frames dropped peers left unwritten.
+    pub(crate) unsent: mpsc::Receiver<Unsent>,
+    /// Forwarded frames that found no way on yet.
+    pub(crate) parked: mpsc::Receiver<Parked>,
+}
 
 /// How many times a send chooses its way when the peer it chose turns out dropped meanwhile
 /// (its lanes closed): the peer table changes under the choice only in that moment.
@@ -175,22 +188,29 @@ pub(crate) struct Router {
     routes_changed: Notify,
     /// Where lanes of dropped peers hand their unwritten frames (membership liveness only).
     unsent: Option<mpsc::Sender<Unsent>>,
+    /// Where forwarded frames with no way on yet wait (membership liveness only).
+    parked: Option<mpsc::Sender<Parked>>,
 }
 
 impl Router {
-    /// A router for node `id` with no peers; with membership liveness also the queue of frames
-    /// that dropped peers left unwritten, for [`Router::run_unsent`].
+    /// A router for node `id` with no peers; with membership liveness also the queues of frames
+    /// waiting for a way, for [`Router::run_waiting`].
     pub(crate) fn new(
         id: NodeId,
         dispatch: Dispatcher,
         liveness: Liveness,
         limits: RouterLimits,
-    ) -> (Self, Option<mpsc::Receiver<Unsent>>) {
-        let (unsent, unsent_rx) = if liveness == Liveness::Membership {
-            let (tx, rx) = mpsc::channel(UNSENT_BATCHES);
-            (Some(tx), Some(rx))
+    ) -> (Self, Option<WaitingQueues>) {
+        let (unsent, parked, queues) = if liveness == Liveness::Membership {
+            let (unsent, unsent_rx) = mpsc::channel(UNSENT_BATCHES);
+            let (parked, parked_rx) = mpsc::channel(waiting::PARKED_QUEUE);
+            let queues = WaitingQueues {
+                unsent: unsent_rx,
+                parked: parked_rx,
+            };
+            (Some(unsent), Some(parked), Some(queues))
         } else {
-            (None, None)
+            (None, None, None)
         };
         let members = RwLock::new(Arc::new(vec![id.clone()]));
         let router = Router {
@@ -207,8 +227,9 @@ impl Router {
             members,
             routes_changed: Notify::new(),
             unsent,
+            parked,
         };
-        (router, unsent_rx)
+        (router, queues)
     }
 
     /// The members as the control loop last published them (sorted).
@@ -690,43 +711,40 @@ impl Router {
             return self.routed_failed(&from, &actor, "invalid lane");
         }
         let limit = self.limits.hop_limit;
-        let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
-        // No way on (or only back where it came from, while routes disagree): wait for the
-        // routes to change, as a send does.
-        let peer = loop {
-            let changed = self.routes_changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let next = forward(&self.id, came_from, &to, hops, limit, |d| {
-                match self.next_hop(d) {
-                    Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
-                    Err(_) => None,
-                }
-            });
-            let found = match next {
-                ForwardDecision::ForwardTo(id) => self.peer_of(&id),
-                ForwardDecision::Drop(DropReason::HopLimit) => {
-                    self.counters.routed_hop_limit.inc();
-                    tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
-                    return self.routed_failed(&from, &actor, "hop limit reached");
-                }
-                ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
-            };
-            if found.is_some()
-                || tokio::time::Instant::now() >= deadline
-                || !self.may_wait_for_route(&to)
-            {
-                break found;
+        let next = forward(&self.id, came_from, &to, hops, limit, |d| {
+            match self.next_hop(d) {
+                Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
+                Err(_) => None,
             }
-            tokio::select! {
-                _ = &mut changed => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = self.shutdown.cancelled() => break None,
+        });
+        let peer = match next {
+            ForwardDecision::ForwardTo(id) => self.peer_of(&id),
+            ForwardDecision::Drop(DropReason::HopLimit) => {
+                self.counters.routed_hop_limit.inc();
+                tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
+                return self.routed_failed(&from, &actor, "hop limit reached");
             }
+            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
         };
         let Some(peer) = peer else {
+            // No way on (or only back where it came from, while routes disagree) toward a
+            // member: it waits for the routes to change, without holding up this lane.
+            let (to, from, actor) = match &self.parked {
+                Some(tx) if self.may_wait_for_route(&to) => {
+                    let p =
+                        Parked::forward(came_from.clone(), to, from, hops, lane, actor, payload);
+                    match tx.try_send(p) {
+                        Ok(()) => return,
+                        Err(e) => {
+                            let p = e.into_inner();
+                            (p.to, p.from, p.actor)
+                        }
+                    }
+                }
+                _ => (to, from, actor),
+            };
             self.counters.routed_no_route.inc();
-            tracing::debug!(%to, %from, hops, me = %self.id, came_from = %came_from, member = self.may_wait_for_route(&to), left_ms = deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u64, "routed message dropped: no route");
+            tracing::debug!(%to, %from, hops, me = %self.id, %came_from, "routed message dropped: no route");
             return self.routed_failed(&from, &actor, "no route");
         };
         let header = Header::Routed {

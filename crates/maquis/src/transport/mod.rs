@@ -47,7 +47,7 @@
 //! in flight is finished and its connection shut the same way, since the other end may have
 //! written on it. Everything is cut `CLOSE_GRACE` (5 s) after the close. A lane's writer that
 //! ends with frames unwritten (no connection, or the peer cut) hands them to its `UnsentSink`
-//! when it has one (see `router::unsent`).
+//! when it has one (see `router::waiting`).
 
 pub(crate) mod conn;
 pub(crate) mod connector;

@@ -1,0 +1,312 @@
+//! Frames waiting for a way: the routed frames this node forwards that found no route yet, and
+//! the frames a dropped peer's lanes never wrote.
+//!
+//! A lane's reader never waits for a route: [`Router::forward`] tries once, and a frame for a
+//! member with no way on yet is parked here. When a peer is dropped (closed because the overlay
+//! no longer wants it, or lost), each of its lanes' writers hands what it still had queued
+//! here too: a frame for that peer itself (`Header::Actor`, or this node's own routed frame)
+//! goes to it again, routed through a neighbour if the connection is gone; a frame this node
+//! was forwarding goes on toward its destination; protocol frames are dropped (their protocols
+//! repair themselves) and counted in `control_drops`.
+//!
+//! One task ([`Router::run_waiting`]) holds them and tries them again whenever the routes, the
+//! members or the peers change (and every 50 ms, for a next hop's lane that was full), each
+//! until `ROUTE_WAIT` after it arrived. Bounded: at most
+//! `WAITING_FRAMES` frames and `WAITING_BYTES` bytes of payload wait (beyond, the newcomer is
+//! dropped); the queues into the task are bounded too. A frame dropped here is counted
+//! (`routed_no_route` for forwarded frames, `unsent_dropped` for a dropped peer's), and a call
+//! among them fails at once: at its caller (a status reply) or, for this node's own call,
+//! here.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{Hop, Router, ROUTE_WAIT};
+use crate::broadcast::{DropReason, ForwardDecision};
+use crate::id::NodeId;
+use crate::membership::forward;
+use crate::transport::lane::{OutFrame, Unsent};
+use crate::wire::frame::{decode_head, ActorHeader, Header};
+
+/// Most frames waiting at once.
+pub(crate) const WAITING_FRAMES: usize = 4096;
+/// Most payload bytes waiting at once.
+pub(crate) const WAITING_BYTES: usize = 64 << 20;
+/// Forwarded frames handed to the task and not yet taken; beyond, a frame is dropped at once.
+pub(crate) const PARKED_QUEUE: usize = 1024;
+/// How often waiting frames are tried again besides every change (a next hop's full lane
+/// makes room without a change of routes).
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Where a waiting frame came from (for its counters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// A routed frame that arrived for another node.
+    Forward,
+    /// A frame a dropped peer's lane never wrote.
+    Unsent,
+}
+
+/// A routed frame waiting for a way on.
+pub(crate) struct Parked {
+    /// The neighbour it arrived from (not sent back there); this node for its own frames.
+    pub(crate) came_from: NodeId,
+    /// Its destination.
+    pub(crate) to: NodeId,
+    /// Its sender.
+    pub(crate) from: NodeId,
+    /// Hops so far.
+    pub(crate) hops: u16,
+    /// The lane slot its sender picked.
+    pub(crate) lane: u16,
+    /// What it carries.
+    pub(crate) actor: ActorHeader,
+    /// Its payload.
+    pub(crate) payload: Bytes,
+    /// When it is given up.
+    pub(crate) deadline: Instant,
+    origin: Origin,
+}
+
+impl Parked {
+    /// A forwarded frame that found no way on, waiting until `ROUTE_WAIT` from now.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward(
+        came_from: NodeId,
+        to: NodeId,
+        from: NodeId,
+        hops: u16,
+        lane: u16,
+        actor: ActorHeader,
+        payload: Bytes,
+    ) -> Self {
+        Parked {
+            came_from,
+            to,
+            from,
+            hops,
+            lane,
+            actor,
+            payload,
+            deadline: Instant::now() + ROUTE_WAIT,
+            origin: Origin::Forward,
+        }
+    }
+}
+
+/// What became of a frame that was tried.
+enum Tried {
+    /// Queued on the next hop's lane.
+    Sent,
+    /// No way yet: it waits on.
+    Wait(Box<Parked>),
+    /// Given up (counted, its call failed).
+    Dropped,
+}
+
+impl Router {
+    /// Holds the frames waiting for a way and tries them again as things change, until the
+    /// node stops. `fail_call` fails a call of this node whose request found no way (so that
+    /// it does not wait for its timeout).
+    pub(crate) async fn run_waiting(
+        self: Arc<Self>,
+        mut unsent: mpsc::Receiver<Unsent>,
+        mut parked: mpsc::Receiver<Parked>,
+        fail_call: impl Fn(u64, String) + Send + 'static,
+    ) {
+        let mut waiting: VecDeque<Parked> = VecDeque::new();
+        let mut bytes = 0usize;
+        loop {
+            let changed = self.routes_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            // Every change of routes, members or peers may open a way: try them all.
+            let now = Instant::now();
+            for p in std::mem::take(&mut waiting) {
+                bytes -= p.payload.len();
+                if let Some(p) = self.try_place(p, now, &fail_call) {
+                    bytes += p.payload.len();
+                    waiting.push_back(p);
+                }
+            }
+            let next = waiting
+                .iter()
+                .map(|p| p.deadline)
+                .min()
+                .map(|d| d.min(Instant::now() + RETRY_EVERY));
+            let arrived = tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = &mut changed => None,
+                _ = sleep_until(next) => None,
+                b = unsent.recv() => match b {
+                    Some(b) => Some(self.unsent_frames(b)),
+                    None => return,
+                },
+                p = parked.recv() => match p {
+                    Some(p) => Some(vec![p]),
+                    None => return,
+                },
+            };
+            for p in arrived.into_iter().flatten() {
+                let Some(p) = self.try_place(p, Instant::now(), &fail_call) else {
+                    continue;
+                };
+                if waiting.len() >= WAITING_FRAMES || bytes + p.payload.len() > WAITING_BYTES {
+                    self.give_up(p, "too many frames waiting for a way", &fail_call);
+                } else {
+                    bytes += p.payload.len();
+                    waiting.push_back(p);
+                }
+            }
+        }
+    }
+
+    /// A dropped peer's unwritten frames as frames waiting for a way (the protocol frames among
+    /// them are dropped and counted).
+    fn unsent_frames(&self, batch: Unsent) -> Vec<Parked> {
+        let deadline = Instant::now() + ROUTE_WAIT;
+        let me = &self.id;
+        let mut out = Vec::with_capacity(batch.frames.len());
+        for frame in batch.frames {
+            // The frame's queue permits go back here; sending it again takes new ones.
+            let OutFrame { head, payload, .. } = frame;
+            let (to, from, hops, actor) = match decode_head(&head) {
+                Ok(Header::Actor(actor)) => (batch.peer.clone(), me.clone(), 0, actor),
+                Ok(Header::Routed {
+                    to,
+                    from,
+                    hops,
+                    actor,
+                    ..
+                }) => (to, from, hops, actor),
+                Ok(_) => {
+                    self.counters.control_drops.inc();
+                    continue;
+                }
+                Err(e) => {
+                    // The router wrote every head itself: this cannot happen short of a bug.
+                    tracing::error!(error = %e, "an unwritten frame's head does not decode");
+                    self.counters.unsent_dropped.inc();
+                    continue;
+                }
+            };
+            out.push(Parked {
+                // Not sent back to the dropped peer only if it was on the way; it may be the
+                // destination, reachable again.
+                came_from: me.clone(),
+                to,
+                from,
+                hops,
+                lane: batch.slot as u16,
+                actor,
+                payload,
+                deadline,
+                origin: Origin::Unsent,
+            });
+        }
+        out
+    }
+
+    /// Tries to queue a waiting frame on its next hop without waiting; returns it if it is to
+    /// wait on.
+    fn try_place(
+        &self,
+        p: Parked,
+        now: Instant,
+        fail_call: &impl Fn(u64, String),
+    ) -> Option<Parked> {
+        match self.try_once(p) {
+            Tried::Sent | Tried::Dropped => None,
+            Tried::Wait(p) if now < p.deadline && self.may_wait_for_route(&p.to) => Some(*p),
+            Tried::Wait(p) => {
+                self.give_up(*p, "no route", fail_call);
+                None
+            }
+        }
+    }
+
+    /// One attempt: the pure forwarding rule over the routes of the moment, then the next hop's
+    /// lane if it has room.
+    fn try_once(&self, p: Parked) -> Tried {
+        let slot = usize::from(p.lane);
+        if slot >= self.dispatch.total_lanes() {
+            self.counters.routed_invalid.inc();
+            self.routed_failed(&p.from, &p.actor, "invalid lane");
+            return Tried::Dropped;
+        }
+        let next = forward(
+            &self.id,
+            &p.came_from,
+            &p.to,
+            p.hops,
+            self.limits.hop_limit,
+            |d| match self.next_hop(d) {
+                Ok(Hop::Direct(peer)) | Ok(Hop::Via(peer)) => Some(peer.id.clone()),
+                Err(_) => None,
+            },
+        );
+        let peer = match next {
+            ForwardDecision::ForwardTo(id) => self.peer_of(&id),
+            ForwardDecision::Drop(DropReason::HopLimit) => {
+                self.counters.routed_hop_limit.inc();
+                self.routed_failed(&p.from, &p.actor, "hop limit reached");
+                return Tried::Dropped;
+            }
+            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
+        };
+        let Some(peer) = peer else {
+            return Tried::Wait(Box::new(p));
+        };
+        let header = Header::Routed {
+            to: p.to.clone(),
+            from: p.from.clone(),
+            hops: p.hops.saturating_add(1),
+            lane: p.lane,
+            actor: p.actor.clone(),
+        };
+        let Ok(head) = self.head(&peer, &header, p.payload.len()) else {
+            self.counters.routed_invalid.inc();
+            self.routed_failed(&p.from, &p.actor, "frame too large");
+            return Tried::Dropped;
+        };
+        match peer.lanes[slot].try_enqueue(head, p.payload.clone()) {
+            Ok(()) => {
+                match p.origin {
+                    Origin::Forward => self.counters.routed_forwarded.inc(),
+                    Origin::Unsent => self.counters.unsent_resent.inc(),
+                }
+                Tried::Sent
+            }
+            // A full lane, or a peer dropped meanwhile: it waits on.
+            Err(_) => Tried::Wait(Box::new(p)),
+        }
+    }
+
+    /// Drops a waiting frame: counted, and its call failed.
+    fn give_up(&self, p: Parked, why: &str, fail_call: &impl Fn(u64, String)) {
+        match p.origin {
+            Origin::Forward => self.counters.routed_no_route.inc(),
+            Origin::Unsent => self.counters.unsent_dropped.inc(),
+        }
+        tracing::debug!(to = %p.to, from = %p.from, hops = p.hops, why, "waiting frame dropped");
+        if p.from == self.id {
+            if let ActorHeader::Send { call: Some(c), .. } = &p.actor {
+                fail_call(*c, format!("unreachable: {why}"));
+            }
+        } else {
+            self.routed_failed(&p.from, &p.actor, why);
+        }
+    }
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
