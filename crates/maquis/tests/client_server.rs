@@ -13,7 +13,7 @@ use common::*;
 use maquis::config::ClientServerOptions;
 use maquis::echo::echo_once;
 use maquis::overlay::Role;
-use maquis::{Config, DownReason, MembershipEvent, Node, NodeId, SendOpts};
+use maquis::{Config, DownReason, MembershipEvent, Node, SendOpts};
 
 fn cs(name: &str, role: Role) -> Config {
     config(name).overlay(ClientServerOptions {
@@ -22,18 +22,6 @@ fn cs(name: &str, role: Role) -> Config {
         sync_interval_ms: 50,
         gossip_interval_ms: 250,
     })
-}
-
-fn names(ids: &[NodeId]) -> BTreeSet<String> {
-    ids.iter().map(|n| n.name.clone()).collect()
-}
-
-async fn all_members(nodes: &[&Node], want: &BTreeSet<String>, what: &str, limit: Duration) {
-    until(what, limit, || {
-        let ok = nodes.iter().all(|n| names(&n.members()) == *want);
-        async move { ok }
-    })
-    .await;
 }
 
 /// Every node calls the `echo` service of every other node; a failed call is tried again until

@@ -1,6 +1,7 @@
 //! Helpers shared by the multi-node tests.
 #![allow(dead_code)]
 
+pub mod probe;
 pub mod raw;
 pub mod tls;
 
@@ -66,6 +67,25 @@ where
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The names of these nodes.
+pub fn names(ids: &[maquis::NodeId]) -> std::collections::BTreeSet<String> {
+    ids.iter().map(|n| n.name.clone()).collect()
+}
+
+/// Waits until every node's member list names exactly `want`.
+pub async fn all_members(
+    nodes: &[&Node],
+    want: &std::collections::BTreeSet<String>,
+    what: &str,
+    limit: Duration,
+) {
+    until(what, limit, || {
+        let ok = nodes.iter().all(|n| names(&n.members()) == *want);
+        async move { ok }
+    })
+    .await;
 }
 
 pub fn member_names(n: &Node) -> Vec<String> {
