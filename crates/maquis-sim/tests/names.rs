@@ -3,14 +3,15 @@
 //! node runs; directory messages to nodes that are not neighbours take the routed hops the
 //! runtime's router takes.
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use maquis_proto::harness::{Micros, NetConfig, Network, Observer, SimId};
-use maquis_proto::membership::MembershipConfig;
+use common::p2p_cluster;
+use maquis_proto::harness::{Micros, Network, Observer, SimId};
 use maquis_proto::names::{DirOutput, DirectoryConfig, Entry, ReqId, Whereis};
-use maquis_proto::overlay::{Erased, HyParView, HyParViewConfig};
 
 const N: u32 = 40;
 
@@ -47,33 +48,11 @@ fn s(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-/// `N` peer-to-peer nodes (active views of 4: most pairs are not neighbours), each running
-/// the directory, settled.
+/// The 40-node cluster, each node running the directory.
 fn cluster() -> Network<Answers> {
-    let mut net = Network::new(NetConfig::default(), Answers::default());
-    for i in 0..N {
-        let id = net.next_id();
-        let cfg = HyParViewConfig {
-            active_size: 4,
-            passive_size: 12,
-            seed: Some(u64::from(i) + 7),
-            ..HyParViewConfig::default()
-        };
-        let node = net.spawn(
-            Box::new(Erased(HyParView::new(id, cfg))),
-            MembershipConfig::default(),
-        );
-        net.start_names(node, DirectoryConfig::default());
-        if i > 0 {
-            net.join(node, (i * 7 + 3) % i);
-        }
-        net.run_for(Duration::from_millis(20));
-    }
-    net.run_for(s(10));
-    for i in 0..N {
-        assert_eq!(net.node(i).machine.members().len(), N as usize, "node {i}");
-    }
-    net
+    p2p_cluster(N, Answers::default(), |net, node| {
+        net.start_names(node, DirectoryConfig::default())
+    })
 }
 
 /// Registers `name` on `node` (stamped with the simulated time) and lets the answer come.

@@ -15,10 +15,10 @@
 //! is lost. [`Output::Close`] closes both ends: the other one hears a goodbye after what was
 //! already sent. Timers: after every input a node's earliest deadline is scheduled as an event.
 //!
-//! A node may also run the directory of global names ([`Network::start_names`]): it hears the
-//! members its membership machine publishes, its messages travel as routed messages (hop by hop
-//! where there is no direct connection, as in the runtime), and what it answers goes to
-//! [`Observer::on_names`].
+//! A node may also run the directory of global names ([`Network::start_names`]) and the process
+//! groups ([`Network::start_groups`]): they hear the members its membership machine publishes,
+//! their messages travel as routed messages (hop by hop where there is no direct connection, as
+//! in the runtime), and what the directory answers goes to [`Observer::on_names`].
 //!
 //! What a test or the simulator wants to see (deliveries, events, the messages on the wire,
 //! every node after every input it handles) it gets through an [`Observer`], which may also
@@ -61,12 +61,17 @@ use serde::{Deserialize, Serialize};
 pub use self::queue::Micros;
 use self::queue::Queue;
 use crate::broadcast::{DropReason, ForwardDecision, Topic};
+use crate::groups::{Groups, GroupsConfig};
 use crate::id::PeerId;
 use crate::membership::{
     forward, next_hop, Direct, Disconnect, Membership, MembershipConfig, NextHop, Output, Protocol,
 };
-use crate::names::{DirMsg, DirOutput, Directory, DirectoryConfig};
+use crate::names::{DirOutput, Directory, DirectoryConfig};
+
+mod services;
+
 use crate::overlay::DynOverlay;
+use services::{ServiceOut, Which};
 
 /// The identity of a simulated node: its index in the network and its incarnation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -185,6 +190,23 @@ pub struct NetCounters {
     pub names_sent: u64,
     /// Directory messages that did not arrive (no route, hop limit, a lost hop).
     pub names_dropped: u64,
+    /// Group messages sent (each counted once, however many hops it took).
+    pub groups_sent: u64,
+    /// Group messages that did not arrive (no route, hop limit, a lost hop).
+    pub groups_dropped: u64,
+}
+
+impl NetCounters {
+    /// Counts a message of `which` service sent, or (`sent` false) dropped.
+    fn service(&mut self, which: Which, sent: bool) {
+        let c = match (which, sent) {
+            (Which::Names, true) => &mut self.names_sent,
+            (Which::Names, false) => &mut self.names_dropped,
+            (Which::Groups, true) => &mut self.groups_sent,
+            (Which::Groups, false) => &mut self.groups_dropped,
+        };
+        *c += 1;
+    }
 }
 
 /// One simulated node.
@@ -195,6 +217,8 @@ pub struct SimNode {
     pub machine: Membership<SimId>,
     /// The directory of global names it runs, if started ([`Network::start_names`]).
     pub names: Option<Directory<SimId>>,
+    /// The process groups it runs, if started ([`Network::start_groups`]).
+    pub groups: Option<Groups<SimId>>,
     /// Whether it is running (not crashed).
     pub alive: bool,
     /// When it started.
@@ -231,8 +255,12 @@ enum Wire {
 enum Body {
     /// A probe of [`Network::route`], reported to [`Observer::on_routed`].
     Probe(u64),
-    /// A directory message, encoded as the runtime sends it.
-    Names { from: SimId, payload: Bytes },
+    /// A service's message (the directory's, the groups'), encoded as the runtime sends it.
+    Service {
+        which: Which,
+        from: SimId,
+        payload: Bytes,
+    },
 }
 
 enum Ev {
@@ -378,6 +406,7 @@ impl<O: Observer> Network<O> {
             id,
             machine: Membership::new(id, overlay, cfg),
             names: None,
+            groups: None,
             alive: true,
             born: self.q.now,
             conns: Vec::new(),
@@ -544,6 +573,29 @@ impl<O: Observer> Network<O> {
         dir.handle_members(now, node.machine.members());
         node.names = Some(dir);
         self.after(i);
+    }
+
+    /// Starts the process groups on node `i` (they hear the current members at once).
+    pub fn start_groups(&mut self, i: u32, cfg: GroupsConfig) {
+        let now = self.now_d();
+        let node = &mut self.nodes[i as usize];
+        let mut groups = Groups::new(node.id, cfg);
+        groups.handle_members(now, node.machine.members());
+        node.groups = Some(groups);
+        self.after(i);
+    }
+
+    /// Hands node `i`'s groups a request (join, leave, an actor that stopped, ...) at the
+    /// current time, then carries out what they produced. Panics if the node runs no groups.
+    pub fn groups<R>(&mut self, i: u32, f: impl FnOnce(&mut Groups<SimId>, Duration) -> R) -> R {
+        let now = self.now_d();
+        let groups = self.nodes[i as usize]
+            .groups
+            .as_mut()
+            .expect("the node runs no groups (Network::start_groups)");
+        let r = f(groups, now);
+        self.after(i);
+        r
     }
 
     /// Hands node `i`'s directory a request (register, unregister, whereis, ...) at the
@@ -795,7 +847,7 @@ impl<O: Observer> Network<O> {
     fn ended(&mut self, body: Body, outcome: RoutedOutcome) {
         match body {
             Body::Probe(token) => self.observer.on_routed(token, outcome),
-            Body::Names { .. } => self.counters.names_dropped += 1,
+            Body::Service { which, .. } => self.counters.service(which, false),
         }
     }
 
@@ -814,19 +866,16 @@ impl<O: Observer> Network<O> {
                     payload,
                 } => self.send(i, to.index, Wire::Proto(protocol, payload)),
                 other => {
-                    if let (Output::Members(m), Some(dir)) =
-                        (&other, self.nodes[i as usize].names.as_mut())
-                    {
-                        dir.handle_members(Duration::from_micros(now), m);
+                    if let Output::Members(m) = &other {
+                        self.nodes[i as usize].services_hear_members(Duration::from_micros(now), m);
                     }
                     self.observer.on_output(now, i, &other);
                 }
             }
         }
-        self.drain_names(i);
+        self.drain_services(i);
         let node = &mut self.nodes[i as usize];
-        let names = node.names.as_ref().and_then(|d| d.poll_timeout());
-        let earliest = match (node.machine.poll_timeout(), names) {
+        let earliest = match (node.machine.poll_timeout(), node.services_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -918,9 +967,7 @@ impl<O: Observer> Network<O> {
                 if n.alive && n.wake == Some(at) {
                     n.wake = None;
                     n.machine.handle_timeout(now);
-                    if let Some(dir) = n.names.as_mut() {
-                        dir.handle_timeout(now);
-                    }
+                    n.services_timeout(now);
                     self.after(node);
                 }
             }
@@ -954,7 +1001,11 @@ impl<O: Observer> Network<O> {
                 Body::Probe(token) => self
                     .observer
                     .on_routed(token, RoutedOutcome::Delivered(hops)),
-                Body::Names { from, payload } => self.deliver_names(at, from, &payload),
+                Body::Service {
+                    which,
+                    from,
+                    payload,
+                } => self.deliver_service(at, which, from, &payload),
             },
             ForwardDecision::ForwardTo(next) => {
                 let hops = hops.saturating_add(1);
@@ -967,52 +1018,39 @@ impl<O: Observer> Network<O> {
         }
     }
 
-    /// A directory message for node `at` arrived (a node whose directory is not running drops
+    /// A service's message for node `at` arrived (a node that does not run that service drops
     /// it).
-    fn deliver_names(&mut self, at: u32, from: SimId, payload: &[u8]) {
+    fn deliver_service(&mut self, at: u32, which: Which, from: SimId, payload: &[u8]) {
         let now = self.now_d();
-        let Ok(msg) = postcard::from_bytes::<DirMsg<SimId>>(payload) else {
-            self.counters.malformed += 1;
-            return;
-        };
-        match self.nodes[at as usize].names.as_mut() {
-            Some(dir) => dir.handle_message(now, from, msg),
-            None => {
-                self.counters.names_dropped += 1;
-                return;
-            }
+        match self.nodes[at as usize].services_deliver(which, now, from, payload) {
+            Ok(true) => self.after(at),
+            Ok(false) => self.counters.service(which, false),
+            Err(()) => self.counters.malformed += 1,
         }
-        self.after(at);
     }
 
-    /// Carries out what node `i`'s directory produced.
-    fn drain_names(&mut self, i: u32) {
+    /// Carries out what node `i`'s services produced.
+    fn drain_services(&mut self, i: u32) {
         let now = self.q.now;
         let me = self.nodes[i as usize].id;
-        loop {
-            let Some(out) = self.nodes[i as usize]
-                .names
-                .as_mut()
-                .and_then(|d| d.poll_output())
-            else {
-                return;
-            };
+        while let Some(out) = self.nodes[i as usize].services_poll() {
             match out {
-                DirOutput::Send { to, msg } => {
-                    self.counters.names_sent += 1;
-                    let payload = match crate::encode(&msg) {
-                        Ok(p) => Bytes::from(p),
-                        Err(_) => {
-                            self.counters.names_dropped += 1;
-                            continue;
-                        }
+                ServiceOut::Send { which, to, payload } => {
+                    self.counters.service(which, true);
+                    let Some(payload) = payload else {
+                        self.counters.service(which, false);
+                        continue;
                     };
-                    let body = Body::Names { from: me, payload };
+                    let body = Body::Service {
+                        which,
+                        from: me,
+                        payload,
+                    };
                     if !self.send_routed(i, to, body) {
-                        self.counters.names_dropped += 1;
+                        self.counters.service(which, false);
                     }
                 }
-                other => self.observer.on_names(now, i, &other),
+                ServiceOut::Names(answer) => self.observer.on_names(now, i, &answer),
             }
         }
     }
