@@ -292,51 +292,70 @@ pub(crate) async fn put(
     coordinate(shared, move |tx| write(s, key, value, tx)).await
 }
 
+/// Attempts of one write. A replica that keeps a newer version than the write's (stamped by a
+/// coordinator whose clock runs ahead, or within the same instant of the hybrid clocks) says
+/// so, and the write goes again with a later version: a write acknowledged after another one
+/// returned wins over it.
+const WRITE_ATTEMPTS: usize = 3;
+
 async fn write(shared: Arc<Shared>, key: Bytes, value: Option<Bytes>, tx: Answer<bool>) {
     let cfg = &shared.config;
     let deadline = Instant::now() + cfg.request_timeout;
-    let object = Object {
-        value,
-        version: shared.clock.tick(),
-    };
     let targets = targets(&shared, &key);
-    let mut calls = FuturesUnordered::new();
-    for t in targets.iter().cloned() {
-        let s = shared.clone();
-        let k = key.clone();
-        let o = object.clone();
-        calls.push(async move {
-            let make = |reply| VnodeMsg::Put {
-                key: k.clone(),
-                object: o.clone(),
-                hops: 0,
-                reply,
-            };
-            (t.node.clone(), call_vnode(&s, &t, make, deadline).await)
-        });
-    }
-    let (mut ok, mut failed) = (0usize, 0usize);
-    let mut had_live = false;
-    let mut first_err: Option<String> = None;
-    while ok < cfg.w && ok + (targets.len() - ok - failed) >= cfg.w {
-        let Some((node, res)) = calls.next().await else {
-            break;
+    let mut attempt = 0;
+    let (mut calls, ok, had_live, first_err) = loop {
+        attempt += 1;
+        let object = Object {
+            value: value.clone(),
+            version: shared.clock.tick(),
         };
-        match res {
-            Ok(VnodeReply::Stored { had_live: h }) => {
-                ok += 1;
-                had_live |= h;
-            }
-            Ok(other) => {
-                failed += 1;
-                first_err.get_or_insert(format!("{node}: {other:?}"));
-            }
-            Err(e) => {
-                failed += 1;
-                first_err.get_or_insert(e);
+        let mut calls = FuturesUnordered::new();
+        for t in targets.iter().cloned() {
+            let s = shared.clone();
+            let k = key.clone();
+            let o = object.clone();
+            calls.push(async move {
+                let make = |reply| VnodeMsg::Put {
+                    key: k.clone(),
+                    object: o.clone(),
+                    hops: 0,
+                    reply,
+                };
+                (t.node.clone(), call_vnode(&s, &t, make, deadline).await)
+            });
+        }
+        let (mut ok, mut failed) = (0usize, 0usize);
+        let mut had_live = false;
+        let mut newest: Option<u64> = None;
+        let mut first_err: Option<String> = None;
+        while ok < cfg.w && ok + (targets.len() - ok - failed) >= cfg.w {
+            let Some((node, res)) = calls.next().await else {
+                break;
+            };
+            match res {
+                Ok(VnodeReply::Stored { had_live: h, newer }) => {
+                    ok += 1;
+                    had_live |= h;
+                    newest = newest.max(newer);
+                }
+                Ok(other) => {
+                    failed += 1;
+                    first_err.get_or_insert(format!("{node}: {other:?}"));
+                }
+                Err(e) => {
+                    failed += 1;
+                    first_err.get_or_insert(e);
+                }
             }
         }
-    }
+        match newest {
+            Some(ts) if ok >= cfg.w && attempt < WRITE_ATTEMPTS && Instant::now() < deadline => {
+                shared.clock.observe(ts);
+                shared.stats.write_retries.inc();
+            }
+            _ => break (calls, ok, had_live, first_err),
+        }
+    };
     let res = if ok >= cfg.w {
         shared.stats.writes.inc();
         Ok(had_live)

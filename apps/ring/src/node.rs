@@ -30,6 +30,9 @@ pub struct Stats {
     pub reads: Counter,
     /// Quorum writes (puts and deletes) that succeeded.
     pub writes: Counter,
+    /// Writes sent again because a replica kept a newer version (stamped by a node whose
+    /// clock ran ahead, or within the same instant of the hybrid clocks).
+    pub write_retries: Counter,
     /// Echo round trips that succeeded.
     pub echoes: Counter,
     /// Read repairs sent.
@@ -84,6 +87,7 @@ impl maquis::admin::AppMetrics for RingMetrics {
         for (name, value) in [
             ("ring_reads", s.reads.get()),
             ("ring_writes", s.writes.get()),
+            ("ring_write_retries", s.write_retries.get()),
             ("ring_echoes", s.echoes.get()),
             ("ring_read_repairs", s.read_repairs.get()),
             ("ring_aae_exchanges", s.aae_exchanges.get()),

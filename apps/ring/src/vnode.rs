@@ -199,6 +199,9 @@ pub enum VnodeReply {
     Stored {
         /// Whether the key held a live value before this write.
         had_live: bool,
+        /// The timestamp of a newer version the vnode kept instead (the write lost to it):
+        /// the coordinator writes again with a later version.
+        newer: Option<u64>,
     },
     /// The vnode could not serve the request (forwarding failed, or its storage).
     Unavailable(String),
@@ -288,17 +291,17 @@ fn dup_reply<R: maquis::Message>(node: &Node, reply: &ReplyTo<R>) -> Option<Repl
 
 /// A reply that waits until the write it answers is durable.
 enum Pending {
-    Put(ReplyTo<VnodeReply>, bool),
+    Put(ReplyTo<VnodeReply>, bool, Option<u64>),
     Handoff(ReplyTo<HandoffAck>),
 }
 
 impl Pending {
     async fn answer(self, result: &Result<(), StorageError>) {
         match (self, result) {
-            (Pending::Put(reply, had_live), Ok(())) => {
-                let _ = reply.send(VnodeReply::Stored { had_live }).await;
+            (Pending::Put(reply, had_live, newer), Ok(())) => {
+                let _ = reply.send(VnodeReply::Stored { had_live, newer }).await;
             }
-            (Pending::Put(reply, _), Err(e)) => {
+            (Pending::Put(reply, ..), Err(e)) => {
                 let _ = reply.send(VnodeReply::Unavailable(e.to_string())).await;
             }
             (Pending::Handoff(reply), Ok(())) => {
@@ -666,9 +669,16 @@ impl Vnode {
                     return;
                 }
                 self.delay().await;
+                let version = object.version;
                 let had_live = self.merge(key.clone(), object);
+                let newer = self
+                    .store
+                    .get(&key)
+                    .map(|cur| cur.version)
+                    .filter(|v| *v > version)
+                    .map(|v| v.ts);
                 self.publish_size();
-                self.acknowledge(Some(&key), Pending::Put(reply, had_live))
+                self.acknowledge(Some(&key), Pending::Put(reply, had_live, newer))
                     .await;
             }
             VnodeMsg::Repair { key, object, hops } => {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use maquis_ring::{vnode_name, vnode_opts, RingConfig, RingNode, VnodeMsg};
+use maquis_ring::{vnode_name, vnode_opts, Object, RingConfig, RingNode, Version, VnodeMsg};
 
 fn key(i: usize) -> String {
     format!("key:{i}")
@@ -160,6 +160,61 @@ async fn echo_and_kv_from_every_node() {
     );
     assert_eq!(client.status().await.unwrap().keys, 0);
     client.shutdown().await;
+    stop(&nodes).await;
+}
+
+/// A write wins over the value it overwrites even when that value was stamped by a node whose
+/// clock runs ahead, as long as the writer's clock has not seen it: the replicas that keep the
+/// newer version say so, and the write goes again with a later stamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_wins_over_a_value_stamped_by_a_clock_running_ahead() {
+    let nodes = cluster("lw", 3, ring_config()).await;
+    // "first", stamped 10 s ahead (by a node whose clock runs ahead), is on the replicas of
+    // nodes 0 and 1; node 2 has not seen it.
+    let ahead = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + 10_000;
+    let first = Object {
+        value: Some(Bytes::from_static(b"first")),
+        version: Version {
+            ts: ahead << 16,
+            origin: 0,
+        },
+    };
+    for n in &nodes[..2] {
+        let (p, owner) = n
+            .preflist(b"k")
+            .into_iter()
+            .find(|(_, owner)| owner == n.name())
+            .expect("every node holds a replica (3 nodes, 3 replicas)");
+        let vnode: maquis::ActorRef<VnodeMsg> =
+            n.node().remote(&owner, &vnode_name(p)).expect("the vnode");
+        let repair = VnodeMsg::Repair {
+            key: Bytes::from_static(b"k"),
+            object: first.clone(),
+            hops: 0,
+        };
+        vnode.send_with(repair, &vnode_opts(p)).await.unwrap();
+        // The vnode has merged it once it answers a read.
+        let get = |reply| VnodeMsg::Get {
+            key: Bytes::from_static(b"k"),
+            hops: 0,
+            reply,
+        };
+        vnode
+            .call_with(get, Duration::from_secs(5), &vnode_opts(p))
+            .await
+            .unwrap();
+    }
+    // (No read before the write: its read repair would show node 2 the stamp.)
+    nodes[2].put("k", Bytes::from("second")).await.unwrap();
+    assert_eq!(
+        nodes[0].get("k").await.unwrap(),
+        Some(Bytes::from("second"))
+    );
+    assert!(nodes[2].stats().write_retries.get() >= 1);
     stop(&nodes).await;
 }
 
