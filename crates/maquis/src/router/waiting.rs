@@ -310,3 +310,116 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::dispatch::Dispatcher;
+    use crate::membership::RouteChange;
+    use crate::overlay::Liveness;
+    use crate::router::{PeerEntry, RouterLimits, WaitingQueues};
+    use crate::wire::frame::Dest;
+
+    fn id(name: &str) -> NodeId {
+        NodeId::new(name, ([127, 0, 0, 1], 9).into(), 1)
+    }
+
+    /// Node `a`'s router, its members `a`, `b`, `c`, with the task that holds waiting frames
+    /// running; returns how many of its own calls the task failed.
+    fn router() -> (Arc<Router>, Arc<AtomicUsize>) {
+        let specs = crate::config::TransportConfig::default().channel_specs();
+        let limits = RouterLimits {
+            max_frame_bytes: 1 << 20,
+            lane_queue_bytes: 1 << 20,
+            node_queue_bytes: 1 << 24,
+            hop_limit: 16,
+        };
+        let dispatch = Dispatcher::new(specs, true);
+        let (router, queues) = Router::new(id("a"), dispatch, Liveness::Membership, limits);
+        let router = Arc::new(router);
+        router.set_members(Arc::new(vec![id("a"), id("b"), id("c")]));
+        let failed = Arc::new(AtomicUsize::new(0));
+        let f = failed.clone();
+        let WaitingQueues { unsent, parked } = queues.expect("membership liveness");
+        let fail = move |_, _| {
+            f.fetch_add(1, Ordering::Relaxed);
+        };
+        tokio::spawn(router.clone().run_waiting(unsent, parked, fail));
+        (router, failed)
+    }
+
+    /// A call from `z` to `b` that arrived from `x`, for node `a` to forward.
+    fn parked(to: &str) -> Parked {
+        let actor = ActorHeader::Send {
+            to: Dest::Id(1),
+            incarnation: 0,
+            call: Some(7),
+            ty: 0,
+        };
+        Parked::forward(id("x"), id(to), id("z"), 1, 1, actor, Bytes::new())
+    }
+
+    async fn park(router: &Router, p: Parked) {
+        let tx = router.parked.as_ref().expect("membership liveness");
+        tx.send(p).await.unwrap();
+    }
+
+    /// Lets the task take what it was sent.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_waits_for_a_route_and_goes_when_one_appears() {
+        let (router, _) = router();
+        park(&router, parked("b")).await;
+        settle().await;
+        assert_eq!(router.counters.routed_forwarded.get(), 0);
+        assert_eq!(router.counters.routed_no_route.get(), 0);
+        // A neighbour `c` and a route to `b` through it, a second later.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let PeerEntry::New { peer: c, .. } = router.peer_entry(&id("c")).unwrap() else {
+            panic!("a new peer");
+        };
+        router.set_route(RouteChange::Set {
+            dst: id("b"),
+            via: id("c"),
+        });
+        settle().await;
+        assert_eq!(router.counters.routed_forwarded.get(), 1);
+        assert!(
+            c.lanes[1].queued_bytes() > 0,
+            "queued on the lane it came on"
+        );
+        assert_eq!(router.counters.routed_no_route.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_is_bounded_and_ends_after_the_route_wait() {
+        let (router, failed) = router();
+        let extra = 5;
+        for _ in 0..WAITING_FRAMES + extra {
+            park(&router, parked("b")).await;
+        }
+        settle().await;
+        // Beyond the bound: dropped at once, counted.
+        assert_eq!(router.counters.routed_no_route.get(), extra as u64);
+        tokio::time::sleep(ROUTE_WAIT + Duration::from_millis(100)).await;
+        assert_eq!(
+            router.counters.routed_no_route.get(),
+            (WAITING_FRAMES + extra) as u64
+        );
+        // Calls of another node: failed at their caller, not here.
+        assert_eq!(failed.load(Ordering::Relaxed), 0);
+        // A node that is not a member does not wait.
+        park(&router, parked("stranger")).await;
+        settle().await;
+        assert_eq!(
+            router.counters.routed_no_route.get(),
+            (WAITING_FRAMES + extra + 1) as u64
+        );
+    }
+}
