@@ -216,6 +216,8 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let log_path = args.out.join("agents.log");
     let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+    // The Erlang nodes start an `epmd` if none runs; one started here is stopped at the end.
+    let epmd_before = epmd_running();
     let erlang_dir = if systems.iter().any(|s| s == "erlang") {
         Some(crate::erlang::prepare(
             &args.out,
@@ -251,6 +253,13 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
             cluster.stop();
         }
     }
+    if erlang_dir.is_some() && !epmd_before {
+        let _ = Command::new("epmd")
+            .arg("-kill")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
     let json = serde_json::to_string_pretty(&cells).map_err(|e| e.to_string())?;
     std::fs::write(args.out.join("results.json"), json).map_err(|e| e.to_string())?;
     let run = crate::debench_report::Run {
@@ -264,6 +273,16 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
     };
     crate::debench_report::write(&run, &cells)?;
     Ok(cells)
+}
+
+/// Whether an Erlang port mapper daemon answers on this host.
+fn epmd_running() -> bool {
+    Command::new("epmd")
+        .arg("-names")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Workers each node runs: `--workers`, or `--total-workers` shared among `nodes` (rounded,
