@@ -545,15 +545,21 @@ impl Router {
         payload_len: usize,
     ) -> Result<(Arc<Lane>, Bytes), SendError> {
         let slot = self.dispatch.pick(opts, sender, receiver);
-        let mut hop = self.next_hop(dst)?;
-        for _ in 0..CHOICES {
-            if !hop.peer().lanes[slot].is_closed() {
-                break;
-            }
-            // A peer dropped since the choice (its lanes take no more): choose again.
-            hop = self.next_hop(dst)?;
-        }
+        let hop = self.open_hop(dst, slot)?;
         self.frame_to(hop, dst, slot, header, payload_len)
+    }
+
+    /// [`Router::next_hop`], chosen again (up to `CHOICES` times) while the peer chosen turns
+    /// out dropped meanwhile: its lane `slot` takes no more frames.
+    fn open_hop(&self, dst: &NodeId, slot: usize) -> Result<Hop, SendError> {
+        let mut hop = self.next_hop(dst);
+        for _ in 1..CHOICES {
+            match &hop {
+                Ok(h) if h.peer().lanes[slot].is_closed() => hop = self.next_hop(dst),
+                _ => break,
+            }
+        }
+        hop
     }
 
     /// The frame prefix and header of a frame for `peer`: at most this node's frame limit and
@@ -582,22 +588,14 @@ impl Router {
         payload: Bytes,
     ) -> Result<(), SendError> {
         let slot = self.dispatch.pick(opts, sender, receiver);
-        let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
-        let mut hop = self.next_hop(dst);
-        for _ in 0..CHOICES {
-            hop = match hop {
-                Err(SendError::Unreachable(_)) if self.may_wait_for_route(dst) => {
-                    self.next_hop_by(dst, deadline).await
-                }
-                // A peer dropped since the choice (its lanes take no more): choose again.
-                Ok(h) if h.peer().lanes[slot].is_closed() => self.next_hop(dst),
-                settled => {
-                    hop = settled;
-                    break;
-                }
-            };
-        }
-        let (lane, head) = self.frame_to(hop?, dst, slot, header, payload.len())?;
+        let hop = match self.open_hop(dst, slot) {
+            Err(SendError::Unreachable(_)) if self.may_wait_for_route(dst) => {
+                let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
+                self.next_hop_by(dst, deadline).await?
+            }
+            other => other?,
+        };
+        let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
         lane.enqueue(head, payload).await
     }
 
