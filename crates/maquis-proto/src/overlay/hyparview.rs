@@ -17,8 +17,9 @@
 //!
 //! Beyond the paper, each one documented at its place: replacements for several failed
 //! neighbours run in parallel; an active view below its size is topped up from the passive view
-//! every shuffle period; and nodes recently declared down are remembered (a few) and re-dialed one
-//! per period, so that when a partition heals the two sides find each other again.
+//! every shuffle period; and nodes recently declared down or no longer heard from are
+//! remembered (a few) and re-dialed one per period, so that when a partition heals, or active
+//! views have closed into separate full groups, the sides find each other again.
 //!
 //! Members are this node, its active view, and the nodes the broadcast layer reports routes to
 //! (see [`HyParView::set_routes`]); a node in the active view is reached directly, another one
@@ -236,14 +237,27 @@ impl<P: PeerId> HyParView<P> {
     /// Replaces the routes to non-neighbours, `(destination, neighbour to go through)`, as the
     /// broadcast layer learns them from heartbeats (`Plumtree::routes`). Their destinations
     /// count as members; at most `max_routes` are kept.
+    ///
+    /// A node whose route is gone (its heartbeats stopped arriving) and that is not a
+    /// neighbour becomes a suspect, re-dialed like a neighbour declared down (beyond the
+    /// paper). Active views can close into separate groups that are each full (two groups of
+    /// `active_size + 1` nodes, every node a neighbour of every other in its group): no view
+    /// has a free slot, so nothing in the paper's protocol ever asks across, and each group
+    /// loses the other's routes for good. A suspect that answers and is still unreachable is
+    /// asked with high priority, which joins the groups again.
     pub fn set_routes(&mut self, routes: impl IntoIterator<Item = (P, P)>) {
-        self.routes.clear();
+        let old = std::mem::take(&mut self.routes);
         for (dst, via) in routes {
             if self.routes.len() >= self.cfg.max_routes {
                 break;
             }
             if dst != self.me {
                 self.routes.insert(dst, via);
+            }
+        }
+        for (dst, _) in old {
+            if !self.routes.contains_key(&dst) && !self.is_active(&dst) {
+                self.suspect(dst);
             }
         }
     }
@@ -571,10 +585,12 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
             return;
         }
         if up {
-            // A suspect answered a probe (or dialed us): it was wrongly declared down.
+            // A suspect answered a probe (or dialed us): it was wrongly declared down. Unless
+            // its heartbeats reach this node again by now, it is asked to be a neighbour.
             if let Some(i) = self.suspects.iter().position(|s| s == peer) {
                 self.suspects.remove(i);
-                if !self.is_active(peer) && !self.is_pending(peer) {
+                let unreachable = self.route(peer) == Route::Unreachable;
+                if unreachable && !self.is_pending(peer) {
                     self.pending.push(Pending {
                         node: peer.clone(),
                         high: true,
@@ -777,6 +793,34 @@ mod tests {
         assert!(fx
             .drain()
             .any(|e| e == Effect::Send(id(1), Msg::Neighbor { high: true })));
+    }
+
+    #[test]
+    fn a_node_no_longer_heard_from_is_probed_and_asked_only_while_unreachable() {
+        let mut a = HyParView::new(id(0), cfg());
+        let mut fx = Effects::default();
+        a.on_join(&id(1), &mut fx);
+        a.set_routes([(id(5), id(1)), (id(6), id(1))]);
+        a.set_routes([(id(6), id(1))]);
+        fx.drain().for_each(drop);
+        a.on_timer(SHUFFLE, &mut fx);
+        assert!(fx.drain().any(|e| e == Effect::Connect(id(5))), "re-dialed");
+        a.on_connection(&id(5), true, &mut fx);
+        assert!(fx
+            .drain()
+            .any(|e| e == Effect::Send(id(5), Msg::Neighbor { high: true })));
+        // Heard from again (through a neighbour) before it answered: not asked.
+        a.set_routes([]);
+        a.set_routes([(id(6), id(1))]);
+        fx.drain().for_each(drop);
+        a.on_connection(&id(6), true, &mut fx);
+        assert!(!fx
+            .drain()
+            .any(|e| matches!(e, Effect::Send(_, Msg::Neighbor { .. }))));
+        // A neighbour's route going away does not make it a suspect.
+        a.set_routes([(id(1), id(1))]);
+        a.set_routes([]);
+        assert!(!a.suspects.contains(&id(1)));
     }
 
     #[test]
