@@ -43,6 +43,11 @@ pub struct DebenchArgs {
     /// Seconds measured per cell (default 10; quick 5).
     #[arg(long)]
     pub seconds: Option<u64>,
+    /// Seconds of load run on every new cluster before its first cell, not counted in any
+    /// cell (the report says what it met): a peer-to-peer overlay still reshapes its views and
+    /// broadcast trees for a few seconds after every node sees all the others.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u64,
     /// Closed-loop workers in the whole cluster, shared among the nodes (at least one each):
     /// the offered load stays the same at every cluster size, so that on a machine whose cores
     /// do not grow with the cluster a command's latency shows what the cluster size costs, not
@@ -230,12 +235,23 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
     let started = Instant::now();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut cells = Vec::new();
+    let mut warmups = Vec::new();
     for system in &systems {
         for &n in &sizes {
             eprintln!("debench: {system}, {n} nodes: starting the cluster ...");
             let t = Instant::now();
             let mut cluster = Cluster::start(args, system, n, erlang_dir.as_deref(), &log)?;
             eprintln!("  formed in {:.1} s", t.elapsed().as_secs_f64());
+            if args.warmup > 0 {
+                if let Some((wl, _)) = grid.first() {
+                    let w = cluster.measure(args, wl, args.warmup)?;
+                    eprintln!(
+                        "  warm-up: {:.0} ops/s, {} errors (not counted)",
+                        w.ops_per_s, w.errors
+                    );
+                    warmups.push(w);
+                }
+            }
             for (wl, _) in &grid {
                 let cell = cluster.measure(args, wl, seconds)?;
                 eprintln!(
@@ -270,6 +286,7 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
         grid: &grid,
         wall_s: started.elapsed().as_secs_f64(),
         load_before: load_before.trim().to_string(),
+        warmups: &warmups,
     };
     crate::debench_report::write(&run, &cells)?;
     Ok(cells)

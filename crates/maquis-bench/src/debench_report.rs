@@ -21,6 +21,8 @@ pub struct Run<'a> {
     pub wall_s: f64,
     /// `/proc/loadavg` when it started.
     pub load_before: String,
+    /// The warm-up of each cluster (the grid's first workload), in the order they ran.
+    pub warmups: &'a [Cell],
 }
 
 fn sh(cmd: &str) -> String {
@@ -115,11 +117,12 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime; the same number at every size); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others.",
+        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime; the same number at every size); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others and after a warm-up of {} s (see the end).",
         run.sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
         run.systems.join(", "),
         a.procs,
-        sh("erl -noshell -eval 'io:format(\"~s\", [erlang:system_info(otp_release)]), halt().' 2>/dev/null")
+        sh("erl -noshell -eval 'io:format(\"~s\", [erlang:system_info(otp_release)]), halt().' 2>/dev/null"),
+        a.warmup
     );
     let _ = writeln!(
         r,
@@ -283,6 +286,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     if !errors.is_empty() {
         let _ = writeln!(r, "\n## Errors\n\n{}", errors.join("\n"));
     }
+    warmups(&mut r, run);
 
     match crate::plot::run(&a.out, "plot_debench.py", PLOT, &[]) {
         Ok(pngs) if !pngs.is_empty() => {
@@ -295,6 +299,34 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
         Err(e) => eprintln!("plots skipped: {e}"),
     }
     std::fs::write(a.out.join("report.md"), r).map_err(|e| e.to_string())
+}
+
+/// What each cluster's warm-up met: the first seconds of load on a cluster that has just
+/// formed, counted in no cell.
+fn warmups(r: &mut String, run: &Run) {
+    if run.warmups.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        r,
+        "\n## Warm-up\n\n{} s of the first workload on every new cluster before its first cell, counted in no cell:\n\n| system | nodes | ops/s | errors | first error |\n|---|---|---|---|---|",
+        run.args.warmup
+    );
+    for w in run.warmups {
+        let first = w
+            .commands
+            .iter()
+            .find_map(|(k, s)| s.first_error.as_ref().map(|e| format!("{k}: {e}")))
+            .unwrap_or_default();
+        let _ = writeln!(
+            r,
+            "| {} | {} | {:.0} | {} | {first} |",
+            label(w),
+            w.nodes,
+            w.ops_per_s,
+            w.errors
+        );
+    }
 }
 
 /// The plotting script.

@@ -1,5 +1,5 @@
 //! `maquis-bench debench` end to end at a small size: three Maquis nodes on each overlay, the
-//! global-command series for one second per cell, and results that account for every command.
+//! global-command series for one second per cell after a warm-up of one, and results that account for every command.
 
 use std::process::Command;
 
@@ -9,7 +9,8 @@ fn small_debench_run_measures_every_command_without_errors() {
     let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
         .args(["debench", "--sizes", "3", "--series", "global,server"])
         .args(["--systems", "maquis-full-mesh,maquis-peer-to-peer"])
-        .args(["--seconds", "1", "--procs", "2", "--base-port", "27100"])
+        .args(["--seconds", "1", "--warmup", "1", "--procs", "2"])
+        .args(["--base-port", "27100"])
         .arg("--out")
         .arg(&out)
         .output()
@@ -55,5 +56,11 @@ fn small_debench_run_measures_every_command_without_errors() {
     }
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("## Targets"));
+    // One warm-up per cluster, counted in no cell, reported at the end.
+    let warm = report
+        .split("## Warm-up")
+        .nth(1)
+        .expect("a warm-up section");
+    assert_eq!(warm.matches("| maquis-").count(), 2, "{warm}");
     let _ = std::fs::remove_dir_all(&out);
 }
