@@ -176,6 +176,7 @@ impl<P: PeerId> Bcast<P> {
             return;
         }
         let notice = (node.clone(), self.pt.route_seq(node).unwrap_or(0));
+        tracing::debug!(me = %self.pt.me(), %node, seq = notice.1, "accusing a neighbour lost without a goodbye");
         if let Ok(bytes) = crate::encode(&notice) {
             self.pt
                 .broadcast(Topic::from(DOWN_TOPIC), Bytes::from(bytes), now, out);
@@ -235,6 +236,7 @@ impl<P: PeerId> Bcast<P> {
             true
         });
         for (node, seq) in down {
+            tracing::debug!(me = %self.pt.me(), %node, seq, "suspicion over: declared down");
             self.former.remove(&node);
             let known = self.pt.route_seq(&node).unwrap_or(0);
             let e = self.departed.entry(node).or_insert(0);
