@@ -33,26 +33,38 @@ async fn build(configs: Vec<Config>) -> Vec<Node> {
 }
 
 /// Shuts `victim` down (its connections close as in a crash) and returns, per other node,
-/// how long until it reported the victim down; fails on any other `Down` or `Left`.
+/// how long until it reported the victim down, sorted; fails on any other `Down` or `Left`.
+/// Each node's events are awaited in a task of its own, so that every time is when that node
+/// reported, not when the test got to it; the times are printed per node.
 async fn crash_and_time(nodes: &[Node], victim: usize, limit: Duration) -> Vec<Duration> {
     let name = nodes[victim].id().name.clone();
-    let mut subs: Vec<_> = nodes
+    let t = Instant::now();
+    let waits: Vec<_> = nodes
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != victim)
-        .map(|(_, n)| n.subscribe())
+        .map(|(_, n)| {
+            let mut rx = n.subscribe();
+            let who = n.id().name.clone();
+            tokio::spawn(async move {
+                let ev = next_event(&mut rx, limit, |e| {
+                    matches!(e, MembershipEvent::Down(_) | MembershipEvent::Left(_))
+                })
+                .await;
+                (who, ev, t.elapsed())
+            })
+        })
         .collect();
-    let t = Instant::now();
     nodes[victim].shutdown().await;
     let mut times = Vec::new();
-    for rx in &mut subs {
-        let ev = next_event(rx, limit, |e| {
-            matches!(e, MembershipEvent::Down(_) | MembershipEvent::Left(_))
-        })
-        .await;
+    for w in waits {
+        let (who, ev, at) = w.await.expect("waiter");
         match ev {
-            MembershipEvent::Down(n) if n.name == name => times.push(t.elapsed()),
-            other => panic!("only {name} goes down, not {other:?}"),
+            MembershipEvent::Down(n) if n.name == name => {
+                println!("{who} reported {name} down after {at:?}");
+                times.push(at);
+            }
+            other => panic!("only {name} goes down, not {other:?} (at {who})"),
         }
     }
     times.sort();
