@@ -117,6 +117,16 @@ pub(crate) struct WaitingQueues {
 /// (its lanes closed): the peer table changes under the choice only in that moment.
 const CHOICES: usize = 3;
 
+/// Where a routed frame goes next from this node ([`Router::next_leg`]).
+enum Leg {
+    /// On to this peer.
+    Go(Arc<Peer>),
+    /// No way on for now (no route, or only back where it came from).
+    NoWay,
+    /// Dropped here (counted, its call failed).
+    Dropped,
+}
+
 /// Where a frame for a node goes first.
 enum Hop {
     /// To the node itself.
@@ -704,25 +714,10 @@ impl Router {
         payload: Bytes,
     ) {
         let slot = usize::from(lane);
-        if slot >= self.dispatch.total_lanes() {
-            self.counters.routed_invalid.inc();
-            return self.routed_failed(&from, &actor, "invalid lane");
-        }
-        let limit = self.limits.hop_limit;
-        let next = forward(&self.id, came_from, &to, hops, limit, |d| {
-            match self.next_hop(d) {
-                Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
-                Err(_) => None,
-            }
-        });
-        let peer = match next {
-            ForwardDecision::ForwardTo(id) => self.peer_of(&id),
-            ForwardDecision::Drop(DropReason::HopLimit) => {
-                self.counters.routed_hop_limit.inc();
-                tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
-                return self.routed_failed(&from, &actor, "hop limit reached");
-            }
-            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
+        let peer = match self.next_leg(came_from, &to, &from, hops, slot, &actor) {
+            Leg::Go(peer) => Some(peer),
+            Leg::NoWay => None,
+            Leg::Dropped => return,
         };
         let Some(peer) = peer else {
             // No way on (or only back where it came from, while routes disagree) toward a
@@ -767,6 +762,42 @@ impl Router {
                 self.counters.routed_queue_full.inc();
                 self.routed_failed(&from, &actor, "next hop congested");
             }
+        }
+    }
+
+    /// Where a routed frame goes next from here, by the pure forwarding rule over the routes of
+    /// the moment. A frame on a lane slot this node does not have, or at the hop limit, is
+    /// dropped here (counted, its call failed).
+    fn next_leg(
+        &self,
+        came_from: &NodeId,
+        to: &NodeId,
+        from: &NodeId,
+        hops: u16,
+        slot: usize,
+        actor: &ActorHeader,
+    ) -> Leg {
+        if slot >= self.dispatch.total_lanes() {
+            self.counters.routed_invalid.inc();
+            self.routed_failed(from, actor, "invalid lane");
+            return Leg::Dropped;
+        }
+        let limit = self.limits.hop_limit;
+        let next = forward(&self.id, came_from, to, hops, limit, |d| {
+            match self.next_hop(d) {
+                Ok(Hop::Direct(p)) | Ok(Hop::Via(p)) => Some(p.id.clone()),
+                Err(_) => None,
+            }
+        });
+        match next {
+            ForwardDecision::ForwardTo(id) => self.peer_of(&id).map_or(Leg::NoWay, Leg::Go),
+            ForwardDecision::Drop(DropReason::HopLimit) => {
+                self.counters.routed_hop_limit.inc();
+                tracing::debug!(%to, %from, hops, "routed message dropped: hop limit");
+                self.routed_failed(from, actor, "hop limit reached");
+                Leg::Dropped
+            }
+            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => Leg::NoWay,
         }
     }
 

@@ -25,10 +25,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Hop, Router, ROUTE_WAIT};
-use crate::broadcast::{DropReason, ForwardDecision};
+use super::{Leg, Router, ROUTE_WAIT};
 use crate::id::NodeId;
-use crate::membership::forward;
 use crate::transport::lane::{OutFrame, Unsent};
 use crate::wire::frame::{decode_head, ActorHeader, Header};
 
@@ -233,33 +231,10 @@ impl Router {
     /// lane if it has room.
     fn try_once(&self, p: Parked) -> Tried {
         let slot = usize::from(p.lane);
-        if slot >= self.dispatch.total_lanes() {
-            self.counters.routed_invalid.inc();
-            self.routed_failed(&p.from, &p.actor, "invalid lane");
-            return Tried::Dropped;
-        }
-        let next = forward(
-            &self.id,
-            &p.came_from,
-            &p.to,
-            p.hops,
-            self.limits.hop_limit,
-            |d| match self.next_hop(d) {
-                Ok(Hop::Direct(peer)) | Ok(Hop::Via(peer)) => Some(peer.id.clone()),
-                Err(_) => None,
-            },
-        );
-        let peer = match next {
-            ForwardDecision::ForwardTo(id) => self.peer_of(&id),
-            ForwardDecision::Drop(DropReason::HopLimit) => {
-                self.counters.routed_hop_limit.inc();
-                self.routed_failed(&p.from, &p.actor, "hop limit reached");
-                return Tried::Dropped;
-            }
-            ForwardDecision::Drop(DropReason::NoRoute) | ForwardDecision::Deliver => None,
-        };
-        let Some(peer) = peer else {
-            return Tried::Wait(Box::new(p));
+        let peer = match self.next_leg(&p.came_from, &p.to, &p.from, p.hops, slot, &p.actor) {
+            Leg::Go(peer) => peer,
+            Leg::NoWay => return Tried::Wait(Box::new(p)),
+            Leg::Dropped => return Tried::Dropped,
         };
         let header = Header::Routed {
             to: p.to.clone(),
