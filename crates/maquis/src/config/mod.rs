@@ -252,9 +252,11 @@ pub struct TransportConfig {
     pub node_queue_bytes: usize,
     /// Largest frame sent or accepted; larger frames close the connection (1 KiB–4 GiB).
     pub max_frame_bytes: usize,
-    /// Heartbeat period on the membership lane, in milliseconds.
+    /// Heartbeat period on the membership lane, in milliseconds: a peer this node wrote
+    /// nothing to since the last period gets a heartbeat, so every peer hears from it at least
+    /// every two periods.
     pub heartbeat_interval_ms: u64,
-    /// A peer silent this long is declared down, in milliseconds (more than the interval).
+    /// A peer silent this long is declared down, in milliseconds (at least three intervals).
     pub heartbeat_timeout_ms: u64,
     /// First redial delay, in milliseconds; doubles after each failure.
     pub reconnect_min_ms: u64,
@@ -354,11 +356,11 @@ impl TransportConfig {
             ));
         }
         if self.heartbeat_interval_ms == 0
-            || self.heartbeat_timeout_ms <= self.heartbeat_interval_ms
+            || self.heartbeat_timeout_ms < self.heartbeat_interval_ms.saturating_mul(3)
         {
             return Err(invalid(
                 "transport.heartbeat_timeout_ms",
-                "interval must be > 0 and timeout larger than the interval",
+                "interval must be > 0 and the timeout at least three intervals (a peer hears from a node at least every two)",
             ));
         }
         if self.reconnect_min_ms == 0 || self.reconnect_max_ms < self.reconnect_min_ms {

@@ -322,12 +322,14 @@ fn nested_toml_reads_every_section() {
     let err = Config::new("").validate().unwrap_err();
     assert!(err.to_string().starts_with("node.name:"), "{err}");
     let mut c = Config::default();
-    c.transport.heartbeat_timeout_ms = c.transport.heartbeat_interval_ms;
+    c.transport.heartbeat_timeout_ms = c.transport.heartbeat_interval_ms * 3 - 1;
     let err = c.validate().unwrap_err();
     assert!(
         matches!(&err, ConfigError::Invalid { key, .. } if key == "transport.heartbeat_timeout_ms"),
         "{err}"
     );
+    c.transport.heartbeat_timeout_ms = c.transport.heartbeat_interval_ms * 3;
+    c.validate().unwrap();
     let err = Config::default()
         .overlay(FullMeshOptions {
             gossip_interval_ms: 0,

@@ -5,8 +5,10 @@
 //! hands broadcasts to subscribers, publishes the members, neighbours and routes the send path
 //! reads, and reports events. Only this loop changes membership.
 //!
-//! It also runs the link heartbeats (a probe on every connection each heartbeat interval; a
-//! peer silent for the heartbeat timeout is dropped), which are about connections, not members.
+//! It also runs the link heartbeats (each heartbeat interval, a probe to every peer this node
+//! wrote nothing to since the last one, and to all of them every `RTT_EVERY_TICKS` intervals
+//! to measure round trips; a peer silent for the heartbeat timeout is dropped), which are about
+//! connections, not members.
 //!
 //! The queue holds `CONTROL_QUEUE` (4,096) requests: `Join`, `Joined`, `Leave`, `Remove`, `LaneUp`,
 //! `LaneDown`, `DialFailed`, `PeerDown`, `Bye`, `OverlayMsg`, `Tick`, `Broadcast`, `BroadcastMsg`.
@@ -17,7 +19,8 @@
 //! (bounded, the oldest dropped), `Members`, `Neighbors` and `Route` update the snapshots the API
 //! and the router read, `Event` goes to the subscribers, `Gone` fires monitors and fails calls. A
 //! peer silent for `transport.heartbeat_timeout_ms` on every lane (the readers stamp its
-//! `last_seen_us` on every read) is dropped at the next `Tick`; the others get a `Heartbeat`.
+//! `last_seen_us` on every read) is dropped at the next `Tick`; the others it wrote nothing to
+//! since the last `Tick` get a `Heartbeat`.
 //!
 //! The data path never touches the machine: it reads the router's peers and route table.
 
@@ -74,6 +77,10 @@ impl Retry {
 /// How long a peer closed on purpose keeps its connections: its queued frames are written, and
 /// what it still sends is read, before they are cut.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Every this many heartbeat ticks, every connected peer gets a heartbeat whatever was written
+/// to it, so that its round-trip time stays measured.
+const RTT_EVERY_TICKS: u64 = 10;
 
 /// A request to the control loop.
 pub(crate) enum Control {
@@ -358,6 +365,7 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
     d.seq += 1;
     let now = inner.router.now_us();
     let timeout = inner.config.transport.heartbeat_timeout_ms * 1000;
+    let measure_rtt = d.seq.is_multiple_of(RTT_EVERY_TICKS);
     for p in inner.router.peers() {
         if !p.is_up() {
             continue;
@@ -365,6 +373,13 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
         if now.saturating_sub(p.last_seen_us.load(Ordering::Relaxed)) > timeout {
             let id = p.id.clone();
             peer_down(d, m, &id, "heartbeat timeout");
+            continue;
+        }
+        // A peer this node wrote to since the last tick has heard from it: the probe would
+        // tell it nothing (traffic keeps links alive, as Erlang's ticks do), except the
+        // round-trip time, measured every `RTT_EVERY_TICKS` ticks.
+        let written = p.frames_written();
+        if p.written_at_tick.swap(written, Ordering::Relaxed) != written && !measure_rtt {
             continue;
         }
         inner.router.send_control(

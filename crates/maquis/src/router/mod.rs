@@ -414,6 +414,7 @@ impl Router {
             said_bye: Default::default(),
             last_seen_us: AtomicU64::new(self.now_us()),
             rtt_us: Default::default(),
+            written_at_tick: Default::default(),
             max_frame: AtomicU64::new(u64::MAX),
             abort: abort.clone(),
             close: close.clone(),

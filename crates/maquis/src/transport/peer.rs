@@ -44,6 +44,9 @@ pub(crate) struct Peer {
     pub last_seen_us: AtomicU64,
     /// Last heartbeat round trip in microseconds (0 until measured).
     pub rtt_us: AtomicU64,
+    /// The frames written to it, all lanes, as the last heartbeat tick counted them (only the
+    /// control loop reads and writes it).
+    pub written_at_tick: AtomicU64,
     /// The largest frame the peer accepts, as its last handshake said (`u64::MAX` until one
     /// has completed: then only this node's own limit applies).
     pub max_frame: AtomicU64,
@@ -72,6 +75,14 @@ impl Peer {
             tokio::time::sleep(grace).await;
             abort.cancel();
         });
+    }
+
+    /// Frames written to it so far, all lanes together.
+    pub(crate) fn frames_written(&self) -> u64 {
+        self.lanes
+            .iter()
+            .map(|l| l.metrics.msgs_out.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The largest frame the peer accepts, as far as this node knows.
