@@ -51,6 +51,7 @@ counters! {
     bad_frames: "connections closed for a malformed or oversized frame",
     control_drops: "protocol frames dropped because the membership lane was full or gone",
     peers_down: "peers declared down",
+    heartbeats_sent: "link heartbeats sent (to the peers written nothing to since the last interval, and to all every tenth interval)",
     routed_forwarded: "routed messages this node passed on toward their destination",
     routed_hop_limit: "routed messages dropped because they reached the hop limit",
     routed_no_route: "routed messages dropped because this node knew no way on",

@@ -96,3 +96,45 @@ async fn a_peer_in_the_middle_of_a_large_frame_is_not_silent() {
     drop(s);
     a.shutdown().await;
 }
+
+/// Heartbeats sent by `n` while `during` runs.
+async fn heartbeats_during(n: &maquis::Node, during: impl std::future::Future<Output = ()>) -> u64 {
+    let before = n.counters().heartbeats_sent.get();
+    during.await;
+    n.counters().heartbeats_sent.get() - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_to_a_peer_stands_in_for_its_heartbeats() {
+    let nodes = cluster("hbt", 2, |c| c).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let sink =
+        b.spawn_fn(
+            |mut inbox: maquis::Inbox<u64>| async move { while inbox.recv().await.is_some() {} },
+        );
+    b.register("sink", &sink).unwrap();
+    let to_b = a.remote::<u64>("hbt2", "sink").unwrap();
+    // The test config ticks every 200 ms: 10 ticks in each 2 s window.
+    let window = Duration::from_secs(2);
+    let idle = heartbeats_during(a, tokio::time::sleep(window)).await;
+    let busy = heartbeats_during(a, async {
+        let start = Instant::now();
+        let mut i = 0;
+        while start.elapsed() < window {
+            to_b.send(i).await.unwrap();
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // Idle, a heartbeat goes at least every other tick (the one before counts as written);
+    // busy, only the round-trip probe of every tenth tick.
+    assert!(idle >= 3, "{idle} heartbeats to an idle peer in 2 s");
+    assert!(
+        busy <= 4,
+        "{busy} heartbeats to a peer sent a message every 20 ms for 2 s"
+    );
+    for n in nodes {
+        n.shutdown().await;
+    }
+}

@@ -382,6 +382,7 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
         if p.written_at_tick.swap(written, Ordering::Relaxed) != written && !measure_rtt {
             continue;
         }
+        inner.router.counters.heartbeats_sent.inc();
         inner.router.send_control(
             &p,
             &Header::Heartbeat {

@@ -435,9 +435,13 @@ async fn read_loop<H: Host>(
         peer: peer.clone(),
     };
     let mut frames = FramedRead::with_capacity(counted, Codec(decoder), READ_BUFFER);
+    // One wait for the whole loop: made anew for every frame, it registered with the token
+    // and left it again each time.
+    let cancelled = info.cancel.cancelled();
+    tokio::pin!(cancelled);
     let reason = loop {
         let next = tokio::select! {
-            _ = info.cancel.cancelled() => break "closed".to_string(),
+            _ = &mut cancelled => break "closed".to_string(),
             f = frames.next() => f,
         };
         match next {

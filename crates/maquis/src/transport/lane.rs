@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::stream::WriteHalf;
+use super::watch::{Tokens, Watch, CANCELLED, CLOSING, ENDED};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
 
@@ -397,10 +398,20 @@ pub(crate) async fn run_writer(
     unsent: Option<UnsentSink>,
 ) {
     let mut batch: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
-    let mut conn: Option<ConnHandle> = None;
+    let mut conn: Option<(ConnHandle, Watch)> = None;
     let mut closing = false;
+    // The connection's end, the other end's end of writing and the peer's close, as flags.
+    let watched = |c: ConnHandle| {
+        let watch = Watch::start(Tokens {
+            cancel: c.cancel.clone(),
+            abort: abort.clone(),
+            ended: c.ended.clone(),
+            close: close.clone(),
+        });
+        (c, watch)
+    };
     loop {
-        let Some(c) = conn.as_mut() else {
+        let Some((c, watch)) = conn.as_mut() else {
             if closing {
                 break;
             }
@@ -408,22 +419,30 @@ pub(crate) async fn run_writer(
                 _ = abort.cancelled() => break,
                 _ = close.cancelled() => { closing = true; continue }
                 next = task.conn_rx.recv() => match next {
-                    Some(c) => conn = Some(c),
+                    Some(c) => conn = Some(watched(c)),
                     None => break,
                 },
             }
             continue;
         };
+        let mask = CANCELLED | ENDED | if closing { 0 } else { CLOSING };
         tokio::select! {
             biased;
-            _ = abort.cancelled() => break,
-            _ = c.cancel.cancelled() => { conn = None; continue }
-            // The other end stopped writing: it is closing this connection. What was written
-            // before is read; the frames still queued wait for another connection (or go
-            // another way if the peer is dropped).
-            _ = c.ended.cancelled() => { c.cancel.cancel(); conn = None; continue }
-            next = task.conn_rx.recv() => { conn = next; continue }
-            _ = close.cancelled(), if !closing => { closing = true; task.rx.close(); continue }
+            raised = watch.raised(mask) => {
+                if raised & (CANCELLED | ENDED) != 0 {
+                    // Cancelled: replaced, failed, or the peer aborted (then the wait above
+                    // ends the loop). Ended: the other end stopped writing, it is closing this
+                    // connection; what was written before is read, the frames still queued
+                    // wait for another connection (or go another way if the peer is dropped).
+                    c.cancel.cancel();
+                    conn = None;
+                } else {
+                    closing = true;
+                    task.rx.close();
+                }
+                continue
+            }
+            next = task.conn_rx.recv() => { conn = next.map(watched); continue }
             n = task.rx.recv_many(&mut batch, BATCH_FRAMES) => {
                 if n == 0 {
                     // Closed and drained: this end is done writing. The reader goes on until
@@ -436,14 +455,15 @@ pub(crate) async fn run_writer(
                 // A write to a peer that stopped reading may never finish: the connection's
                 // end (replaced, or the peer dropped) must still end it, or the write half
                 // would keep the socket open with the peer's unread data in it.
-                let ConnHandle { writer, cancel, max_frame, .. } = c;
+                let ConnHandle { writer, max_frame, .. } = c;
                 drop_too_large(&lane, &mut batch, *max_frame);
                 let n = batch.len();
                 let written = tokio::select! {
                     biased;
-                    _ = abort.cancelled() => Err(std::io::Error::other("peer dropped")),
-                    _ = cancel.cancelled() => Err(std::io::Error::other("connection closed")),
                     r = write_batch(writer, &mut batch) => r,
+                    _ = watch.raised(CANCELLED) => {
+                        Err(std::io::Error::other("connection closed or peer dropped"))
+                    }
                 };
                 match written {
                     Ok(bytes) => {
@@ -481,7 +501,7 @@ pub(crate) async fn run_writer(
             lane.metrics.dropped.fetch_add(n, Ordering::Relaxed);
         }
     }
-    if let Some(c) = conn {
+    if let Some((c, _)) = conn {
         c.cancel.cancel();
     }
     lane.set_connected(false);

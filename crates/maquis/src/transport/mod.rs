@@ -55,6 +55,7 @@ pub(crate) mod lane;
 pub(crate) mod listener;
 pub(crate) mod peer;
 pub(crate) mod stream;
+pub(crate) mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
