@@ -440,14 +440,7 @@ impl Node {
 
     /// A member by name.
     pub fn member(&self, name: &str) -> Option<NodeId> {
-        let members = self.inner.members_now();
-        // Sorted by name first: the entries of `name` start here; the newest one wins.
-        let at = members.partition_point(|m| m.name.as_str() < name);
-        members[at..]
-            .iter()
-            .take_while(|m| m.name == name)
-            .max_by_key(|m| m.incarnation)
-            .cloned()
+        self.inner.router.member(name)
     }
 
     /// Membership events from now on. The buffer holds `node.event_buffer` events; a subscriber

@@ -191,8 +191,8 @@ pub(crate) struct Router {
     /// control loop from the membership machine, read by sends only when no direct connection
     /// is up (no overlay lock on the way).
     routes: RwLock<HashMap<String, (NodeId, NodeId)>>,
-    /// The members (sorted), as the control loop last published them.
-    members: RwLock<Arc<Vec<NodeId>>>,
+    /// The members, as the control loop last published them.
+    members: RwLock<Members>,
     /// Signalled whenever a route, a peer or the members change: sends waiting for a route
     /// look again.
     routes_changed: Notify,
@@ -200,6 +200,28 @@ pub(crate) struct Router {
     unsent: Option<mpsc::Sender<Unsent>>,
     /// Where forwarded frames with no way on yet wait (membership liveness only).
     parked: Option<mpsc::Sender<Parked>>,
+}
+
+/// The members as published, and by name (a lookup per remote call: a binary search over
+/// names spread in memory cost a cache miss per step).
+struct Members {
+    list: Arc<Vec<NodeId>>,
+    by_name: HashMap<String, NodeId>,
+}
+
+impl Members {
+    fn new(list: Arc<Vec<NodeId>>) -> Self {
+        let mut by_name: HashMap<String, NodeId> = HashMap::with_capacity(list.len());
+        for m in list.iter() {
+            match by_name.get(&m.name) {
+                Some(known) if known.incarnation >= m.incarnation => {}
+                _ => {
+                    by_name.insert(m.name.clone(), m.clone());
+                }
+            }
+        }
+        Members { list, by_name }
+    }
 }
 
 impl Router {
@@ -222,7 +244,7 @@ impl Router {
         } else {
             (None, None, None)
         };
-        let members = RwLock::new(Arc::new(vec![id.clone()]));
+        let members = RwLock::new(Members::new(Arc::new(vec![id.clone()])));
         let router = Router {
             id,
             dispatch,
@@ -247,11 +269,23 @@ impl Router {
         self.members
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .list
             .clone()
+    }
+
+    /// The member named `name` (its newest incarnation, if several are listed).
+    pub(crate) fn member(&self, name: &str) -> Option<NodeId> {
+        self.members
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_name
+            .get(name)
+            .cloned()
     }
 
     /// Sets the members (sorted, this node included).
     pub(crate) fn set_members(&self, members: Arc<Vec<NodeId>>) {
+        let members = Members::new(members);
         *self.members.write().unwrap_or_else(|e| e.into_inner()) = members;
         self.routes_changed.notify_waiters();
     }
@@ -486,6 +520,7 @@ impl Router {
                 .members
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
+                .list
                 .binary_search(dst)
                 .is_ok()
     }
@@ -810,5 +845,25 @@ impl Router {
                 self.reply_status(from, *c, status);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str, incarnation: u64) -> NodeId {
+        NodeId::new(name, "127.0.0.1:1".parse().unwrap(), incarnation)
+    }
+
+    #[test]
+    fn a_member_by_name_is_its_newest_incarnation() {
+        let mut list = vec![id("b", 7), id("a", 1), id("b", 9), id("b", 8)];
+        list.sort();
+        let m = Members::new(Arc::new(list));
+        assert_eq!(m.by_name.get("b"), Some(&id("b", 9)));
+        assert_eq!(m.by_name.get("a"), Some(&id("a", 1)));
+        assert_eq!(m.by_name.get("c"), None);
+        assert_eq!(m.list.len(), 4);
     }
 }
