@@ -226,8 +226,11 @@ pub struct Membership<P: PeerId = NodeId> {
     pt_out: PtOut<P>,
     /// The members last published, sorted.
     members: Arc<Vec<P>>,
-    /// The overlay's epoch at the last `settle` (`Overlay::epoch`).
-    epoch: Option<u64>,
+    /// The overlay's epoch and `up_changes` at the last `settle` (`Overlay::epoch`).
+    epoch: Option<(u64, u64)>,
+    /// Bumped whenever `up` changes: an overlay without neighbour views has the connected
+    /// members as its neighbours.
+    up_changes: u64,
     /// Nodes known to have left on purpose: their departure is reported `Left`, not `Down`.
     left_hint: HashSet<P>,
     /// Peers whose membership lane is up.
@@ -266,6 +269,7 @@ impl<P: PeerId> Membership<P> {
             heartbeats,
             pt_out: Vec::new(),
             epoch: None,
+            up_changes: 0,
             left_hint: HashSet::new(),
             up: HashSet::new(),
             unneeded: HashSet::new(),
@@ -373,6 +377,7 @@ impl<P: PeerId> Membership<P> {
     /// A peer's membership lane connected (the first time for this incarnation).
     pub fn handle_connected(&mut self, now: Duration, peer: &P) {
         self.up.insert(peer.clone());
+        self.up_changes += 1;
         self.timers.cancel(&Timer::Accuse(peer.clone()));
         let fx = self.overlay.on_connection(peer, true);
         self.apply(now, fx);
@@ -391,6 +396,7 @@ impl<P: PeerId> Membership<P> {
             self.left_hint.insert(peer.clone());
         }
         self.up.remove(peer);
+        self.up_changes += 1;
         self.wanted(peer);
         if self.liveness == Liveness::Connection {
             self.out.push_back(Output::Gone(peer.clone()));
@@ -568,6 +574,7 @@ impl<P: PeerId> Membership<P> {
     /// reporting it back).
     fn close(&mut self, id: P) {
         self.up.remove(&id);
+        self.up_changes += 1;
         self.out.push_back(Output::Close(id));
     }
 
@@ -642,7 +649,7 @@ impl<P: PeerId> Membership<P> {
     fn settle(&mut self, now: Duration, refresh: bool) {
         // An overlay that counts its changes saves the work below when nothing changed, unless
         // heartbeat routes are due (they come from the heartbeats, not the overlay).
-        let epoch = self.overlay.epoch();
+        let epoch = self.overlay.epoch().map(|e| (e, self.up_changes));
         if epoch.is_some() && epoch == self.epoch && !(refresh && self.heartbeats) {
             return;
         }

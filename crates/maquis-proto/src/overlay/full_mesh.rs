@@ -54,6 +54,9 @@ pub struct FullMesh<P: PeerId = NodeId> {
     tick: u64,
     /// Left or removed, and not joined since: gossip from the old cluster is ignored.
     alone: bool,
+    /// Bumped by every handler that may change the entries, the down marks or `alone` (see
+    /// `Overlay::epoch`): gossip that brings nothing new and the timers leave it.
+    epoch: u64,
 }
 
 impl<P: PeerId> FullMesh<P> {
@@ -76,6 +79,7 @@ impl<P: PeerId> FullMesh<P> {
             retry_every,
             tick: 0,
             alone: false,
+            epoch: 0,
         }
     }
 
@@ -177,6 +181,7 @@ impl<P: PeerId> Overlay<P> for FullMesh<P> {
     }
 
     fn on_join(&mut self, contact: &P, fx: &mut Effects<Msg<P>, P>) {
+        self.epoch += 1;
         self.alone = false;
         // Known at once as a member; version 0 yields to anything the contact says of itself.
         if !self
@@ -196,6 +201,7 @@ impl<P: PeerId> Overlay<P> for FullMesh<P> {
     }
 
     fn on_leave(&mut self, fx: &mut Effects<Msg<P>, P>) {
+        self.epoch += 1;
         let version = self.my_version() + 1;
         self.entries.insert(
             self.me.name().clone(),
@@ -221,6 +227,7 @@ impl<P: PeerId> Overlay<P> for FullMesh<P> {
         else {
             return;
         };
+        self.epoch += 1;
         e.version += 1;
         e.left = true;
         let id = e.id.clone();
@@ -243,12 +250,14 @@ impl<P: PeerId> Overlay<P> for FullMesh<P> {
                 return;
             }
             self.alone = false;
+            self.epoch += 1;
         }
         let they_know: BTreeMap<P::Name, Entry<P>> = theirs
             .iter()
             .map(|e| (e.id.name().clone(), e.clone()))
             .collect();
         if self.merge(from, theirs, fx) {
+            self.epoch += 1;
             self.gossip_all(Some(from), fx);
         }
         let behind = self
@@ -264,6 +273,7 @@ impl<P: PeerId> Overlay<P> for FullMesh<P> {
     }
 
     fn on_connection(&mut self, peer: &P, up: bool, fx: &mut Effects<Msg<P>, P>) {
+        self.epoch += 1;
         let known = self
             .entries
             .get(peer.name())
@@ -328,6 +338,10 @@ impl<P: PeerId> Overlay<P> for FullMesh<P> {
             _ => Route::Unreachable,
         }
     }
+
+    fn epoch(&self) -> Option<u64> {
+        Some(self.epoch)
+    }
 }
 
 #[cfg(test)]
@@ -390,6 +404,33 @@ mod tests {
         for i in 0..4 {
             assert_eq!(members(&net, i), vec![0, 1, 2, 3], "node {i}");
         }
+    }
+
+    #[test]
+    fn the_epoch_moves_with_changes_only() {
+        let mut a = mesh("a");
+        let mut fx = Effects::default();
+        let b = |version| {
+            Msg::State(vec![Entry {
+                id: id("b"),
+                version,
+                left: false,
+            }])
+        };
+        let e0 = a.epoch();
+        a.on_message(&id("b"), b(1), &mut fx);
+        let e1 = a.epoch();
+        assert_ne!(e1, e0, "a new member");
+        // The same state again, and the timers: nothing changes.
+        a.on_message(&id("b"), b(1), &mut fx);
+        a.on_timer(GOSSIP, &mut fx);
+        a.on_timer(RETRY, &mut fx);
+        assert_eq!(a.epoch(), e1);
+        a.on_connection(&id("b"), false, &mut fx);
+        assert_ne!(a.epoch(), e1, "a member down");
+        let e2 = a.epoch();
+        a.on_message(&id("b"), b(2), &mut fx);
+        assert_ne!(a.epoch(), e2, "a newer version");
     }
 
     #[test]
