@@ -182,8 +182,6 @@ pub struct HyParView<P = NodeId> {
     sent: Vec<P>,
     routes: BTreeMap<P, P>,
     version: u64,
-    /// Bumped whenever `set_routes` changes the routes (with `version`, the overlay's epoch).
-    routes_version: u64,
     left: bool,
 }
 
@@ -207,7 +205,6 @@ impl<P: PeerId> HyParView<P> {
             sent: Vec::new(),
             routes: BTreeMap::new(),
             version: 0,
-            routes_version: 0,
             left: false,
         }
     }
@@ -257,9 +254,6 @@ impl<P: PeerId> HyParView<P> {
             if dst != self.me {
                 self.routes.insert(dst, via);
             }
-        }
-        if self.routes != old {
-            self.routes_version += 1;
         }
         for (dst, _) in old {
             if !self.routes.contains_key(&dst) && !self.is_active(&dst) {
@@ -507,9 +501,7 @@ impl<P: PeerId> HyParView<P> {
         if leaving {
             self.passive.retain(|p| p != from);
             self.pending.retain(|p| p.node != *from);
-            if self.routes.remove(from).is_some() {
-                self.routes_version += 1;
-            }
+            self.routes.remove(from);
             fx.left(from.clone());
             self.fill(fx);
         } else if was_active {
@@ -673,12 +665,6 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
             HyParView::set_routes(self, routes);
         }
     }
-
-    /// The active view's version plus the routes': members, neighbours and routes depend on
-    /// nothing else.
-    fn epoch(&self) -> Option<u64> {
-        Some(self.version.wrapping_add(self.routes_version))
-    }
 }
 
 // Tests of several nodes together (joins, failures, leave, shuffles) drive the overlay through
@@ -704,27 +690,6 @@ mod tests {
             shuffle_passive: 2,
             ..HyParViewConfig::default()
         }
-    }
-
-    #[test]
-    fn the_epoch_moves_with_the_active_view_and_the_routes() {
-        let mut a = HyParView::new(id(0), cfg());
-        let mut fx = Effects::default();
-        let e0 = a.epoch();
-        a.on_message(&id(1), Msg::Join, &mut fx);
-        let e1 = a.epoch();
-        assert_ne!(e1, e0, "a neighbour came");
-        // A shuffle changes only the passive view.
-        let nodes = vec![id(5), id(6)];
-        a.on_message(&id(1), Msg::ShuffleReply { nodes }, &mut fx);
-        assert_eq!(a.epoch(), e1);
-        Overlay::set_routes(&mut a, vec![(id(2), id(1))]);
-        let e2 = a.epoch();
-        assert_ne!(e2, e1, "a route came");
-        Overlay::set_routes(&mut a, vec![(id(2), id(1))]);
-        assert_eq!(a.epoch(), e2, "the same routes");
-        a.on_message(&id(2), Msg::Disconnect { leaving: true }, &mut fx);
-        assert_ne!(a.epoch(), e2, "a routed member left");
     }
 
     #[test]
