@@ -425,6 +425,14 @@ pub(crate) async fn run_writer(
             }
             continue;
         };
+        // The flags are raised by another task, a moment after the tokens fire: a connection
+        // cancelled or ended in that moment must not take another batch (it would be written
+        // where nobody reads it), so the tokens themselves are looked at first.
+        if c.cancel.is_cancelled() || c.ended.is_cancelled() {
+            c.cancel.cancel();
+            conn = None;
+            continue;
+        }
         let mask = CANCELLED | ENDED | if closing { 0 } else { CLOSING };
         tokio::select! {
             biased;
