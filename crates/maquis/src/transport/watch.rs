@@ -6,6 +6,9 @@
 //! mutex apiece) every time the writer waits for a batch: a lane with one frame per wake-up
 //! paid that for every frame. Instead a small task per connection ([`Watch::start`]) waits on the
 //! tokens once and raises a flag; the writer's wait is an atomic load and a waker registration.
+//! A flag is raised a moment after its token fires, so before taking a batch the writer still
+//! looks at its connection's two tokens themselves (`run_writer`): two locks per batch, where
+//! the waits cost a dozen.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
