@@ -22,7 +22,7 @@
 //!   no application topic is reserved), from which every node learns, per origin, the neighbour
 //!   the heartbeat first came from: the next hop of a route back along the tree.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use rand::{Rng, SeedableRng};
 
 use super::cache::{Cache, Cached, Fixed};
 use super::config::PlumtreeConfig;
-use super::routing::{RouteInfo, Routes};
+use super::routing::{Recorded, RouteInfo, Routes};
 use super::types::{Announce, Key, MsgId, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic};
 
 type Out<P> = Vec<PlumtreeEffect<P>>;
@@ -60,6 +60,11 @@ pub struct PlumtreeStats {
     pub lazy_dropped: u64,
     /// Announcements ignored because the missing table was full.
     pub missing_dropped: u64,
+    /// Heartbeats that gave their origin a route through another neighbour than before, or a
+    /// first route.
+    pub route_moves: u64,
+    /// Heartbeats ignored because they came from a node that is not a neighbour.
+    pub strangers_ignored: u64,
 }
 
 /// The Plumtree state of one node; `P` identifies peers.
@@ -75,6 +80,9 @@ pub struct Plumtree<P> {
     queue: Vec<(P, Announce<P>)>,
     missing: HashMap<Key<P>, Missing<P>, Fixed>,
     routes: Routes<P>,
+    /// Origins whose route moved since [`Plumtree::take_moved_routes`] (at most one entry per
+    /// origin in the table).
+    moved: HashSet<P, Fixed>,
     hb_seq: u32,
     hb_on: bool,
     hb_timer: bool,
@@ -95,6 +103,7 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             rng: StdRng::seed_from_u64(cfg.seed.unwrap_or(tag)),
             cache: Cache::new(cfg.cache_max, cfg.cache_ttl),
             routes: Routes::new(cfg.routes_max),
+            moved: HashSet::default(),
             me,
             cfg,
             tag,
@@ -523,6 +532,13 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         now: Duration,
         out: &mut Out<P>,
     ) {
+        // A route goes through a neighbour. A node that still takes this one for its
+        // neighbour (its view has not caught up yet) would otherwise become the way to every
+        // origin whose heartbeats it brings first, with no connection to use.
+        if !self.is_neighbor(from) {
+            self.stats.strangers_ignored += 1;
+            return;
+        }
         let key = Key::Beat { origin, seq };
         if self.known(&key) {
             return self.duplicate(from, out);
@@ -530,11 +546,18 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         let Key::Beat { origin, seq } = key else {
             return;
         };
-        if !self
+        match self
             .routes
             .record(origin.clone(), from.clone(), seq, round, now)
         {
-            return;
+            Recorded::Full => return,
+            Recorded::Same => {}
+            Recorded::Moved => {
+                self.stats.route_moves += 1;
+                if self.moved.len() < self.cfg.routes_max {
+                    self.moved.insert(origin.clone());
+                }
+            }
         }
         let next = round.saturating_add(1);
         let beat = PlumtreeMsg::Heartbeat {
@@ -632,6 +655,23 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         self.routes
             .fresh(max_age, now)
             .map(|(o, _)| o.clone())
+            .collect()
+    }
+
+    /// `(origin, neighbour to go through)` for the origins whose route moved (a first route, or
+    /// a heartbeat that came first through another neighbour than the one before) since the
+    /// last call, and that are still in the table. Taken after every message, it keeps a route
+    /// table built from [`Plumtree::routes`] in step with the heartbeats between two full
+    /// reads: two nodes whose entries were read at different moments may otherwise each route
+    /// an origin through the other.
+    pub fn take_moved_routes(&mut self) -> Vec<(P, P)> {
+        if self.moved.is_empty() {
+            return Vec::new();
+        }
+        let moved = std::mem::take(&mut self.moved);
+        moved
+            .into_iter()
+            .filter_map(|o| self.routes.get(&o).map(|e| (o.clone(), e.via.clone())))
             .collect()
     }
 

@@ -456,3 +456,35 @@ fn duplicates_prune_a_link_only_once_its_credit_is_spent() {
     q.on_message(&1, gossip(2), Duration::ZERO, &mut out);
     assert_eq!(out, vec![PlumtreeEffect::Send(1, PlumtreeMsg::Prune)]);
 }
+
+#[test]
+fn routes_come_from_neighbours_and_their_moves_are_reported() {
+    let beat = |origin, seq| PlumtreeMsg::Heartbeat {
+        origin,
+        seq,
+        round: 3,
+    };
+    let t = Duration::ZERO;
+    let mut p = Plumtree::new(0u32, cfg());
+    let mut out = Vec::new();
+    for n in [1, 2] {
+        p.on_neighbor_up(n, t, &mut out);
+    }
+    // Node 7 still takes 0 for its neighbour: what it brings makes no route.
+    p.on_message(&7, beat(9, 1), t, &mut out);
+    assert_eq!(p.next_hop(&9), None);
+    assert_eq!(p.stats().strangers_ignored, 1);
+    assert!(p.take_moved_routes().is_empty());
+    p.on_message(&1, beat(9, 1), t, &mut out);
+    p.on_message(&1, beat(8, 1), t, &mut out);
+    let mut moved = p.take_moved_routes();
+    moved.sort();
+    assert_eq!(moved, vec![(8, 1), (9, 1)], "first routes");
+    // The next heartbeat of 9 comes first through 2; of 8, through 1 again.
+    p.on_message(&2, beat(9, 2), t, &mut out);
+    p.on_message(&1, beat(8, 2), t, &mut out);
+    assert_eq!(p.take_moved_routes(), vec![(9, 2)]);
+    assert!(p.take_moved_routes().is_empty(), "taken");
+    assert_eq!(p.stats().route_moves, 3);
+    assert_eq!(p.next_hop(&9), Some(2));
+}

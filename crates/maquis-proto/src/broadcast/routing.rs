@@ -39,6 +39,17 @@ pub(crate) struct Entry<P> {
     seen: u32,
 }
 
+/// What [`Routes::record`] did with a heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// The origin's route goes through the same neighbour as before.
+    Same,
+    /// The origin is new, or its route now goes through another neighbour.
+    Moved,
+    /// The origin is new and the table is full: not recorded.
+    Full,
+}
+
 /// The routing table, bounded by `max` origins.
 #[derive(Debug)]
 pub(crate) struct Routes<P> {
@@ -62,20 +73,25 @@ impl<P: Clone + Eq + Hash> Routes<P> {
         self.map.len()
     }
 
-    /// Records a heartbeat newer than what is known; false if the table is full.
-    pub fn record(&mut self, origin: P, via: P, seq: u32, hops: u16, now: Duration) -> bool {
+    /// Records a heartbeat newer than what is known.
+    pub fn record(&mut self, origin: P, via: P, seq: u32, hops: u16, now: Duration) -> Recorded {
         let seen = stamp(now);
         if let Some(e) = self.map.get_mut(&origin) {
+            let moved = e.via != via;
             *e = Entry {
                 via,
                 seq,
                 hops,
                 seen,
             };
-            return true;
+            return if moved {
+                Recorded::Moved
+            } else {
+                Recorded::Same
+            };
         }
         if self.map.len() >= self.max {
-            return false;
+            return Recorded::Full;
         }
         self.map.insert(
             origin,
@@ -86,7 +102,7 @@ impl<P: Clone + Eq + Hash> Routes<P> {
                 seen,
             },
         );
-        true
+        Recorded::Moved
     }
 
     pub fn info(&self, origin: &P, now: Duration) -> Option<RouteInfo<P>> {
@@ -179,10 +195,11 @@ mod tests {
     fn table_is_bounded_and_expires() {
         let s = Duration::from_secs;
         let mut r = Routes::new(2);
-        assert!(r.record(1u32, 10, 1, 2, s(0)));
-        assert!(r.record(2, 10, 1, 2, s(5)));
-        assert!(!r.record(3, 10, 1, 2, s(5)), "full");
-        assert!(r.record(1, 11, 2, 1, s(6)), "updates fit");
+        assert_eq!(r.record(1u32, 10, 1, 2, s(0)), Recorded::Moved, "new");
+        assert_eq!(r.record(2, 10, 1, 2, s(5)), Recorded::Moved);
+        assert_eq!(r.record(3, 10, 1, 2, s(5)), Recorded::Full);
+        assert_eq!(r.record(2, 10, 2, 2, s(5)), Recorded::Same);
+        assert_eq!(r.record(1, 11, 2, 1, s(6)), Recorded::Moved, "updates fit");
         assert_eq!(
             r.info(&1, s(7)).map(|i| (i.via, i.hops, i.age)),
             Some((11, 1, s(1)))

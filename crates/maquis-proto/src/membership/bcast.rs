@@ -272,6 +272,18 @@ impl<P: PeerId> Bcast<P> {
         out
     }
 
+    /// The routes heartbeats moved since the last call ([`Plumtree::take_moved_routes`]),
+    /// except to the departed (unless from a newer heartbeat).
+    pub fn take_moved_routes(&mut self) -> Vec<(P, P)> {
+        let mut moved = self.pt.take_moved_routes();
+        let pt = &self.pt;
+        moved.retain(|(origin, _)| match self.departed.get(origin) {
+            Some(seq) => pt.route_seq(origin).is_some_and(|s| s > *seq),
+            None => origin != pt.me(),
+        });
+        moved
+    }
+
     /// A leave notice arrived (the payload of a broadcast on [`LEAVE_TOPIC`]).
     pub fn on_leave_notice(&mut self, payload: &[u8]) -> Result<(), postcard::Error> {
         let (node, seq) = postcard::from_bytes::<(P, u32)>(payload)?;

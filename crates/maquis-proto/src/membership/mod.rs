@@ -453,6 +453,7 @@ impl<P: PeerId> Membership<P> {
         })?;
         self.bcast.on_message(from, msg, now, &mut self.pt_out);
         self.flush(now);
+        self.follow_moved_routes();
         Ok(())
     }
 
@@ -707,15 +708,44 @@ impl<P: PeerId> Membership<P> {
             self.out.push_back(Output::Route(RouteChange::Remove(name)));
         }
         for (dst, via) in wanted {
-            let same = self
-                .routes
-                .get(dst.name())
-                .is_some_and(|(d, v)| *d == dst && *v == via);
-            if !same {
-                self.routes
-                    .insert(dst.name().clone(), (dst.clone(), via.clone()));
-                self.out
-                    .push_back(Output::Route(RouteChange::Set { dst, via }));
+            self.put_route(dst, via);
+        }
+    }
+
+    /// Writes out a route that differs from the table's entry.
+    fn put_route(&mut self, dst: P, via: P) {
+        let same = self
+            .routes
+            .get(dst.name())
+            .is_some_and(|(d, v)| *d == dst && *v == via);
+        if !same {
+            self.routes
+                .insert(dst.name().clone(), (dst.clone(), via.clone()));
+            self.out
+                .push_back(Output::Route(RouteChange::Set { dst, via }));
+        }
+    }
+
+    /// Hands the overlay the routes a heartbeat just moved, and brings their entries of the
+    /// route table up to date at once (between two periodic refreshes, a table that lags
+    /// the heartbeats here while a neighbour's follows them sends messages back and forth).
+    /// A node heard from for the first time gets its route at once too; it becomes a member
+    /// at the next refresh (publishing members costs a pass over all of them).
+    fn follow_moved_routes(&mut self) {
+        let moved = self.bcast.take_moved_routes();
+        if moved.is_empty() || !self.heartbeats || self.liveness != Liveness::Membership {
+            return;
+        }
+        for (dst, via) in moved {
+            self.overlay.update_route(dst.clone(), via);
+            match self.overlay.route(&dst) {
+                Route::Via(via) => self.put_route(dst, via),
+                Route::Direct | Route::Unreachable => {
+                    if self.routes.remove(dst.name()).is_some() {
+                        let name = dst.name().clone();
+                        self.out.push_back(Output::Route(RouteChange::Remove(name)));
+                    }
+                }
             }
         }
     }

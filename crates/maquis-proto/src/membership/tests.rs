@@ -371,3 +371,53 @@ mod accusations {
         }
     }
 }
+
+#[test]
+fn a_heartbeat_that_moves_a_route_moves_the_route_table_at_once() {
+    use crate::broadcast::PlumtreeMsg;
+    use crate::overlay::{HyParView, HyParViewConfig, HyParViewMsg};
+    let overlay = HyParView::new(id("a"), HyParViewConfig::default());
+    let mut m = Membership::new(
+        id("a"),
+        Box::new(Erased(overlay)),
+        MembershipConfig::default(),
+    );
+    let t = ms(10);
+    m.handle_start(Duration::ZERO);
+    // `b` and `c` become neighbours.
+    for n in ["b", "c"] {
+        let join = crate::encode(&HyParViewMsg::<NodeId>::Join).unwrap();
+        m.handle_overlay_msg(t, &id(n), &join).unwrap();
+        m.handle_connected(t, &id(n));
+    }
+    outputs(&mut m);
+    let beat = |seq| {
+        let msg = PlumtreeMsg::Heartbeat {
+            origin: id("d"),
+            seq,
+            round: 2,
+        };
+        crate::encode(&msg).unwrap()
+    };
+    let routes = |m: &mut Membership| -> Vec<RouteChange<NodeId>> {
+        outputs(m)
+            .into_iter()
+            .filter_map(|o| match o {
+                Output::Route(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    };
+    // No refresh is due: the table follows each heartbeat that moves the route.
+    m.handle_broadcast_msg(t, &id("b"), &beat(1)).unwrap();
+    let set = |via: &str| RouteChange::Set {
+        dst: id("d"),
+        via: id(via),
+    };
+    assert_eq!(routes(&mut m), vec![set("b")]);
+    m.handle_broadcast_msg(t, &id("c"), &beat(2)).unwrap();
+    assert_eq!(routes(&mut m), vec![set("c")]);
+    m.handle_broadcast_msg(t, &id("c"), &beat(3)).unwrap();
+    assert_eq!(routes(&mut m), vec![], "the same way: nothing to write");
+    assert_eq!(m.route(&"d".to_string()), Some(&(id("d"), id("c"))));
+}

@@ -665,6 +665,13 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
             HyParView::set_routes(self, routes);
         }
     }
+
+    fn update_route(&mut self, dst: P, via: P) {
+        let known = self.routes.contains_key(&dst);
+        if !self.left && dst != self.me && (known || self.routes.len() < self.cfg.max_routes) {
+            self.routes.insert(dst, via);
+        }
+    }
 }
 
 // Tests of several nodes together (joins, failures, leave, shuffles) drive the overlay through

@@ -183,6 +183,12 @@ pub trait Overlay<P: PeerId = NodeId>: Send + 'static {
     /// `(destination, neighbour to go through)`, each heard from within the member timeout.
     /// Called periodically and whenever the neighbours change.
     fn set_routes(&mut self, _routes: Vec<(P, P)>) {}
+    /// With [`Liveness::Membership`]: one route that moved since the last
+    /// [`Overlay::set_routes`], as soon as a heartbeat shows it (`dst` is now reached through
+    /// neighbour `via`, or heard from for the first time). Routes that lag the heartbeats
+    /// make two nodes send a message back and forth. Default: nothing (the next
+    /// `set_routes` brings it).
+    fn update_route(&mut self, _dst: P, _via: P) {}
     /// With [`Liveness::Membership`]: whether the runtime broadcasts a heartbeat from every node
     /// (and a notice when one leaves) to learn members and routes for
     /// [`Overlay::set_routes`]. Default: `true` with `Membership`. An overlay that spreads its
@@ -221,6 +227,7 @@ pub trait DynOverlay<P: PeerId = NodeId>: Send {
     fn neighbors(&self) -> Option<Vec<P>>;
     fn liveness(&self) -> Liveness;
     fn set_routes(&mut self, routes: Vec<(P, P)>);
+    fn update_route(&mut self, dst: P, via: P);
     fn member_heartbeats(&self) -> bool;
     fn epoch(&self) -> Option<u64>;
     /// The overlay itself, to inspect it (see `Membership::overlay`).
@@ -305,6 +312,9 @@ impl<P: PeerId, O: Overlay<P>> DynOverlay<P> for Erased<O> {
     }
     fn set_routes(&mut self, routes: Vec<(P, P)>) {
         self.0.set_routes(routes)
+    }
+    fn update_route(&mut self, dst: P, via: P) {
+        self.0.update_route(dst, via)
     }
     fn member_heartbeats(&self) -> bool {
         self.0.member_heartbeats()
