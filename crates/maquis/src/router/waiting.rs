@@ -11,7 +11,9 @@
 //!
 //! One task ([`Router::run_waiting`]) holds them and tries them again whenever the routes, the
 //! members or the peers change (and every 50 ms, for a next hop's lane that was full), each
-//! until `ROUTE_WAIT` after it arrived. Bounded: at most
+//! until `ROUTE_WAIT` after it arrived. A forwarded frame whose only way on is back where it
+//! came from goes back there after `SEND_BACK_AFTER` (200 ms): by then the neighbour that
+//! sent it has usually followed the heartbeat that moved its route. Bounded: at most
 //! `WAITING_FRAMES` frames and `WAITING_BYTES` bytes of payload wait (beyond, the newcomer is
 //! dropped); the queues into the task are bounded too. A frame dropped here is counted
 //! (`routed_no_route` for forwarded frames, `unsent_dropped` for a dropped peer's), and a call
@@ -39,6 +41,13 @@ pub(crate) const PARKED_QUEUE: usize = 1024;
 /// How often waiting frames are tried again besides every change (a next hop's full lane
 /// makes room without a change of routes).
 const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long a forwarded frame whose only way on is back to the neighbour it came from waits
+/// before it goes back there. Routes through each other mean that one of the two nodes
+/// had not yet followed a heartbeat that moved the route; when the one that sent it has
+/// caught up by now (a heartbeat crosses the cluster in a few milliseconds), the frame goes
+/// on from there. Each return costs a hop, so two routes that stayed crossed end at the hop
+/// limit.
+const SEND_BACK_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Where a waiting frame came from (for its counters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +76,8 @@ pub(crate) struct Parked {
     pub(crate) payload: Bytes,
     /// When it is given up.
     pub(crate) deadline: Instant,
+    /// From when it may go back to `came_from` (see `SEND_BACK_AFTER`).
+    back_at: Instant,
     origin: Origin,
 }
 
@@ -82,6 +93,7 @@ impl Parked {
         actor: ActorHeader,
         payload: Bytes,
     ) -> Self {
+        let now = Instant::now();
         Parked {
             came_from,
             to,
@@ -90,7 +102,8 @@ impl Parked {
             lane,
             actor,
             payload,
-            deadline: Instant::now() + ROUTE_WAIT,
+            deadline: now + ROUTE_WAIT,
+            back_at: now + SEND_BACK_AFTER,
             origin: Origin::Forward,
         }
     }
@@ -203,6 +216,7 @@ impl Router {
                 actor,
                 payload,
                 deadline,
+                back_at: deadline,
                 origin: Origin::Unsent,
             });
         }
@@ -213,10 +227,14 @@ impl Router {
     /// wait on.
     fn try_place(
         &self,
-        p: Parked,
+        mut p: Parked,
         now: Instant,
         fail_call: &impl Fn(u64, String),
     ) -> Option<Parked> {
+        if now >= p.back_at {
+            // Any neighbour will do now, the one it came from included.
+            p.came_from = self.id.clone();
+        }
         match self.try_once(p) {
             Tried::Sent | Tried::Dropped => None,
             Tried::Wait(p) if now < p.deadline && self.may_wait_for_route(&p.to) => Some(*p),
@@ -267,7 +285,7 @@ impl Router {
             Origin::Forward => self.counters.routed_no_route.inc(),
             Origin::Unsent => self.counters.unsent_dropped.inc(),
         }
-        tracing::debug!(to = %p.to, from = %p.from, hops = p.hops, why, "waiting frame dropped");
+        tracing::debug!(to = %p.to, from = %p.from, hops = p.hops, why, me = %self.id.name, came_from = %p.came_from.name, "waiting frame dropped");
         if p.from == self.id {
             if let ActorHeader::Send { call: Some(c), .. } = &p.actor {
                 fail_call(*c, format!("unreachable: {why}"));
@@ -369,6 +387,27 @@ mod tests {
             c.lanes[1].queued_bytes() > 0,
             "queued on the lane it came on"
         );
+        assert_eq!(router.counters.routed_no_route.get(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frame_whose_way_on_is_back_goes_back_after_a_moment() {
+        let (router, _) = router();
+        // The route to `b` goes through `x`, the neighbour the frame came from.
+        router.set_members(Arc::new(vec![id("a"), id("b"), id("c"), id("x")]));
+        let PeerEntry::New { peer: x, .. } = router.peer_entry(&id("x")).unwrap() else {
+            panic!("a new peer");
+        };
+        router.set_route(RouteChange::Set {
+            dst: id("b"),
+            via: id("x"),
+        });
+        park(&router, parked("b")).await;
+        tokio::time::sleep(SEND_BACK_AFTER / 2).await;
+        assert_eq!(router.counters.routed_forwarded.get(), 0, "not at once");
+        tokio::time::sleep(SEND_BACK_AFTER).await;
+        assert_eq!(router.counters.routed_forwarded.get(), 1);
+        assert!(x.lanes[1].queued_bytes() > 0, "back to `x`");
         assert_eq!(router.counters.routed_no_route.get(), 0);
     }
 
