@@ -182,6 +182,8 @@ pub struct HyParView<P = NodeId> {
     sent: Vec<P>,
     routes: BTreeMap<P, P>,
     version: u64,
+    /// Bumped whenever `set_routes` changes the routes (with `version`, the overlay's epoch).
+    routes_version: u64,
     left: bool,
 }
 
@@ -205,6 +207,7 @@ impl<P: PeerId> HyParView<P> {
             sent: Vec::new(),
             routes: BTreeMap::new(),
             version: 0,
+            routes_version: 0,
             left: false,
         }
     }
@@ -254,6 +257,9 @@ impl<P: PeerId> HyParView<P> {
             if dst != self.me {
                 self.routes.insert(dst, via);
             }
+        }
+        if self.routes != old {
+            self.routes_version += 1;
         }
         for (dst, _) in old {
             if !self.routes.contains_key(&dst) && !self.is_active(&dst) {
@@ -501,7 +507,9 @@ impl<P: PeerId> HyParView<P> {
         if leaving {
             self.passive.retain(|p| p != from);
             self.pending.retain(|p| p.node != *from);
-            self.routes.remove(from);
+            if self.routes.remove(from).is_some() {
+                self.routes_version += 1;
+            }
             fx.left(from.clone());
             self.fill(fx);
         } else if was_active {
@@ -667,10 +675,19 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
     }
 
     fn update_route(&mut self, dst: P, via: P) {
-        let known = self.routes.contains_key(&dst);
-        if !self.left && dst != self.me && (known || self.routes.len() < self.cfg.max_routes) {
-            self.routes.insert(dst, via);
+        let room = self.routes.contains_key(&dst) || self.routes.len() < self.cfg.max_routes;
+        if self.left || dst == self.me || !room {
+            return;
         }
+        if self.routes.insert(dst, via.clone()).as_ref() != Some(&via) {
+            self.routes_version += 1;
+        }
+    }
+
+    /// The active view's version plus the routes': members, neighbours and routes depend on
+    /// nothing else.
+    fn epoch(&self) -> Option<u64> {
+        Some(self.version.wrapping_add(self.routes_version))
     }
 }
 
@@ -697,6 +714,27 @@ mod tests {
             shuffle_passive: 2,
             ..HyParViewConfig::default()
         }
+    }
+
+    #[test]
+    fn the_epoch_moves_with_the_active_view_and_the_routes() {
+        let mut a = HyParView::new(id(0), cfg());
+        let mut fx = Effects::default();
+        let e0 = a.epoch();
+        a.on_message(&id(1), Msg::Join, &mut fx);
+        let e1 = a.epoch();
+        assert_ne!(e1, e0, "a neighbour came");
+        // A shuffle changes only the passive view.
+        let nodes = vec![id(5), id(6)];
+        a.on_message(&id(1), Msg::ShuffleReply { nodes }, &mut fx);
+        assert_eq!(a.epoch(), e1);
+        Overlay::set_routes(&mut a, vec![(id(2), id(1))]);
+        let e2 = a.epoch();
+        assert_ne!(e2, e1, "a route came");
+        Overlay::set_routes(&mut a, vec![(id(2), id(1))]);
+        assert_eq!(a.epoch(), e2, "the same routes");
+        a.on_message(&id(2), Msg::Disconnect { leaving: true }, &mut fx);
+        assert_ne!(a.epoch(), e2, "a routed member left");
     }
 
     #[test]
