@@ -1,8 +1,11 @@
 %% The Distributed Erlang side of `maquis-bench debench`: DE-Bench's worker loop, the same as the
 %% Maquis agents run. One VM is one node `dbI@127.0.0.1`; it connects to every other node, starts
 %% its server process (a gen_server registered as debench_srv), prints "ready", and then reads
-%% stdin: a line "go W GlobalPct LocalPct ServerPct ArgBytes ComputeUs Seconds" runs W workers
-%% for Seconds and prints one line "result {json}"; "quit" (or the end of stdin) halts the VM.
+%% stdin: a line "go W GlobalPct LocalPct ServerPct ArgBytes ComputeUs Seconds PaceUs" runs W
+%% workers for Seconds and prints one line "result {json}"; "quit" (or the end of stdin) halts
+%% the VM. With PaceUs > 0 a worker starts a command (or a global sequence) every PaceUs
+%% microseconds (its waits have millisecond resolution) instead of as soon as the last one
+%% ended, without catching up on starts it missed.
 %%
 %% A worker picks a random other node and a command: with GlobalPct % the global sequence
 %% (global:register_name -> global:whereis_name -> global:unregister_name of a unique name,
@@ -39,47 +42,63 @@ connect(Nodes) ->
 serve(Others) ->
     case io:get_line('') of
         "go " ++ Rest ->
-            [W, G, L, S, X, Y, Secs] = [list_to_integer(T) || T <- string:lexemes(string:trim(Rest), " ")],
+            [W, G, L, S, X, Y, Secs, Pace] = [list_to_integer(T) || T <- string:lexemes(string:trim(Rest), " ")],
             %% Percentages arrive in hundredths of a percent (1 = 0.01 %).
-            io:format("result ~s~n", [measure(Others, W, G / 100, L / 100, S / 100, X, Y, Secs)]),
+            io:format("result ~s~n", [measure(Others, W, G / 100, L / 100, S / 100, X, Y, Secs, Pace)]),
             serve(Others);
         _ -> halt(0)
     end.
 
-measure(Others, W, G, L, S, X, Y, Secs) ->
+measure(Others, W, G, L, S, X, Y, Secs, Pace) ->
     Self = self(),
     Arg = binary:copy(<<16#42>>, X),
     Deadline = erlang:monotonic_time(microsecond) + Secs * 1000000,
-    Cfg = {list_to_tuple(Others), G, L, S, Arg, Y, Deadline},
+    Cfg = {list_to_tuple(Others), G, L, S, Arg, Y, Deadline, Pace},
     {Cpu0, _} = erlang:statistics(runtime),
     T0 = erlang:monotonic_time(microsecond),
-    [spawn_link(fun() -> Self ! {done, worker(Cfg, I, #{})} end) || I <- lists:seq(1, W)],
+    %% Paced workers start at random points of their first interval, not all at once.
+    First = fun() -> T0 + trunc(rand:uniform() * Pace) end,
+    [spawn_link(fun() -> Self ! {done, worker(Cfg, I, First(), #{})} end) || I <- lists:seq(1, W)],
     Stats = lists:foldl(fun(_, Acc) -> receive {done, St} -> merge(Acc, St) end end, #{},
                         lists:seq(1, W)),
     T1 = erlang:monotonic_time(microsecond),
     {Cpu1, _} = erlang:statistics(runtime),
     json(Stats, (T1 - T0) / 1.0e6, (Cpu1 - Cpu0) / 1000).
 
-worker({Others, G, L, S, Arg, Y, Deadline} = Cfg, I, St) ->
+worker({_, _, _, _, _, _, Deadline, Pace} = Cfg, I, Next, St) when Pace > 0 ->
+    Now = erlang:monotonic_time(microsecond),
+    Wait = (Next - Now + 999) div 1000,
+    if Wait > 0 -> receive after Wait -> ok end;
+       true -> ok
+    end,
     case erlang:monotonic_time(microsecond) >= Deadline of
         true -> St;
         false ->
-            Target = element(rand:uniform(tuple_size(Others)), Others),
-            R = rand:uniform() * 100,
-            St1 = if
-                R < G -> global_seq(I, St);
-                R < G + L -> local_seq(I, St);
-                true ->
-                    case rand:uniform() * 100 < S of
-                        true -> timed(call, fun() -> gen_server:call({debench_srv, Target}, {compute, Arg, Y}, ?TIMEOUT) end, St);
-                        false ->
-                            case rand:uniform(2) of
-                                1 -> timed(spawn, fun() -> spawn_ack(Target, Arg, Y) end, St);
-                                2 -> timed(rpc, fun() -> rpc:call(Target, ?MODULE, compute_ret, [Arg, Y], ?TIMEOUT) end, St)
-                            end
+            St1 = command(Cfg, I, St),
+            worker(Cfg, I, max(Next + Pace, erlang:monotonic_time(microsecond)), St1)
+    end;
+worker({_, _, _, _, _, _, Deadline, _} = Cfg, I, Next, St) ->
+    case erlang:monotonic_time(microsecond) >= Deadline of
+        true -> St;
+        false -> worker(Cfg, I, Next, command(Cfg, I, St))
+    end.
+
+%% One command (or one global or local sequence) to a random other node.
+command({Others, G, L, S, Arg, Y, _, _}, I, St) ->
+    Target = element(rand:uniform(tuple_size(Others)), Others),
+    R = rand:uniform() * 100,
+    if
+        R < G -> global_seq(I, St);
+        R < G + L -> local_seq(I, St);
+        true ->
+            case rand:uniform() * 100 < S of
+                true -> timed(call, fun() -> gen_server:call({debench_srv, Target}, {compute, Arg, Y}, ?TIMEOUT) end, St);
+                false ->
+                    case rand:uniform(2) of
+                        1 -> timed(spawn, fun() -> spawn_ack(Target, Arg, Y) end, St);
+                        2 -> timed(rpc, fun() -> rpc:call(Target, ?MODULE, compute_ret, [Arg, Y], ?TIMEOUT) end, St)
                     end
-            end,
-            worker(Cfg, I, St1)
+            end
     end.
 
 global_seq(I, St) ->

@@ -58,6 +58,12 @@ pub struct DebenchArgs {
     /// cluster).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Paced workers instead of closed-loop ones: the whole cluster starts this many commands
+    /// (a global sequence counts as one) per second, every worker one every
+    /// `workers ÷ rate` seconds whenever the last has ended by then. Below the cluster's
+    /// capacity a command's latency is then its own, not its wait for a core.
+    #[arg(long)]
+    pub rate: Option<f64>,
     /// Processes the Maquis nodes are spread over (the same number at every size, so that the
     /// operating system's scheduling of processes on the cores does not change with the
     /// cluster size; one per core by default).
@@ -119,6 +125,10 @@ pub struct Cell {
     pub local_pct: f64,
     /// Workers per node (the cluster's total is this × `nodes`).
     pub workers: usize,
+    /// With `--rate`: the commands per second offered to the cluster (a worker starts one
+    /// every `workers × nodes ÷ offered_per_s` seconds); absent for closed-loop workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_per_s: Option<f64>,
     /// Processes the system ran in.
     pub processes: usize,
     /// Successful commands per second, all nodes together.
@@ -217,6 +227,9 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
     let grid = workloads(args);
     if grid.is_empty() || sizes.iter().any(|&n| n < 2) {
         return Err("nothing to run: choose a known series, and sizes of 2 nodes or more".into());
+    }
+    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err("--rate: commands per second, a positive number".into());
     }
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let log_path = args.out.join("agents.log");
@@ -425,15 +438,22 @@ impl Cluster {
     fn measure(&mut self, args: &DebenchArgs, wl: &Workload, seconds: u64) -> Result<Cell, String> {
         let hundredths = |pct: f64| (pct * 100.0).round() as u64;
         let workers = workers_per_node(args, self.nodes);
+        let pace_us = match args.rate {
+            Some(rate) => ((workers * self.nodes) as f64 / rate * 1e6)
+                .round()
+                .max(1.0) as u64,
+            None => 0,
+        };
         let go = format!(
-            "go {} {} {} {} {} {} {}",
+            "go {} {} {} {} {} {} {} {}",
             workers,
             hundredths(wl.global_pct),
             hundredths(args.local_pct),
             hundredths(wl.server_pct),
             wl.arg_bytes,
             wl.compute_us,
-            seconds
+            seconds,
+            pace_us
         );
         let idle = self.idle_rate();
         let cpu0 = self.cpu();
@@ -496,6 +516,7 @@ impl Cluster {
             workload: *wl,
             local_pct: args.local_pct,
             workers,
+            offered_per_s: args.rate,
             processes: self.procs.len(),
             ops_per_s,
             ops_per_s_per_node: ops_per_s / self.nodes as f64,

@@ -3,8 +3,10 @@
 //!
 //! The protocol with the driver is the Erlang side's (`bench/erlang/debench.erl`): `ready` once
 //! every node of this process sees the whole cluster; then, for each line `go W G L S X Y
-//! SECONDS` (percentages in hundredths), W workers per node run for SECONDS and the process
+//! SECONDS PACE` (percentages in hundredths), W workers per node run for SECONDS and the process
 //! prints one line `result {json}` for all its nodes; `quit` or the end of stdin stops it.
+//! With PACE > 0 a worker starts a command (or a global sequence) every PACE microseconds
+//! instead of as soon as the last one ended, without catching up on starts it missed.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -157,6 +159,8 @@ struct Go {
     arg_bytes: usize,
     compute_us: u64,
     seconds: u64,
+    /// Microseconds between a worker's starts; 0: each start right after the last end.
+    pace_us: u64,
 }
 
 impl Go {
@@ -168,8 +172,8 @@ impl Go {
                     .map_err(|e| format!("bad go line {s:?}: {e}"))
             })
             .collect::<Result<_, _>>()?;
-        let [w, g, l, sv, x, y, secs] = v[..] else {
-            return Err(format!("bad go line {s:?}: 7 numbers expected"));
+        let [w, g, l, sv, x, y, secs, pace] = v[..] else {
+            return Err(format!("bad go line {s:?}: 8 numbers expected"));
         };
         Ok(Go {
             workers: w as usize,
@@ -179,6 +183,7 @@ impl Go {
             arg_bytes: x as usize,
             compute_us: y,
             seconds: secs,
+            pace_us: pace,
         })
     }
 }
@@ -251,7 +256,17 @@ async fn worker(
     let mut st: BTreeMap<String, KindStats> = BTreeMap::new();
     let data = Bytes::from(vec![0x42u8; go.arg_bytes]);
     let mut seq = 0u64;
+    let pace = Duration::from_micros(go.pace_us);
+    // Paced workers start at random points of their first interval, not all at once.
+    let mut next = tokio::time::Instant::now() + pace.mul_f64(rand::thread_rng().gen::<f64>());
     while Instant::now() < until {
+        if !pace.is_zero() {
+            tokio::time::sleep_until(next).await;
+            next = (next + pace).max(tokio::time::Instant::now());
+            if Instant::now() >= until {
+                break;
+            }
+        }
         let (target, r, server, spawn) = {
             let mut rng = rand::thread_rng();
             let mut j = rng.gen_range(1..total);

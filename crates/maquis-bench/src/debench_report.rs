@@ -101,6 +101,9 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
         }
         None => {}
     }
+    if let Some(rate) = a.rate {
+        let _ = write!(cmd, " --rate {rate}");
+    }
     let _ = writeln!(r, "Command: `{cmd}`  ");
     let _ = writeln!(r, "Machine: {}  ", crate::micro_report::machine());
     let _ = writeln!(r, "TCP: {}  ", tcp_settings());
@@ -142,6 +145,12 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
         run.seconds,
         a.local_pct
     );
+    if let Some(rate) = a.rate {
+        let _ = writeln!(
+            r,
+            "- Paced (`--rate {rate}`): the workers are not closed-loop; the cluster is offered {rate} commands a second (a global sequence counts as one), each worker starting one every workers ÷ rate seconds if the last has ended by then (missed starts are not made up; Erlang's workers wait with millisecond resolution). Where `ops_per_s` falls short of the offered rate, the system was saturated and its latencies include the wait for a core."
+        );
+    }
     let _ = writeln!(
         r,
         "- Computation times are scaled down to fit the machine: 10, 100 and 1,000 µs where the paper used 10 µs, 1 ms and 1 s. On 2 cores the total throughput cannot grow with the node count; what matters is throughput per CPU-second, the ratios, and each command's latency against cluster size.");

@@ -64,3 +64,45 @@ fn small_debench_run_measures_every_command_without_errors() {
     assert_eq!(warm.matches("| maquis-").count(), 2, "{warm}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn a_paced_run_offers_the_rate_asked_for() {
+    let out =
+        std::env::temp_dir().join(format!("maquis-bench-debench-rate-{}", std::process::id()));
+    let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
+        .args(["debench", "--sizes", "3", "--series", "global"])
+        .args(["--systems", "maquis-full-mesh"])
+        .args(["--seconds", "2", "--warmup", "0", "--procs", "1"])
+        .args(["--total-workers", "30", "--rate", "300"])
+        .args(["--base-port", "27200"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("maquis-bench runs");
+    assert!(
+        run.status.success(),
+        "bench debench failed: {}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let cells: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(cells.len(), 4);
+    for c in &cells {
+        assert_eq!(c["offered_per_s"], 300.0, "{c}");
+        assert_eq!(c["errors"], 0, "{c}");
+        // Closed-loop workers do tens of thousands a second here; paced ones what is offered
+        // (a global sequence is three commands, at most 1 % of the starts).
+        let ops = c["ops_per_s"].as_f64().unwrap();
+        assert!((200.0..=400.0).contains(&ops), "{c}");
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("--rate 300"), "{report}");
+    let _ = std::fs::remove_dir_all(&out);
+    let bad = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
+        .args(["debench", "--rate", "0"])
+        .output()
+        .expect("maquis-bench runs");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--rate"));
+}
