@@ -20,6 +20,10 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+    /// Raises the value to `v` if it is below (to mirror a count kept elsewhere).
+    pub(crate) fn raise_to(&self, v: u64) {
+        self.0.fetch_max(v, Ordering::Relaxed);
+    }
     /// Adds one and returns the new value (to log the 1st, 2nd, 4th, 8th… occurrence only).
     pub(crate) fn inc_get(&self) -> u64 {
         self.0.fetch_add(1, Ordering::Relaxed) + 1
@@ -67,4 +71,8 @@ counters! {
     acked_given_up: "acknowledged messages given up unacknowledged (the sender was told)",
     acked_duplicates: "acknowledged messages that arrived again and were acknowledged, not handled",
     acked_invalid: "acknowledged messages dropped because their number was outside the sender's window",
+    broadcast_route_moves: "member heartbeats that gave their origin a first route or a route through another neighbour (peer-to-peer; copied from the broadcast layer at every link heartbeat interval)",
+    broadcast_strangers_ignored: "member heartbeats ignored because they came from a node that is not a broadcast neighbour (its view had not caught up)",
+    broadcast_lazy_dropped: "broadcast announcements dropped because the lazy queue was full",
+    broadcast_missing_dropped: "broadcast announcements ignored because the table of messages announced and not received was full",
 }

@@ -83,6 +83,15 @@ async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
     )
     .await;
     let converged = t0.elapsed();
+    // The broadcast layer's counters reach the node's (`/metrics`): every node has first
+    // routes by now, each one counted as a route move.
+    until("route moves counted", Duration::from_secs(5), || {
+        let ok = all
+            .iter()
+            .all(|n| n.counters().broadcast_route_moves.get() > 0);
+        async move { ok }
+    })
+    .await;
     let v = views(&all);
     let degrees: Vec<usize> = v.values().map(|s| s.len()).collect();
     assert!(degrees.iter().all(|d| (1..=3).contains(d)), "{degrees:?}");

@@ -360,8 +360,16 @@ fn execute(d: &mut Driver, m: &mut Membership) {
 }
 
 /// Probes every connected peer; drops the ones silent for longer than the heartbeat timeout.
+/// Copies the broadcast layer's counters into the node's first.
 fn heartbeat(d: &mut Driver, m: &mut Membership) {
     let inner = d.inner.clone();
+    let bcast = m.plumtree().stats();
+    let c = &inner.router.counters;
+    c.broadcast_route_moves.raise_to(bcast.route_moves);
+    c.broadcast_strangers_ignored
+        .raise_to(bcast.strangers_ignored);
+    c.broadcast_lazy_dropped.raise_to(bcast.lazy_dropped);
+    c.broadcast_missing_dropped.raise_to(bcast.missing_dropped);
     d.seq += 1;
     let now = inner.router.now_us();
     let timeout = inner.config.transport.heartbeat_timeout_ms * 1000;
