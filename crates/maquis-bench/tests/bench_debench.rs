@@ -1,16 +1,16 @@
 //! `maquis-bench debench` end to end at a small size: three Maquis nodes on each overlay, the
 //! global-command series for one second per cell after a warm-up of one, and results that account for every command.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[test]
-fn small_debench_run_measures_every_command_without_errors() {
-    let out = std::env::temp_dir().join(format!("maquis-bench-debench-{}", std::process::id()));
+/// Runs `maquis-bench debench` with `args` into a fresh directory named after `tag`; its
+/// directory and its cells (it must have succeeded).
+fn debench(tag: &str, args: &[&str]) -> (PathBuf, Vec<serde_json::Value>) {
+    let out = std::env::temp_dir().join(format!("maquis-bench-{tag}-{}", std::process::id()));
     let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
-        .args(["debench", "--sizes", "3", "--series", "global,server"])
-        .args(["--systems", "maquis-full-mesh,maquis-peer-to-peer"])
-        .args(["--seconds", "1", "--warmup", "1", "--procs", "2"])
-        .args(["--base-port", "27100"])
+        .arg("debench")
+        .args(args)
         .arg("--out")
         .arg(&out)
         .output()
@@ -21,8 +21,36 @@ fn small_debench_run_measures_every_command_without_errors() {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
-    let cells: Vec<serde_json::Value> =
+    let cells =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    (out, cells)
+}
+
+fn report(out: &Path) -> String {
+    std::fs::read_to_string(out.join("report.md")).unwrap()
+}
+
+#[test]
+fn small_debench_run_measures_every_command_without_errors() {
+    let (out, cells) = debench(
+        "debench",
+        &[
+            "--sizes",
+            "3",
+            "--series",
+            "global,server",
+            "--systems",
+            "maquis-full-mesh,maquis-peer-to-peer",
+            "--seconds",
+            "1",
+            "--warmup",
+            "1",
+            "--procs",
+            "2",
+            "--base-port",
+            "27100",
+        ],
+    );
     // Two overlays × (4 global shares + 3 server shares).
     assert_eq!(cells.len(), 14);
     for c in &cells {
@@ -54,7 +82,7 @@ fn small_debench_run_measures_every_command_without_errors() {
             );
         }
     }
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let report = report(&out);
     assert!(report.contains("## Targets"));
     // One warm-up per cluster, counted in no cell, reported at the end.
     let warm = report
@@ -67,26 +95,29 @@ fn small_debench_run_measures_every_command_without_errors() {
 
 #[test]
 fn a_paced_run_offers_the_rate_asked_for() {
-    let out =
-        std::env::temp_dir().join(format!("maquis-bench-debench-rate-{}", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
-        .args(["debench", "--sizes", "3", "--series", "global"])
-        .args(["--systems", "maquis-full-mesh"])
-        .args(["--seconds", "2", "--warmup", "0", "--procs", "1"])
-        .args(["--total-workers", "30", "--rate", "300"])
-        .args(["--base-port", "27200"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("maquis-bench runs");
-    assert!(
-        run.status.success(),
-        "bench debench failed: {}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
+    let (out, cells) = debench(
+        "debench-rate",
+        &[
+            "--sizes",
+            "3",
+            "--series",
+            "global",
+            "--systems",
+            "maquis-full-mesh",
+            "--seconds",
+            "2",
+            "--warmup",
+            "0",
+            "--procs",
+            "1",
+            "--total-workers",
+            "30",
+            "--rate",
+            "300",
+            "--base-port",
+            "27200",
+        ],
     );
-    let cells: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(cells.len(), 4);
     for c in &cells {
         assert_eq!(c["offered_per_s"], 300.0, "{c}");
@@ -96,7 +127,7 @@ fn a_paced_run_offers_the_rate_asked_for() {
         let ops = c["ops_per_s"].as_f64().unwrap();
         assert!((200.0..=400.0).contains(&ops), "{c}");
     }
-    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let report = report(&out);
     assert!(report.contains("--rate 300"), "{report}");
     let _ = std::fs::remove_dir_all(&out);
     let bad = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))

@@ -704,8 +704,7 @@ impl<P: PeerId> Membership<P> {
             .cloned()
             .collect();
         for name in gone {
-            self.routes.remove(&name);
-            self.out.push_back(Output::Route(RouteChange::Remove(name)));
+            self.drop_route(&name);
         }
         for (dst, via) in wanted {
             self.put_route(dst, via);
@@ -726,6 +725,14 @@ impl<P: PeerId> Membership<P> {
         }
     }
 
+    /// Writes out the removal of a route the table has.
+    fn drop_route(&mut self, name: &P::Name) {
+        if self.routes.remove(name).is_some() {
+            self.out
+                .push_back(Output::Route(RouteChange::Remove(name.clone())));
+        }
+    }
+
     /// Hands the overlay the routes a heartbeat just moved, and brings their entries of the
     /// route table up to date at once (between two periodic refreshes, a table that lags
     /// the heartbeats here while a neighbour's follows them sends messages back and forth).
@@ -740,12 +747,7 @@ impl<P: PeerId> Membership<P> {
             self.overlay.update_route(dst.clone(), via);
             match self.overlay.route(&dst) {
                 Route::Via(via) => self.put_route(dst, via),
-                Route::Direct | Route::Unreachable => {
-                    if self.routes.remove(dst.name()).is_some() {
-                        let name = dst.name().clone();
-                        self.out.push_back(Output::Route(RouteChange::Remove(name)));
-                    }
-                }
+                Route::Direct | Route::Unreachable => self.drop_route(dst.name()),
             }
         }
     }

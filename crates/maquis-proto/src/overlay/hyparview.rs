@@ -182,7 +182,8 @@ pub struct HyParView<P = NodeId> {
     sent: Vec<P>,
     routes: BTreeMap<P, P>,
     version: u64,
-    /// Bumped whenever `set_routes` changes the routes (with `version`, the overlay's epoch).
+    /// Bumped whenever the routes change (`set_routes`, `update_route`, a routed member that
+    /// leaves); with `version`, the overlay's epoch.
     routes_version: u64,
     left: bool,
 }
