@@ -354,7 +354,7 @@ impl Cluster {
                         // One scheduler per VM, and none spinning while idle: a hundred VMs
                         // share two cores.
                         .args(["+S", "1:1", "+SDcpu", "1:1", "+SDio", "1"])
-                        .args(["+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none"])
+                        .args(crate::erlang::NO_BUSY_WAIT)
                         .arg("-pa")
                         .arg(dir)
                         .args(["-eval", &format!("debench:run({i}, {n})")]);

@@ -8,6 +8,11 @@ use std::process::Command;
 /// directory.
 pub const MICRO_ERL: &str = include_str!("../../../bench/erlang/micro.erl");
 
+/// Emulator flags that keep idle schedulers from spinning: a spinning scheduler burns CPU that
+/// the benchmarks count (they count all of a VM's CPU time, user and system, as they do
+/// Maquis's), so the baseline runs the way that costs it least.
+pub const NO_BUSY_WAIT: [&str; 6] = ["+sbwt", "none", "+sbwtdcpu", "none", "+sbwtdio", "none"];
+
 fn have(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program}")])

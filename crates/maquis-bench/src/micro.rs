@@ -377,16 +377,21 @@ impl Setup<'_> {
             "erlang" => {
                 let dir = self.erlang_dir.ok_or("erlang was not prepared")?;
                 let mut c = self.net.command(1, "erl");
-                c.args([
-                    "-noshell",
-                    "-name",
-                    &format!("mqs@{}", self.server_host()),
-                    "-setcookie",
-                    COOKIE,
-                ])
-                .arg("-pa")
-                .arg(dir)
-                .args(["-eval", "micro:server(128)"]);
+                c.args(crate::erlang::NO_BUSY_WAIT)
+                    .args([
+                        "-noshell",
+                        "-name",
+                        &format!("mqs@{}", self.server_host()),
+                        "-setcookie",
+                        COOKIE,
+                    ])
+                    .arg("-pa")
+                    .arg(dir)
+                    .arg("-eval")
+                    .arg(format!(
+                        "micro:server(128, {})",
+                        crate::stats::clock_ticks()
+                    ));
                 c
             }
             "raw-tcp" => {
@@ -431,22 +436,24 @@ impl Setup<'_> {
             "erlang" => {
                 let dir = self.erlang_dir.ok_or("erlang was not prepared")?;
                 let mut c = self.net.command(0, "erl");
-                c.args([
-                    "-noshell",
-                    "-name",
-                    &format!("mqc@{}", self.client_ip),
-                    "-setcookie",
-                    COOKIE,
-                ])
-                .arg("-pa")
-                .arg(dir)
-                .arg("-eval")
-                .arg(format!(
-                    "micro:client('mqs@{}', {actors}, {size}, {messages}, {echo}, {}, {})",
-                    self.server_host(),
-                    (limit * 1000.0) as u64,
-                    (WARMUP_S * 1000.0) as u64
-                ));
+                c.args(crate::erlang::NO_BUSY_WAIT)
+                    .args([
+                        "-noshell",
+                        "-name",
+                        &format!("mqc@{}", self.client_ip),
+                        "-setcookie",
+                        COOKIE,
+                    ])
+                    .arg("-pa")
+                    .arg(dir)
+                    .arg("-eval")
+                    .arg(format!(
+                        "micro:client('mqs@{}', {actors}, {size}, {messages}, {echo}, {}, {}, {})",
+                        self.server_host(),
+                        (limit * 1000.0) as u64,
+                        (WARMUP_S * 1000.0) as u64,
+                        crate::stats::clock_ticks()
+                    ));
                 c
             }
             "raw-tcp" => {

@@ -190,6 +190,10 @@ pub fn write(
         }
     }
     let _ = writeln!(r, "## CPU time per round trip (both processes, µs)\n");
+    let _ = writeln!(
+        r,
+        "User and system time of the client's and the server's process, from /proc, for every configuration alike (the Erlang VMs without busy-waiting schedulers).\n"
+    );
     let _ = write!(r, "| RTT | payload | actors |");
     for c in &configs {
         let _ = write!(r, " {c} |");

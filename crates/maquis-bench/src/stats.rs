@@ -70,7 +70,8 @@ fn cpu_from_stat(path: &str) -> f64 {
     ticks / clock_ticks()
 }
 
-fn clock_ticks() -> f64 {
+/// The kernel's clock tick rate, the unit of the CPU times in /proc.
+pub fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 {
