@@ -170,6 +170,16 @@ impl Dispatcher {
             .unwrap_or(self.default_channel)
     }
 
+    /// The order key of one message (see `transport::schedule`): its partition key's hash,
+    /// or that of its sender and receiver. Messages with the same key on one lane keep their
+    /// order when a large one among them goes in parts.
+    pub(crate) fn order_key(opts: &SendOpts, sender: u64, receiver: u64) -> u64 {
+        match opts.partition_key {
+            Some(key) => hash_of(&key),
+            None => hash_of(&(sender, receiver)),
+        }
+    }
+
     /// Picks the lane slot for one message.
     pub(crate) fn pick(&self, opts: &SendOpts, sender: u64, receiver: u64) -> usize {
         let ch = self.channel_index(opts.channel.as_deref());

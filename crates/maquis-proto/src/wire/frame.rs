@@ -11,6 +11,7 @@
 //! payload to vectored I/O without copying it; [`FrameDecoder`] hands the payload back as a
 //! zero-copy slice of the read buffer.
 
+use super::parts::Reassembly;
 use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -131,6 +132,13 @@ pub enum Header {
         lane: u16,
         /// What it is at the destination.
         actor: ActorHeader,
+    },
+    /// One piece of a frame too large to be written at once (see [`super::parts`]); the
+    /// payload is the piece. The receiver's [`FrameDecoder`] puts the pieces together and
+    /// hands on the frame they make: a reader never sees this header.
+    Part {
+        /// Whether this is the frame's last piece.
+        last: bool,
     },
 }
 
@@ -323,17 +331,36 @@ pub fn encode_frame(
 /// A frame longer than `max_frame` is refused as soon as its length field arrives, before any
 /// memory is reserved for it; otherwise the decoder makes room for the rest of the current frame
 /// only (in a buffer of at least 8 KiB unless `max_frame` is smaller), so the read buffer never
-/// grows past `max_frame + 4` bytes on the decoder's account. Any error means the stream is
-/// corrupt or hostile and should be closed.
+/// grows past `max_frame + 4` bytes on the decoder's account. Frames sent in parts
+/// ([`super::parts`]) come out whole, with their last part; the one frame in parts a stream
+/// may have open at a time holds at most another `max_frame + 4` bytes. Any error means the
+/// stream is corrupt or hostile and should be closed.
 #[derive(Clone, Debug)]
 pub struct FrameDecoder {
     max_frame: usize,
+    parts: Reassembly,
+    /// Bytes of the current part's piece still to come, and whether it is the last piece: a
+    /// piece goes into the frame it belongs to as it is read, not first into a frame of its
+    /// own.
+    piece_left: usize,
+    piece_last: bool,
 }
 
 impl FrameDecoder {
     /// A decoder refusing frames longer than `max_frame` bytes (length field excluded).
     pub fn new(max_frame: usize) -> Self {
-        FrameDecoder { max_frame }
+        FrameDecoder {
+            max_frame,
+            parts: Reassembly::new(),
+            piece_left: 0,
+            piece_last: false,
+        }
+    }
+
+    /// Bytes of a frame sent in parts held until its last part arrives (at most the frame
+    /// limit plus four).
+    pub fn partial_bytes(&self) -> usize {
+        self.parts.held()
     }
 
     /// The largest frame this decoder accepts.
@@ -353,6 +380,70 @@ impl StreamDecoder for FrameDecoder {
     type Item = Frame;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
+        loop {
+            if self.piece_left > 0 {
+                let n = self.piece_left.min(src.len());
+                if n == 0 {
+                    return Ok(None);
+                }
+                self.parts.extend(&src[..n], self.max_frame)?;
+                let _ = src.split_to(n);
+                self.piece_left -= n;
+                if self.piece_left == 0 && self.piece_last {
+                    return self.parts.finish().map(Some);
+                }
+                continue;
+            }
+            if self.start_piece(src)? {
+                continue;
+            }
+            let Some(frame) = self.decode_one(src)? else {
+                return Ok(None);
+            };
+            let Header::Part { last } = frame.header else {
+                return Ok(Some(frame));
+            };
+            if let Some(whole) = self.parts.piece(&frame.payload, last, self.max_frame)? {
+                return Ok(Some(whole));
+            }
+        }
+    }
+}
+
+impl FrameDecoder {
+    /// When the frame at the front of `src` is a part that has not fully arrived (and is not
+    /// empty), takes its head off and makes its piece stream into the frame it belongs to;
+    /// returns whether it did.
+    fn start_piece(&mut self, src: &mut BytesMut) -> Result<bool, WireError> {
+        let Some(len) = peek_len(src) else {
+            return Ok(false);
+        };
+        let Some(&[hi, lo]) = src.get(4..PREFIX) else {
+            return Ok(false);
+        };
+        let header_end = PREFIX + usize::from(u16::from_be_bytes([hi, lo]));
+        if src.len() >= 4 + len || len > self.max_frame || header_end > 4 + len {
+            // Whole (the usual way is as fast), or bad (the usual way says why).
+            return Ok(false);
+        }
+        let Some(bytes) = src.get(PREFIX..header_end) else {
+            return Ok(false);
+        };
+        let Ok(Header::Part { last }) = decode_exact::<Header>(bytes) else {
+            return Ok(false);
+        };
+        let piece = 4 + len - header_end;
+        if piece == 0 {
+            return Ok(false);
+        }
+        let _ = src.split_to(header_end);
+        self.piece_left = piece;
+        self.piece_last = last;
+        Ok(true)
+    }
+
+    /// The next frame on the wire, a part or not.
+    fn decode_one(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
         let Some(len) = peek_len(src) else {
             return Ok(None);
         };
@@ -378,17 +469,34 @@ impl StreamDecoder for FrameDecoder {
         let Some(frame) = split_frame(src, len, self.max_frame) else {
             return Ok(None);
         };
-        // The frame is complete, so it holds at least `PREFIX` bytes and its header length was
-        // checked above: the slicing below is in bounds.
-        let frame = frame.freeze();
-        let header_len = usize::from(u16::from_be_bytes([frame[4], frame[5]]));
-        let header_end = PREFIX + header_len;
-        let header = decode_exact(&frame[PREFIX..header_end])?;
-        Ok(Some(Frame {
-            header,
-            payload: frame.slice(header_end..),
-        }))
+        decode_whole(frame.freeze()).map(Some)
     }
+}
+
+/// Decodes `frame`, which holds exactly one frame, its length prefix included.
+pub(crate) fn decode_whole(frame: Bytes) -> Result<Frame, WireError> {
+    let len = super::peek_len(&frame).ok_or(WireError::Truncated)?;
+    if frame.len() != 4 + len {
+        return Err(WireError::BadHeader(format!(
+            "a frame of {} bytes announces {len}",
+            frame.len() - 4
+        )));
+    }
+    let Some(&[hi, lo]) = frame.get(4..PREFIX) else {
+        return Err(WireError::Truncated);
+    };
+    let header_end = PREFIX + usize::from(u16::from_be_bytes([hi, lo]));
+    let header = decode_exact(frame.get(PREFIX..header_end).ok_or_else(|| {
+        WireError::BadHeader(format!(
+            "header length {} exceeds the {} bytes left in the frame",
+            header_end - PREFIX,
+            frame.len() - PREFIX
+        ))
+    })?)?;
+    Ok(Frame {
+        header,
+        payload: frame.slice(header_end..),
+    })
 }
 
 #[cfg(test)]

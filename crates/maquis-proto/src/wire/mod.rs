@@ -7,6 +7,7 @@
 mod auth;
 pub mod frame;
 pub mod handshake;
+pub mod parts;
 
 use bytes::BytesMut;
 
@@ -19,6 +20,7 @@ pub use handshake::{
     check_hello_version, encode_handshake, new_nonce, HandshakeDecoder, HandshakeMsg, Nonce, Proof,
     RejectCode, Transcript, MAGIC, MAX_HANDSHAKE_FRAME, VERSION,
 };
+pub use parts::{Parts, Reassembly, PART_BYTES};
 
 /// Takes whole messages off the front of a buffer that a byte stream is read into.
 pub trait StreamDecoder {

@@ -147,6 +147,8 @@ impl Inner {
                     .await;
             }
             Header::Actor(actor) => self.actors.handle_app(&peer.id, actor, payload).await,
+            // The frame decoder puts a frame sent in parts together and hands on the whole.
+            Header::Part { .. } => {}
         }
     }
 }

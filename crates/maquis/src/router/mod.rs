@@ -642,7 +642,8 @@ impl Router {
             other => other?,
         };
         let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
-        lane.enqueue(head, payload).await
+        let order = Dispatcher::order_key(opts, sender, receiver);
+        lane.enqueue(head, payload, Some(order)).await
     }
 
     /// Queues a frame for `dst` or fails with `Backpressure` at once.
@@ -656,13 +657,14 @@ impl Router {
         payload: Bytes,
     ) -> Result<(), SendError> {
         let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
-        lane.try_enqueue(head, payload)
+        let order = Dispatcher::order_key(opts, sender, receiver);
+        lane.try_enqueue(head, payload, Some(order))
     }
 
     /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts).
     pub(crate) fn send_control(&self, peer: &Peer, header: &Header, payload: Bytes) {
         let ok = self.head(peer, header, payload.len()).and_then(|head| {
-            peer.lanes[self.dispatch.membership_slot()].try_enqueue(head, payload)
+            peer.lanes[self.dispatch.membership_slot()].try_enqueue(head, payload, None)
         });
         if let Err(e) = ok {
             self.counters.control_drops.inc();
@@ -776,6 +778,7 @@ impl Router {
             tracing::debug!(%to, %from, hops, me = %self.id, %came_from, "routed message dropped: no route");
             return self.routed_failed(&from, &actor, "no route");
         };
+        let order = routed_order(&from, &to, lane);
         let header = Header::Routed {
             to,
             from: from.clone(),
@@ -791,7 +794,8 @@ impl Router {
             }
         };
         let queued =
-            tokio::time::timeout(FORWARD_WAIT, peer.lanes[slot].enqueue(head, payload)).await;
+            tokio::time::timeout(FORWARD_WAIT, peer.lanes[slot].enqueue(head, payload, order))
+                .await;
         match queued {
             Ok(Ok(())) => self.counters.routed_forwarded.inc(),
             _ => {
@@ -846,6 +850,13 @@ impl Router {
             }
         }
     }
+}
+
+/// The order key of a frame passing through on its way from `from` to `to` on lane `lane`:
+/// such frames keep the order they arrived in, the sender's own order by pair being unknown
+/// here (see `transport::schedule`).
+pub(crate) fn routed_order(from: &NodeId, to: &NodeId, lane: u16) -> Option<u64> {
+    Some(crate::dispatch::hash_of(&(from, to, lane)))
 }
 
 #[cfg(test)]

@@ -266,7 +266,8 @@ impl Router {
             self.routed_failed(&p.from, &p.actor, "frame too large");
             return Tried::Dropped;
         };
-        match peer.lanes[slot].try_enqueue(head, p.payload.clone()) {
+        let order = super::routed_order(&p.from, &p.to, p.lane);
+        match peer.lanes[slot].try_enqueue(head, p.payload.clone(), order) {
             Ok(()) => {
                 match p.origin {
                     Origin::Forward => self.counters.routed_forwarded.inc(),

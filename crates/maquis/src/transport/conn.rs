@@ -81,6 +81,37 @@ const END_OF_STREAM: &str = "end of stream";
 /// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
 const READ_BUFFER: usize = 64 * 1024;
 
+/// The unsent bytes a lane's socket holds before a write waits (`TCP_NOTSENT_LOWAT`, Linux):
+/// what the kernel has queued but not sent is a queue the lane's writer cannot reorder, so a
+/// small frame written between two parts of a large one ([`super::schedule`]) waits behind at
+/// most this much. Bytes in flight (sent, not acknowledged) are not limited by it.
+const NOTSENT_LOWAT: u32 = 256 * 1024;
+
+/// Sets a lane's TCP options: no Nagle delay, and [`NOTSENT_LOWAT`].
+fn tune(tcp: &TcpStream) -> std::io::Result<()> {
+    tcp.set_nodelay(true)?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let value = NOTSENT_LOWAT as libc::c_int;
+        // SAFETY: the descriptor is an open TCP socket for the duration of the call, and the
+        // option value is a `c_int` passed with its size.
+        let r = unsafe {
+            libc::setsockopt(
+                tcp.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 async fn write_msg(s: &mut Stream, msg: &HandshakeMsg) -> Result<(), ConnError> {
     let buf = handshake::encode_handshake(msg)?;
     s.write_all(&buf).await?;
@@ -138,7 +169,9 @@ async fn read_msg(s: &mut Stream) -> Result<HandshakeMsg, ConnError> {
 
 /// Serves an incoming connection: TLS (when on), handshake, lane decision, then reading.
 pub(crate) async fn accept<H: Host>(inner: Arc<H>, tcp: TcpStream, remote: SocketAddr) {
-    let _ = tcp.set_nodelay(true);
+    if let Err(e) = tune(&tcp) {
+        tracing::debug!(%remote, error = %e, "lane socket options not set");
+    }
     let transport = &inner.config().transport;
     let limit = Duration::from_millis(transport.handshake_timeout_ms);
     // Until the dialer has proved the cookie (and, with TLS, shown its certificate first), it
@@ -342,7 +375,7 @@ async fn dial_inner<H: Host>(
     expect: Option<&NodeId>,
 ) -> Result<Dialed, ConnError> {
     let tcp = TcpStream::connect(addr).await?;
-    tcp.set_nodelay(true)?;
+    tune(&tcp)?;
     let mut s = match inner.tls() {
         None => Stream::Plain(tcp),
         Some(tls) => {

@@ -18,13 +18,16 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::schedule::{Round, Schedule};
 use super::stream::WriteHalf;
 use super::watch::{Tokens, Watch, CANCELLED, CLOSING, ENDED};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
+use crate::wire::PART_BYTES;
 
-/// Payloads up to this size are copied next to their header so that a batch of small frames
-/// becomes one buffer; larger payloads are written from their own buffer (never copied).
+/// Buffers up to this size are copied next to their header so that a batch of small frames
+/// becomes one buffer; larger ones (large payloads, pieces of parts) are written from their own
+/// buffer (never copied).
 const INLINE_PAYLOAD: usize = 16 * 1024;
 /// Most frames taken off the queue for one vectored write.
 const BATCH_FRAMES: usize = 256;
@@ -37,8 +40,22 @@ pub(crate) struct OutFrame {
     pub head: Bytes,
     /// The payload, written as is.
     pub payload: Bytes,
-    _permit: OwnedSemaphorePermit,
-    _node_permit: OwnedSemaphorePermit,
+    /// Its order key: frames with the same key are written in the order they were queued
+    /// even when one of them goes in parts; `None` (the runtime's own frames) is in no order
+    /// with large frames. See [`super::schedule`].
+    pub order: Option<u64>,
+    permit: OwnedSemaphorePermit,
+    node_permit: OwnedSemaphorePermit,
+}
+
+impl OutFrame {
+    /// Gives back the queue room of `bytes` of it (written, as parts of it): a frame in parts
+    /// holds room only for what is still to be written, so frames can be queued behind it.
+    pub(crate) fn release(&mut self, bytes: usize) {
+        for p in [&mut self.permit, &mut self.node_permit] {
+            drop(p.split(bytes.min(p.num_permits())));
+        }
+    }
 }
 
 /// Frames a lane's writer ended with and never wrote (its peer was dropped), still holding
@@ -260,7 +277,12 @@ impl Lane {
 
     /// Queues a frame, waiting for room (in the lane, then in the node's budget); see
     /// [`Lane::try_enqueue`] for the variant that fails with `Backpressure` instead.
-    pub(crate) async fn enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
+    pub(crate) async fn enqueue(
+        &self,
+        head: Bytes,
+        payload: Bytes,
+        order: Option<u64>,
+    ) -> Result<(), SendError> {
         let len = head.len() + payload.len();
         let size = len.clamp(1, self.capacity as usize) as u32;
         let closed = |_| SendError::Unreachable(self.id.to_string());
@@ -277,11 +299,16 @@ impl Lane {
             .acquire_many_owned(self.node.size(len))
             .await
             .map_err(closed)?;
-        self.push(head, payload, permit, node_permit)
+        self.push(head, payload, order, permit, node_permit)
     }
 
     /// Queues a frame without waiting; used by protocol traffic that must never block.
-    pub(crate) fn try_enqueue(&self, head: Bytes, payload: Bytes) -> Result<(), SendError> {
+    pub(crate) fn try_enqueue(
+        &self,
+        head: Bytes,
+        payload: Bytes,
+        order: Option<u64>,
+    ) -> Result<(), SendError> {
         let len = head.len() + payload.len();
         let size = len.clamp(1, self.capacity as usize) as u32;
         let permit = self
@@ -295,13 +322,14 @@ impl Lane {
             .clone()
             .try_acquire_many_owned(self.node.size(len))
             .map_err(|_| SendError::Backpressure("node queue"))?;
-        self.push(head, payload, permit, node_permit)
+        self.push(head, payload, order, permit, node_permit)
     }
 
     fn push(
         &self,
         head: Bytes,
         payload: Bytes,
+        order: Option<u64>,
         permit: OwnedSemaphorePermit,
         node_permit: OwnedSemaphorePermit,
     ) -> Result<(), SendError> {
@@ -309,8 +337,9 @@ impl Lane {
             .send(OutFrame {
                 head,
                 payload,
-                _permit: permit,
-                _node_permit: node_permit,
+                order,
+                permit,
+                node_permit,
             })
             .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))?;
         if !self.is_connected() {
@@ -389,7 +418,8 @@ impl Lane {
 
 /// The writer loop of one lane. Runs until `abort` fires or `close` fires (frames left are
 /// written first if the lane has a connection, then the connection is shut down). Frames it
-/// ends with unwritten go to `unsent` if there is one, else are dropped and counted.
+/// ends with unwritten go to `unsent` if there is one, else are dropped and counted. Large
+/// frames go in parts, with other frames between them ([`super::schedule`]).
 pub(crate) async fn run_writer(
     lane: Arc<Lane>,
     mut task: LaneTask,
@@ -397,7 +427,9 @@ pub(crate) async fn run_writer(
     close: CancellationToken,
     unsent: Option<UnsentSink>,
 ) {
-    let mut batch: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
+    let mut incoming: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
+    let mut schedule = Schedule::new(PART_BYTES);
+    let mut round = Round::default();
     let mut conn: Option<(ConnHandle, Watch)> = None;
     let mut closing = false;
     // The connection's end, the other end's end of writing and the peer's close, as flags.
@@ -431,66 +463,105 @@ pub(crate) async fn run_writer(
         if c.cancel.is_cancelled() || c.ended.is_cancelled() {
             c.cancel.cancel();
             conn = None;
+            schedule.lost(None);
             continue;
         }
         let mask = CANCELLED | ENDED | if closing { 0 } else { CLOSING };
-        tokio::select! {
-            biased;
-            raised = watch.raised(mask) => {
-                if raised & (CANCELLED | ENDED) != 0 {
-                    // Cancelled: replaced, failed, or the peer aborted (then the wait above
-                    // ends the loop). Ended: the other end stopped writing, it is closing this
-                    // connection; what was written before is read, the frames still queued
-                    // wait for another connection (or go another way if the peer is dropped).
-                    c.cancel.cancel();
-                    conn = None;
-                } else {
-                    closing = true;
-                    task.rx.close();
+        let raised = if schedule.busy() {
+            // Parts to write, or frames let go: what is queued now joins them, without waiting.
+            match watch.now(mask) {
+                0 => {
+                    if let Ok(next) = task.conn_rx.try_recv() {
+                        conn = Some(watched(next));
+                        schedule.lost(None);
+                        continue;
+                    }
+                    while incoming.len() < BATCH_FRAMES {
+                        match task.rx.try_recv() {
+                            Ok(f) => incoming.push(f),
+                            Err(_) => break,
+                        }
+                    }
+                    0
                 }
-                continue
+                raised => raised,
             }
-            next = task.conn_rx.recv() => { conn = next.map(watched); continue }
-            n = task.rx.recv_many(&mut batch, BATCH_FRAMES) => {
-                if n == 0 {
-                    // Closed and drained: this end is done writing. The reader goes on until
-                    // the other end is done too (or the peer is cut), so that what it still
-                    // sends, replies among it, is read.
-                    let _ = c.writer.shutdown().await;
-                    conn = None;
-                    break;
+        } else {
+            tokio::select! {
+                biased;
+                raised = watch.raised(mask) => raised,
+                next = task.conn_rx.recv() => {
+                    conn = next.map(watched);
+                    schedule.lost(None);
+                    continue
                 }
-                // A write to a peer that stopped reading may never finish: the connection's
-                // end (replaced, or the peer dropped) must still end it, or the write half
-                // would keep the socket open with the peer's unread data in it.
-                let ConnHandle { writer, max_frame, .. } = c;
-                drop_too_large(&lane, &mut batch, *max_frame);
-                let n = batch.len();
-                let written = tokio::select! {
-                    biased;
-                    r = write_batch(writer, &mut batch) => r,
-                    _ = watch.raised(CANCELLED) => {
-                        Err(std::io::Error::other("connection closed or peer dropped"))
-                    }
-                };
-                match written {
-                    Ok(bytes) => {
-                        lane.metrics.msgs_out.fetch_add(n as u64, Ordering::Relaxed);
-                        lane.metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        tracing::debug!(lane = %lane.id, error = %e, "lane write failed");
-                        lane.metrics.dropped.fetch_add(n as u64, Ordering::Relaxed);
-                        c.cancel.cancel();
+                n = task.rx.recv_many(&mut incoming, BATCH_FRAMES) => {
+                    if n == 0 {
+                        // Closed and drained: this end is done writing. The reader goes on
+                        // until the other end is done too (or the peer is cut), so that what
+                        // it still sends, replies among it, is read.
+                        let _ = c.writer.shutdown().await;
                         conn = None;
+                        break;
                     }
+                    0
                 }
-                batch.clear();
+            }
+        };
+        if raised & (CANCELLED | ENDED) != 0 {
+            // Cancelled: replaced, failed, or the peer aborted (then the wait above ends the
+            // loop). Ended: the other end stopped writing, it is closing this connection; what
+            // was written before is read, the frames still queued wait for another connection
+            // (or go another way if the peer is dropped).
+            c.cancel.cancel();
+            conn = None;
+            schedule.lost(None);
+            continue;
+        } else if raised != 0 {
+            closing = true;
+            task.rx.close();
+            continue;
+        }
+        // A write to a peer that stopped reading may never finish: the connection's end
+        // (replaced, or the peer dropped) must still end it, or the write half would keep the
+        // socket open with the peer's unread data in it.
+        let ConnHandle {
+            writer, max_frame, ..
+        } = c;
+        drop_too_large(&lane, &mut incoming, *max_frame);
+        schedule.fill(&mut incoming, &mut round);
+        if round.is_empty() {
+            continue;
+        }
+        let n = round.frames.len() as u64;
+        let written = tokio::select! {
+            biased;
+            r = write_round(writer, &round) => r,
+            _ = watch.raised(CANCELLED) => {
+                Err(std::io::Error::other("connection closed or peer dropped"))
+            }
+        };
+        match written {
+            Ok(bytes) => {
+                let done = schedule.written(&round).map_or(0, |_| 1);
+                lane.metrics.msgs_out.fetch_add(n + done, Ordering::Relaxed);
+                lane.metrics
+                    .bytes_out
+                    .fetch_add(bytes as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::debug!(lane = %lane.id, error = %e, "lane write failed");
+                let lost = schedule.lost(Some(&round)).map_or(0, |_| 1);
+                lane.metrics.dropped.fetch_add(n + lost, Ordering::Relaxed);
+                c.cancel.cancel();
+                conn = None;
             }
         }
+        round.clear();
     }
     task.rx.close();
-    let mut left = Vec::new();
+    let mut left = schedule.take_all();
+    left.append(&mut incoming);
     while let Ok(f) = task.rx.try_recv() {
         left.push(f);
     }
@@ -535,25 +606,31 @@ fn drop_too_large(lane: &Lane, batch: &mut Vec<OutFrame>, max_frame: usize) {
     }
 }
 
-/// Writes a batch with as few syscalls as possible; returns the bytes written.
-async fn write_batch(w: &mut WriteHalf, batch: &mut [OutFrame]) -> std::io::Result<usize> {
-    let mut chunks: Vec<Bytes> = Vec::with_capacity(batch.len() + 1);
+/// Writes a round (whole frames, then a part) with as few syscalls as possible; returns the
+/// bytes written.
+async fn write_round(w: &mut WriteHalf, round: &Round) -> std::io::Result<usize> {
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(2 * round.frames.len() + round.part.len());
     let mut small = BytesMut::new();
     let mut total = 0;
-    for f in batch.iter() {
-        total += f.head.len() + f.payload.len();
-        small.extend_from_slice(&f.head);
-        if f.payload.len() <= INLINE_PAYLOAD {
-            small.extend_from_slice(&f.payload);
+    let bufs = round
+        .frames
+        .iter()
+        .flat_map(|f| [&f.head, &f.payload])
+        .chain(round.part.iter());
+    for b in bufs {
+        total += b.len();
+        if b.len() <= INLINE_PAYLOAD {
+            small.extend_from_slice(b);
         } else {
-            chunks.push(small.split().freeze());
-            chunks.push(f.payload.clone());
+            if !small.is_empty() {
+                chunks.push(small.split().freeze());
+            }
+            chunks.push(b.clone());
         }
     }
     if !small.is_empty() {
         chunks.push(small.freeze());
     }
-    chunks.retain(|c| !c.is_empty());
     write_all_vectored(w, &mut chunks).await?;
     // TLS keeps the records it could not hand to the socket yet; they must go now, not with
     // the next batch (plain TCP has nothing to flush).
@@ -587,6 +664,27 @@ async fn write_all_vectored(w: &mut WriteHalf, chunks: &mut [Bytes]) -> std::io:
     Ok(())
 }
 
+/// Frames for the tests of the lane and its schedule.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A frame of a 6-byte head and `len` bytes of payload (at least one) whose first byte
+    /// is `id`, with order key `order`; it holds permits of a semaphore of its own.
+    pub(crate) fn frame(id: u8, order: Option<u64>, len: usize) -> OutFrame {
+        let sem = Arc::new(Semaphore::new(2));
+        let mut payload = vec![0u8; len.max(1)];
+        payload[0] = id;
+        OutFrame {
+            head: Bytes::from_static(&[0, 0, 0, 0, 0, 0]),
+            payload: Bytes::from(payload),
+            order,
+            permit: sem.clone().try_acquire_owned().expect("a fresh semaphore"),
+            node_permit: sem.try_acquire_owned().expect("a fresh semaphore"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,14 +692,18 @@ mod tests {
     #[tokio::test]
     async fn queue_is_bounded_in_bytes() {
         let (lane, _task) = Lane::new(LaneId::new("default", 0), 1024);
-        lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![0u8; 1000]))
-            .unwrap();
+        lane.try_enqueue(
+            Bytes::from_static(b"hd"),
+            Bytes::from(vec![0u8; 1000]),
+            None,
+        )
+        .unwrap();
         assert_eq!(lane.queued_bytes(), 1002);
-        let err = lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![0u8; 100]));
+        let err = lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![0u8; 100]), None);
         assert_eq!(err, Err(SendError::Backpressure("lane queue")));
         // A frame larger than the whole queue still goes once the queue is empty.
         let (big, _t) = Lane::new(LaneId::new("default", 0), 1024);
-        big.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 4096]))
+        big.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 4096]), None)
             .unwrap();
         assert_eq!(big.queued_bytes(), 1024);
     }
@@ -611,20 +713,20 @@ mod tests {
         let node = QueueBudget::new(1500);
         let (a, _ta) = Lane::with_budget(LaneId::new("default", 0), 1024, node.clone());
         let (b, _tb) = Lane::with_budget(LaneId::new("default", 1), 1024, node.clone());
-        a.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 1000]))
+        a.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 1000]), None)
             .unwrap();
         assert_eq!(node.queued_bytes(), 1000);
         // Room in lane b, not in the node.
-        let err = b.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 600]));
+        let err = b.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 600]), None);
         assert_eq!(err, Err(SendError::Backpressure("node queue")));
         assert_eq!(b.queued_bytes(), 0, "the lane's permits went back");
-        b.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 500]))
+        b.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 500]), None)
             .unwrap();
         assert_eq!(node.queued_bytes(), 1500);
         // A waiting send waits for the node's room.
         let waiting = tokio::time::timeout(
             std::time::Duration::from_millis(50),
-            b.enqueue(Bytes::new(), Bytes::from(vec![0u8; 10])),
+            b.enqueue(Bytes::new(), Bytes::from(vec![0u8; 10]), None),
         )
         .await;
         assert!(waiting.is_err(), "waits while the node budget is spent");
@@ -676,9 +778,9 @@ mod tests {
         let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
         // Queued while the lane is down: one frame of 2 + 1,000 bytes, one of 2 + 10.
         let head = |len: usize| Bytes::from([&(len as u32).to_be_bytes()[..], b"hd"].concat());
-        lane.try_enqueue(head(1002), Bytes::from(vec![1u8; 1000]))
+        lane.try_enqueue(head(1002), Bytes::from(vec![1u8; 1000]), None)
             .unwrap();
-        lane.try_enqueue(head(12), Bytes::from(vec![2u8; 10]))
+        lane.try_enqueue(head(12), Bytes::from(vec![2u8; 10]), None)
             .unwrap();
         let writer = tokio::spawn(run_writer(
             lane.clone(),
@@ -713,7 +815,7 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!wanted.is_finished(), "nothing queued, nothing connected");
         for i in 0..3u8 {
-            lane.try_enqueue(Bytes::from(vec![i]), Bytes::new())
+            lane.try_enqueue(Bytes::from(vec![i]), Bytes::new(), None)
                 .unwrap();
         }
         wanted.await.unwrap();
@@ -746,7 +848,7 @@ mod tests {
         assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 0);
 
         let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
-        lane.try_enqueue(Bytes::from_static(b"x"), Bytes::new())
+        lane.try_enqueue(Bytes::from_static(b"x"), Bytes::new(), None)
             .unwrap();
         let abort = CancellationToken::new();
         abort.cancel();
@@ -756,6 +858,7 @@ mod tests {
 
     /// A connection that ends while its writer is blocked in a write (the peer stopped
     /// reading) ends the write too: the socket closes instead of holding the peer's data.
+    /// The frame being written, in parts, waits for the next connection.
     #[tokio::test]
     async fn a_closed_connection_ends_a_blocked_write() {
         use tokio::io::AsyncReadExt;
@@ -777,7 +880,7 @@ mod tests {
             CancellationToken::new(),
             None,
         ));
-        lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![1u8; BIG]))
+        lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![1u8; BIG]), None)
             .unwrap();
         // The write has begun once the first byte arrives; the rest cannot fit in the
         // socket buffers while nobody reads.
@@ -801,7 +904,28 @@ mod tests {
             got < BIG,
             "the whole frame was written after the connection ended"
         );
-        assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
+        // The frame went in parts and its last part was never written: the other end has
+        // only part of it, so it is kept, and goes whole on the next connection.
+        assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 0);
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        let (_read_half, write_half) = client.into_split();
+        let info = ConnInfo::new(2, true, CancellationToken::new());
+        lane.install(info, write_half.into(), usize::MAX);
+        let mut again = 0usize;
+        let whole = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while again < BIG + 2 {
+                match server.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => again += n,
+                }
+            }
+        })
+        .await;
+        assert!(whole.is_ok() && again >= BIG + 2, "{again} bytes again");
+        assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 0);
         drop(lane);
         writer.abort();
     }

@@ -54,6 +54,7 @@ pub(crate) mod connector;
 pub(crate) mod lane;
 pub(crate) mod listener;
 pub(crate) mod peer;
+pub(crate) mod schedule;
 pub(crate) mod stream;
 pub(crate) mod watch;
 

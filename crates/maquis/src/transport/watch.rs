@@ -87,6 +87,11 @@ impl Watch {
         Watch { flags, task }
     }
 
+    /// The flags of `mask` raised now (0 if none), without waiting.
+    pub(crate) fn now(&self, mask: u8) -> u8 {
+        self.flags.raised.load(Ordering::Acquire) & mask
+    }
+
     /// Waits until a flag of `mask` is raised; returns those of `mask` that are.
     pub(crate) fn raised(&self, mask: u8) -> impl Future<Output = u8> + '_ {
         std::future::poll_fn(move |cx| {

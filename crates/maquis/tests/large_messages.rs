@@ -1,0 +1,95 @@
+//! Large messages go in parts: a small message queued behind one on the same lane does not
+//! wait for it to be written, unless it has to stay behind it (the same order key), and the
+//! large message arrives whole.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use maquis::{ActorRef, Node, SendOpts};
+use serde::{Deserialize, Serialize};
+
+const BIG: usize = 8 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Msg {
+    Big(u32, Vec<u8>),
+    Small(u32),
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+/// Two nodes with one lane per channel and a lane queue smaller than the large message; a
+/// sink on the second that records the ids in the order they arrive (and whether the large
+/// message arrived intact).
+async fn setup(prefix: &str) -> (Vec<Node>, ActorRef<Msg>, Arc<Mutex<Vec<(u32, bool)>>>) {
+    let nodes = cluster(prefix, 2, |mut c| {
+        c.transport.lane_queue_bytes = 1 << 20;
+        c.parallelism(1)
+    })
+    .await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let sink = nodes[1].spawn_fn(move |mut inbox: maquis::Inbox<Msg>| async move {
+        while let Some(m) = inbox.recv().await {
+            let entry = match m {
+                Msg::Big(id, data) => (id, data == pattern(BIG)),
+                Msg::Small(id) => (id, true),
+            };
+            log.lock().unwrap().push(entry);
+        }
+    });
+    nodes[1].register("sink", &sink).unwrap();
+    let r = nodes[0].remote(&format!("{prefix}2"), "sink").unwrap();
+    (nodes, r, seen)
+}
+
+async fn arrivals(seen: &Arc<Mutex<Vec<(u32, bool)>>>, n: usize) -> Vec<(u32, bool)> {
+    until("every message arrived", Duration::from_secs(30), || {
+        let seen = seen.clone();
+        async move { seen.lock().unwrap().len() >= n }
+    })
+    .await;
+    let got = seen.lock().unwrap().clone();
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_message_overtakes_a_large_one_on_its_lane() {
+    let (nodes, r, seen) = setup("lmover").await;
+    r.send_with(Msg::Big(1, pattern(BIG)), &SendOpts::default().partition(1))
+        .await
+        .unwrap();
+    // The lane's queue (1 MiB) is full of the large message until its first parts are
+    // written; this send waits for that, not for the whole message.
+    r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
+        .await
+        .unwrap();
+    assert_eq!(arrivals(&seen, 2).await, vec![(2, true), (1, true)]);
+    let lane = &nodes[0].status().peers[0].lanes;
+    assert!(lane.iter().all(|l| l.dropped == 0), "{lane:?}");
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_message_with_the_same_key_stays_behind() {
+    let (nodes, r, seen) = setup("lmkeep").await;
+    let opts = SendOpts::default().partition(1);
+    r.send_with(Msg::Big(1, pattern(BIG)), &opts).await.unwrap();
+    r.send_with(Msg::Small(2), &opts).await.unwrap();
+    r.send_with(Msg::Big(3, pattern(BIG)), &opts).await.unwrap();
+    r.send_with(Msg::Small(4), &opts).await.unwrap();
+    assert_eq!(
+        arrivals(&seen, 4).await,
+        vec![(1, true), (2, true), (3, true), (4, true)]
+    );
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}
