@@ -4,14 +4,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
 use maquis::{ActorRef, Node, SendOpts};
 use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
 
-const BIG: usize = 8 << 20;
+const BIG: usize = 16 << 20;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Msg {
@@ -23,24 +23,26 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
 
+/// What the sink reports of each message, in the order they arrive: its id, and whether it
+/// arrived intact.
+type Arrivals = mpsc::UnboundedReceiver<(u32, bool)>;
+
 /// Two nodes with one lane per channel and a lane queue smaller than the large message; a
-/// sink on the second that records the ids in the order they arrive (and whether the large
-/// message arrived intact).
-async fn setup(prefix: &str) -> (Vec<Node>, ActorRef<Msg>, Arc<Mutex<Vec<(u32, bool)>>>) {
+/// sink on the second that reports every message as it arrives.
+async fn setup(prefix: &str) -> (Vec<Node>, ActorRef<Msg>, Arrivals) {
     let nodes = cluster(prefix, 2, |mut c| {
         c.transport.lane_queue_bytes = 1 << 20;
         c.parallelism(1)
     })
     .await;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
+    let (log, seen) = mpsc::unbounded_channel();
     let sink = nodes[1].spawn_fn(move |mut inbox: maquis::Inbox<Msg>| async move {
         while let Some(m) = inbox.recv().await {
             let entry = match m {
                 Msg::Big(id, data) => (id, data == pattern(BIG)),
                 Msg::Small(id) => (id, true),
             };
-            log.lock().unwrap().push(entry);
+            let _ = log.send(entry);
         }
     });
     nodes[1].register("sink", &sink).unwrap();
@@ -48,19 +50,24 @@ async fn setup(prefix: &str) -> (Vec<Node>, ActorRef<Msg>, Arc<Mutex<Vec<(u32, b
     (nodes, r, seen)
 }
 
-async fn arrivals(seen: &Arc<Mutex<Vec<(u32, bool)>>>, n: usize) -> Vec<(u32, bool)> {
-    until("every message arrived", Duration::from_secs(30), || {
-        let seen = seen.clone();
-        async move { seen.lock().unwrap().len() >= n }
+async fn arrivals(seen: &mut Arrivals, n: usize) -> Vec<(u32, bool)> {
+    let mut got = Vec::new();
+    let all = tokio::time::timeout(Duration::from_secs(60), async {
+        while got.len() < n {
+            match seen.recv().await {
+                Some(entry) => got.push(entry),
+                None => break,
+            }
+        }
     })
     .await;
-    let got = seen.lock().unwrap().clone();
+    assert!(all.is_ok(), "arrived in 60 s: {got:?}");
     got
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_message_overtakes_a_large_one_on_its_lane() {
-    let (nodes, r, seen) = setup("lmover").await;
+    let (nodes, r, mut seen) = setup("lmover").await;
     r.send_with(Msg::Big(1, pattern(BIG)), &SendOpts::default().partition(1))
         .await
         .unwrap();
@@ -69,7 +76,7 @@ async fn a_small_message_overtakes_a_large_one_on_its_lane() {
     r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
         .await
         .unwrap();
-    assert_eq!(arrivals(&seen, 2).await, vec![(2, true), (1, true)]);
+    assert_eq!(arrivals(&mut seen, 2).await, vec![(2, true), (1, true)]);
     let lane = &nodes[0].status().peers[0].lanes;
     assert!(lane.iter().all(|l| l.dropped == 0), "{lane:?}");
     for n in &nodes {
@@ -79,14 +86,14 @@ async fn a_small_message_overtakes_a_large_one_on_its_lane() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_message_with_the_same_key_stays_behind() {
-    let (nodes, r, seen) = setup("lmkeep").await;
+    let (nodes, r, mut seen) = setup("lmkeep").await;
     let opts = SendOpts::default().partition(1);
     r.send_with(Msg::Big(1, pattern(BIG)), &opts).await.unwrap();
     r.send_with(Msg::Small(2), &opts).await.unwrap();
     r.send_with(Msg::Big(3, pattern(BIG)), &opts).await.unwrap();
     r.send_with(Msg::Small(4), &opts).await.unwrap();
     assert_eq!(
-        arrivals(&seen, 4).await,
+        arrivals(&mut seen, 4).await,
         vec![(1, true), (2, true), (3, true), (4, true)]
     );
     for n in &nodes {

@@ -392,6 +392,11 @@ impl StreamDecoder for FrameDecoder {
                 if self.piece_left == 0 && self.piece_last {
                     return self.parts.finish().map(Some);
                 }
+                if self.piece_left > 0 {
+                    // Room for the rest of the piece (and the next part's head), so that it
+                    // is read in as few reads as the socket allows.
+                    src.reserve((self.piece_left + PREFIX + 16).min(self.max_frame + 4));
+                }
                 continue;
             }
             if self.start_piece(src)? {

@@ -5,7 +5,7 @@
 //! the payload would put them on the wire — are cut into pieces of at most `part` bytes, and
 //! each piece travels as the payload of a frame of its own with a [`Header::Part`] header
 //! (`last` on the final piece). Between two parts the writer may put any other frame, so a small
-//! message queued behind an 8 MiB one waits for about one part, not for the whole frame.
+//! message queued behind an 8 MiB one waits for a part or a few, not for the whole frame.
 //!
 //! The reader puts the pieces back together in a [`Reassembly`] (one per connection: a writer
 //! sends the parts of one frame at a time on a connection, so at most one frame is ever
@@ -24,7 +24,7 @@ use super::{peek_len, WireError};
 
 /// The default size of a part: frames longer than this (length prefix included) are sent in
 /// parts of this many bytes.
-pub const PART_BYTES: usize = 256 * 1024;
+pub const PART_BYTES: usize = 1024 * 1024;
 
 /// The smallest part: the first piece must hold the frame's length prefix.
 pub const MIN_PART_BYTES: usize = 64;

@@ -85,7 +85,7 @@ const READ_BUFFER: usize = 64 * 1024;
 /// what the kernel has queued but not sent is a queue the lane's writer cannot reorder, so a
 /// small frame written between two parts of a large one ([`super::schedule`]) waits behind at
 /// most this much. Bytes in flight (sent, not acknowledged) are not limited by it.
-const NOTSENT_LOWAT: u32 = 256 * 1024;
+const NOTSENT_LOWAT: u32 = 1024 * 1024;
 
 /// Sets a lane's TCP options: no Nagle delay, and [`NOTSENT_LOWAT`].
 fn tune(tcp: &TcpStream) -> std::io::Result<()> {

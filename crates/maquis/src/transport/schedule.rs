@@ -1,9 +1,11 @@
 //! The order in which a lane's writer puts its frames on the wire.
 //!
 //! Small frames go in the order they were queued. A frame longer than a part
-//! ([`maquis_proto::wire::parts`]) goes in parts, one part per write, with the small frames
-//! queued meanwhile written between its parts: a small message behind an 8 MiB one waits for
-//! about one part. Order still holds where it is promised: every frame carries an order key
+//! ([`maquis_proto::wire::parts`]) goes in parts, with the frames queued meanwhile written
+//! between its parts: one part per write when other frames go with it, up to `PARTS_ALONE`
+//! when it is alone (fewer system calls), so a small message behind an 8 MiB one waits for the
+//! write in progress, not for the whole message. Order still holds where it is promised: every
+//! frame carries an order key
 //! (the hash the lane was picked by: the sender and receiver, or the partition key), and a
 //! frame whose key is that of a frame still in parts, or of a frame already waiting, waits
 //! too, in queue order. Frames without a key (the runtime's own) are in no order with large
@@ -19,16 +21,20 @@ use maquis_proto::wire::Parts;
 
 use super::lane::OutFrame;
 
+/// The most parts of a frame in one write when no other frame is waiting.
+const PARTS_ALONE: usize = 4;
+
 /// What one write puts on the wire: whole frames, then at most one part of a large frame.
 #[derive(Default)]
 pub(crate) struct Round {
     /// Whole frames, in order.
     pub frames: Vec<OutFrame>,
-    /// The buffers of one part (its head, then its piece), or nothing.
+    /// The buffers of the parts in this write (each part's head, then its piece), or nothing:
+    /// one part when whole frames go too, up to `PARTS_ALONE` when none do.
     pub part: Vec<Bytes>,
-    /// Whether `part` is the last part of its frame.
+    /// Whether `part` ends with the last part of its frame.
     pub last_part: bool,
-    /// The bytes of the frame in parts that `part` carries.
+    /// The bytes of the frame in parts that `part` carries (heads of parts not counted).
     pub part_len: usize,
 }
 
@@ -99,7 +105,19 @@ impl Schedule {
         }
         if let Some(large) = &mut self.large {
             let before = large.parts.sent();
-            round.last_part = large.parts.next_part(&mut round.part);
+            // With nothing else to write, several parts go in one write (fewer system calls);
+            // a frame queued meanwhile waits for at most that write.
+            let most = if round.frames.is_empty() {
+                PARTS_ALONE
+            } else {
+                1
+            };
+            for _ in 0..most {
+                round.last_part = large.parts.next_part(&mut round.part);
+                if round.last_part {
+                    break;
+                }
+            }
             round.part_len = large.parts.sent() - before;
         }
     }
@@ -221,9 +239,10 @@ mod tests {
     fn small_frames_go_between_the_parts_of_a_large_one() {
         let mut s = Schedule::new(PART);
         let mut round = Round::default();
-        // Frame 1 is 450 bytes: five parts.
-        s.fill(&mut vec![frame(1, Some(1), 450)], &mut round);
+        // Frame 1 is 1,006 bytes: eleven parts. Alone, several go in one write.
+        s.fill(&mut vec![frame(1, Some(1), 1000)], &mut round);
         assert_eq!(ids(&round), (vec![], true));
+        assert_eq!(round.part_len, PARTS_ALONE * PART);
         assert!(s.written(&round).is_none());
         round.clear();
         s.fill(
@@ -231,10 +250,12 @@ mod tests {
             &mut round,
         );
         assert_eq!(ids(&round), (vec![2, 3], true), "other keys overtake");
+        assert_eq!(round.part_len, PART, "one part beside other frames");
+        assert!(s.written(&round).is_none());
         assert!(s.busy());
         round.clear();
         let rest = run(&mut s, vec![]);
-        assert_eq!(rest, vec![1], "three more parts, then it is done");
+        assert_eq!(rest, vec![1], "the other parts, then it is done");
         assert!(!s.busy());
     }
 
@@ -276,13 +297,16 @@ mod tests {
     fn a_lost_connection_restarts_the_frame_unless_its_end_may_have_arrived() {
         let mut s = Schedule::new(PART);
         let mut round = Round::default();
-        s.fill(&mut vec![frame(1, Some(1), 250)], &mut round);
+        s.fill(&mut vec![frame(1, Some(1), 1000)], &mut round);
+        assert!(!round.last_part);
         s.written(&round);
         round.clear();
         // Lost between writes: the frame goes again from its first part.
         assert!(s.lost(None).is_none());
         s.fill(&mut vec![], &mut round);
         assert!(!round.last_part);
+        assert_eq!(round.part_len, PARTS_ALONE * PART, "from its first byte");
+        round.clear();
         assert_eq!(run(&mut s, vec![]), vec![1]);
 
         // Lost in the write of its last part: dropped, and the frame of its key behind it
@@ -293,10 +317,7 @@ mod tests {
             &mut vec![frame(1, Some(1), 150), frame(2, Some(1), 10)],
             &mut round,
         );
-        s.written(&round);
-        round.clear();
-        s.fill(&mut vec![], &mut round);
-        assert!(round.last_part);
+        assert!(round.last_part, "both parts in one write");
         let dropped = s.lost(Some(&round)).expect("handed back");
         assert_eq!(dropped.payload[0], 1);
         round.clear();
