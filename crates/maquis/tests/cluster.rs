@@ -470,13 +470,26 @@ async fn wrong_cookie_is_rejected() {
     b.shutdown().await;
 }
 
+/// A port that can be bound now, below the kernel's ephemeral port range.
+fn port_outside_the_ephemeral_range() -> std::net::SocketAddr {
+    let first = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 10_000.min(first / 2);
+    (0..1000)
+        .map(|_| rand::Rng::gen_range(&mut rand::thread_rng(), low..first))
+        .find_map(|p| std::net::TcpListener::bind(("127.0.0.1", p)).ok())
+        .and_then(|l| l.local_addr().ok())
+        .expect("a free port below the ephemeral range")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_wait_keeps_trying_a_contact_that_is_not_up_yet() {
-    // A free port, nobody listening on it yet: the first attempts are refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // A free port, nobody listening on it yet: the first attempts are refused. Below the
+    // ephemeral range, so that no other test's node (listening on port 0) nor any outgoing
+    // connection (b's own attempts among them) takes it in the meantime.
+    let port = port_outside_the_ephemeral_range();
     let b = start("late2").await;
     let started = std::time::Instant::now();
     let joining = {
