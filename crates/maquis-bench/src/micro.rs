@@ -372,26 +372,27 @@ impl Setup<'_> {
         Ok(())
     }
 
+    /// An Erlang VM on `host` named `name`, with the benchmark's module on its path, whose
+    /// next argument is the expression it evaluates.
+    fn erl(&self, host: usize, name: &str) -> Result<Command, String> {
+        let dir = self.erlang_dir.ok_or("erlang was not prepared")?;
+        let mut c = self.net.command(host, "erl");
+        c.args(crate::erlang::NO_BUSY_WAIT)
+            .args(["-noshell", "-name", name, "-setcookie", COOKIE])
+            .arg("-pa")
+            .arg(dir)
+            .arg("-eval");
+        Ok(c)
+    }
+
     fn server(&self, config: &str, parallelism: u16) -> Result<Proc, String> {
         let cmd = match config {
             "erlang" => {
-                let dir = self.erlang_dir.ok_or("erlang was not prepared")?;
-                let mut c = self.net.command(1, "erl");
-                c.args(crate::erlang::NO_BUSY_WAIT)
-                    .args([
-                        "-noshell",
-                        "-name",
-                        &format!("mqs@{}", self.server_host()),
-                        "-setcookie",
-                        COOKIE,
-                    ])
-                    .arg("-pa")
-                    .arg(dir)
-                    .arg("-eval")
-                    .arg(format!(
-                        "micro:server(128, {})",
-                        crate::stats::clock_ticks()
-                    ));
+                let mut c = self.erl(1, &format!("mqs@{}", self.server_host()))?;
+                c.arg(format!(
+                    "micro:server(128, {})",
+                    crate::stats::clock_ticks()
+                ));
                 c
             }
             "raw-tcp" => {
@@ -434,26 +435,14 @@ impl Setup<'_> {
         let messages = plan.messages.to_string();
         let cmd = match config {
             "erlang" => {
-                let dir = self.erlang_dir.ok_or("erlang was not prepared")?;
-                let mut c = self.net.command(0, "erl");
-                c.args(crate::erlang::NO_BUSY_WAIT)
-                    .args([
-                        "-noshell",
-                        "-name",
-                        &format!("mqc@{}", self.client_ip),
-                        "-setcookie",
-                        COOKIE,
-                    ])
-                    .arg("-pa")
-                    .arg(dir)
-                    .arg("-eval")
-                    .arg(format!(
-                        "micro:client('mqs@{}', {actors}, {size}, {messages}, {echo}, {}, {}, {})",
-                        self.server_host(),
-                        (limit * 1000.0) as u64,
-                        (WARMUP_S * 1000.0) as u64,
-                        crate::stats::clock_ticks()
-                    ));
+                let mut c = self.erl(0, &format!("mqc@{}", self.client_ip))?;
+                c.arg(format!(
+                    "micro:client('mqs@{}', {actors}, {size}, {messages}, {echo}, {}, {}, {})",
+                    self.server_host(),
+                    (limit * 1000.0) as u64,
+                    (WARMUP_S * 1000.0) as u64,
+                    crate::stats::clock_ticks()
+                ));
                 c
             }
             "raw-tcp" => {

@@ -104,6 +104,15 @@ pub(crate) fn hash_of<K: Hash + ?Sized>(key: &K) -> u64 {
     h.finish()
 }
 
+/// Where one message goes: its lane slot, and its order key on that lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pick {
+    /// The lane slot in the peer's lane table.
+    pub slot: usize,
+    /// Frames with the same key on a lane stay in order (see `transport::schedule`).
+    pub order: u64,
+}
+
 /// Maps channels and keys to lane slots in a peer's lane table.
 #[derive(Debug)]
 pub(crate) struct Dispatcher {
@@ -170,27 +179,26 @@ impl Dispatcher {
             .unwrap_or(self.default_channel)
     }
 
-    /// The order key of one message (see `transport::schedule`): its partition key's hash,
-    /// or that of its sender and receiver. Messages with the same key on one lane keep their
-    /// order when a large one among them goes in parts.
-    pub(crate) fn order_key(opts: &SendOpts, sender: u64, receiver: u64) -> u64 {
-        match opts.partition_key {
-            Some(key) => hash_of(&key),
-            None => hash_of(&(sender, receiver)),
-        }
-    }
-
-    /// Picks the lane slot for one message.
-    pub(crate) fn pick(&self, opts: &SendOpts, sender: u64, receiver: u64) -> usize {
+    /// Picks the lane slot for one message, and its order key (see `transport::schedule`):
+    /// the partition key, or else the hash of its sender and receiver (the one affinity picks
+    /// the lane by). Messages with the same key on one lane keep their order when a large one
+    /// among them goes in parts.
+    pub(crate) fn pick(&self, opts: &SendOpts, sender: u64, receiver: u64) -> Pick {
         let ch = self.channel_index(opts.channel.as_deref());
         let spec = &self.specs[ch];
         let p = spec.parallelism.max(1) as u64;
-        let index = match opts.partition_key {
-            Some(key) => key % p,
-            None if self.affinity => hash_of(&(sender, receiver)) % p,
-            None => (self.round_robin[ch].fetch_add(1, Ordering::Relaxed) as u64) % p,
+        let order = opts
+            .partition_key
+            .unwrap_or_else(|| hash_of(&(sender, receiver)));
+        let index = if opts.partition_key.is_some() || self.affinity {
+            order % p
+        } else {
+            (self.round_robin[ch].fetch_add(1, Ordering::Relaxed) as u64) % p
         };
-        spec.offset + index as usize
+        Pick {
+            slot: spec.offset + index as usize,
+            order,
+        }
     }
 
     /// The (channel, index) of a slot.
@@ -223,9 +231,10 @@ mod tests {
     fn affinity_is_stable_and_spreads() {
         let d = dispatcher(true);
         let opts = SendOpts::default();
-        let a = d.pick(&opts, 1, 2);
-        assert!((0..100).all(|_| d.pick(&opts, 1, 2) == a));
-        let slots: std::collections::HashSet<_> = (0..200).map(|s| d.pick(&opts, s, 2)).collect();
+        let a = d.pick(&opts, 1, 2).slot;
+        assert!((0..100).all(|_| d.pick(&opts, 1, 2).slot == a));
+        let slots: std::collections::HashSet<_> =
+            (0..200).map(|s| d.pick(&opts, s, 2).slot).collect();
         assert!(
             slots.len() > 8,
             "affinity should spread senders over lanes: {slots:?}"
@@ -237,25 +246,25 @@ mod tests {
     fn round_robin_channels_and_keys() {
         let d = dispatcher(false);
         let opts = SendOpts::default();
-        let picks: Vec<_> = (0..16).map(|_| d.pick(&opts, 1, 2)).collect();
+        let picks: Vec<_> = (0..16).map(|_| d.pick(&opts, 1, 2).slot).collect();
         let distinct: std::collections::HashSet<_> = picks.iter().collect();
         assert_eq!(distinct.len(), 16);
         let spread: std::collections::HashSet<_> = (0..4u64)
-            .map(|i| d.pick(&SendOpts::on("vnode").partition(i), 1, 2))
+            .map(|i| d.pick(&SendOpts::on("vnode").partition(i), 1, 2).slot)
             .collect();
         assert_eq!(spread.len(), 4, "indexes 0..4 take the 4 vnode lanes");
         let v = SendOpts::on("vnode").partition_key("key-7");
-        let s = d.pick(&v, 1, 2);
+        let s = d.pick(&v, 1, 2).slot;
         assert_eq!(d.lane_of(s).map(|(c, _)| c), Some("vnode"));
-        assert!((0..10).all(|i| d.pick(&v, i, i + 1) == s));
+        assert!((0..10).all(|i| d.pick(&v, i, i + 1).slot == s));
         let reserved = SendOpts::on("membership");
         assert_eq!(
-            d.lane_of(d.pick(&reserved, 1, 2)).map(|(c, _)| c),
+            d.lane_of(d.pick(&reserved, 1, 2).slot).map(|(c, _)| c),
             Some("default")
         );
         let unknown = SendOpts::on("nope");
         assert_eq!(
-            d.lane_of(d.pick(&unknown, 1, 2)).map(|(c, _)| c),
+            d.lane_of(d.pick(&unknown, 1, 2).slot).map(|(c, _)| c),
             Some("default")
         );
         assert_eq!(d.slot_of("vnode", 3), Some(20));

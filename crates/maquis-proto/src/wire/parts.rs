@@ -158,20 +158,16 @@ impl Reassembly {
     }
 
     /// Takes the next bytes of the frame in pieces, checking them against the limit.
-    pub fn extend(&mut self, bytes: &[u8], max_frame: usize) -> Result<(), WireError> {
-        let had = self.buf.len();
-        if had < 4 {
+    pub fn extend(&mut self, mut bytes: &[u8], max_frame: usize) -> Result<(), WireError> {
+        if self.buf.len() < 4 {
             // The frame's length prefix is its first four bytes: it must be within the limit
             // before anything is reserved for the frame.
-            let mut prefix = [0u8; 4];
-            let n = (4 - had).min(bytes.len());
-            prefix[..had].copy_from_slice(&self.buf);
-            prefix[had..had + n].copy_from_slice(&bytes[..n]);
-            if had + n < 4 {
-                self.buf.extend_from_slice(&bytes[..n]);
+            let n = (4 - self.buf.len()).min(bytes.len());
+            self.buf.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            let Some(len) = peek_len(&self.buf) else {
                 return Ok(());
-            }
-            let len = u32::from_be_bytes(prefix) as usize;
+            };
             if len > max_frame {
                 self.buf = BytesMut::new();
                 return Err(WireError::FrameTooLarge {
@@ -179,19 +175,10 @@ impl Reassembly {
                     max: max_frame,
                 });
             }
-            let mut buf = BytesMut::with_capacity(4 + len);
-            buf.extend_from_slice(&self.buf);
-            self.buf = buf;
+            self.buf.reserve(len);
         }
-        let total = peek_len(&self.buf)
-            .or_else(|| {
-                let mut prefix = self.buf.to_vec();
-                prefix.extend_from_slice(&bytes[..bytes.len().min(4)]);
-                peek_len(&prefix)
-            })
-            .ok_or(WireError::Truncated)?
-            + 4;
-        let have = had + bytes.len();
+        let total = peek_len(&self.buf).ok_or(WireError::Truncated)? + 4;
+        let have = self.buf.len() + bytes.len();
         if have > total {
             self.buf = BytesMut::new();
             return Err(WireError::BadHeader(format!(

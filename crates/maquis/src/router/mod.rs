@@ -81,7 +81,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broadcast::{DropReason, ForwardDecision};
 use crate::counters::Counters;
-use crate::dispatch::{Dispatcher, SendOpts};
+use crate::dispatch::{Dispatcher, Pick, SendOpts};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
 use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
@@ -580,7 +580,8 @@ impl Router {
         ))
     }
 
-    /// The lane and the head of a frame for `dst` as things are now (no waiting).
+    /// The lane, the head and the order key of a frame for `dst` as things are now (no
+    /// waiting).
     fn route_frame(
         &self,
         dst: &NodeId,
@@ -589,10 +590,11 @@ impl Router {
         receiver: u64,
         header: ActorHeader,
         payload_len: usize,
-    ) -> Result<(Arc<Lane>, Bytes), SendError> {
-        let slot = self.dispatch.pick(opts, sender, receiver);
+    ) -> Result<(Arc<Lane>, Bytes, u64), SendError> {
+        let Pick { slot, order } = self.dispatch.pick(opts, sender, receiver);
         let hop = self.open_hop(dst, slot)?;
-        self.frame_to(hop, dst, slot, header, payload_len)
+        let (lane, head) = self.frame_to(hop, dst, slot, header, payload_len)?;
+        Ok((lane, head, order))
     }
 
     /// [`Router::next_hop`], chosen again (up to `CHOICES` times) while the peer chosen turns
@@ -633,7 +635,7 @@ impl Router {
         header: ActorHeader,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let slot = self.dispatch.pick(opts, sender, receiver);
+        let Pick { slot, order } = self.dispatch.pick(opts, sender, receiver);
         let hop = match self.open_hop(dst, slot) {
             Err(SendError::Unreachable(_)) if self.may_wait_for_route(dst) => {
                 let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
@@ -642,7 +644,6 @@ impl Router {
             other => other?,
         };
         let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
-        let order = Dispatcher::order_key(opts, sender, receiver);
         lane.enqueue(head, payload, Some(order)).await
     }
 
@@ -656,8 +657,8 @@ impl Router {
         header: ActorHeader,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let (lane, head) = self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
-        let order = Dispatcher::order_key(opts, sender, receiver);
+        let (lane, head, order) =
+            self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
         lane.try_enqueue(head, payload, Some(order))
     }
 
