@@ -74,3 +74,64 @@ if sweep:
     fig.savefig(out / "micro_connections.png", dpi=90)
     plt.close(fig)
     print("micro_connections.png")
+
+stream = [c for c in cells if c["series"] == "stream"]
+if stream:
+    keys = []
+    for c in stream:
+        k = (c["rtt_ms"], c["payload_bytes"], c["actors"])
+        if k not in keys:
+            keys.append(k)
+    names = [c for c in order if any(x["config"] == c for x in stream)]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(keys)), 4))
+    width = 0.8 / max(1, len(names))
+    for i, cfg in enumerate(names):
+        xs, ys = [], []
+        for j, (rtt, size, n) in enumerate(keys):
+            m = [c for c in stream if (c["rtt_ms"], c["payload_bytes"], c["actors"]) == (rtt, size, n) and c["config"] == cfg]
+            if m:
+                xs.append(j + i * width)
+                ys.append(m[0]["ops_per_s"])
+        ax.bar(xs, ys, width, label=cfg)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))],
+                  [f"{rtt} ms\n{human(size)}\n{n} actors" for rtt, size, n in keys])
+    ax.set_ylabel("messages delivered / s")
+    ax.set_yscale("log")
+    ax.set_title("one-way stream")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "micro_stream.png", dpi=90)
+    plt.close(fig)
+    print("micro_stream.png")
+
+mixed = [c for c in cells if c["series"] == "mixed" and c.get("mixed")]
+if mixed:
+    keys = []
+    for c in mixed:
+        k = (c["rtt_ms"], c["actors"], c["mixed"]["bulk_actors"])
+        if k not in keys:
+            keys.append(k)
+    names = [c for c in order if any(x["config"] == c for x in mixed)]
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(keys)), 4))
+    width = 0.8 / max(1, len(names))
+    for i, cfg in enumerate(names):
+        xs, alone, both = [], [], []
+        for j, k in enumerate(keys):
+            m = [c for c in mixed if (c["rtt_ms"], c["actors"], c["mixed"]["bulk_actors"]) == k and c["config"] == cfg]
+            if m:
+                xs.append(j + i * width)
+                alone.append(m[0]["mixed"]["alone_p99_us"] / 1e3)
+                both.append(m[0]["p99_us"] / 1e3)
+        ax.bar(xs, both, width, label=cfg)
+        ax.scatter(xs, alone, marker="_", color="black", s=60)
+    bulk = human(mixed[0]["mixed"]["bulk_payload_bytes"])
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))],
+                  [f"{rtt} ms\n{n} calls\n{b} × {bulk}" for rtt, n, b in keys])
+    ax.set_ylabel("calls' p99 ms (bar: with transfers, tick: alone)")
+    ax.set_yscale("log")
+    ax.set_title(f"small calls beside bulk transfers of {bulk}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "micro_mixed.png", dpi=90)
+    plt.close(fig)
+    print("micro_mixed.png")

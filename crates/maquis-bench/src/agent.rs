@@ -1,6 +1,6 @@
 //! The Maquis side of `maquis-bench micro`: a server that hosts partner actors and a client
-//! whose actors each send messages to their partner and wait for the acknowledgement (closed
-//! loop).
+//! whose actors each send messages to their partner, in one of the [`Mode`]s: waiting for the
+//! acknowledgement (closed loop), one-way, or closed loop beside bulk transfers.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -10,18 +10,33 @@ use clap::Args;
 use maquis::{ActorRef, Config, Node, ReplyTo};
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{cpu_seconds, RunResult};
+use crate::stats::{cpu_seconds, LoadArgs, Mode, RunResult, Window};
 
-/// One benchmark message: the payload, whether to echo it, where to answer.
+/// What a client actor sends its partner.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Ping {
-    /// The payload (shared with the received frame, not copied).
-    #[serde(with = "maquis::payload::shared")]
-    pub payload: Bytes,
-    /// Send the payload back (else a small acknowledgement).
-    pub echo: bool,
-    /// Where the answer goes.
-    pub reply: ReplyTo<maquis::Payload>,
+pub enum Micro {
+    /// A call: the partner answers with the payload (`echo`) or a small acknowledgement.
+    Ping {
+        /// The payload (shared with the received frame, not copied).
+        #[serde(with = "maquis::payload::shared")]
+        payload: Bytes,
+        /// Send the payload back.
+        echo: bool,
+        /// Where the answer goes.
+        reply: ReplyTo<maquis::Payload>,
+    },
+    /// One-way: the partner counts it.
+    Data {
+        /// The payload.
+        #[serde(with = "maquis::payload::shared")]
+        payload: Bytes,
+    },
+    /// The partner answers with how many `Data` it has had (where a pair's messages keep their
+    /// order, that counts every `Data` sent before the question).
+    Count {
+        /// Where the count goes.
+        reply: ReplyTo<u64>,
+    },
 }
 
 /// Node options shared by both roles.
@@ -91,19 +106,27 @@ pub async fn server(args: ServerArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     for i in 0..args.actors {
-        let partner = node.spawn_fn(|mut inbox: maquis::Inbox<Ping>| async move {
-            while let Some(Ping {
-                payload,
-                echo,
-                reply,
-            }) = inbox.recv().await
-            {
-                let back = if echo {
-                    payload
-                } else {
-                    Bytes::from_static(b"ok")
-                };
-                let _ = reply.send(back.into()).await;
+        let partner = node.spawn_fn(|mut inbox: maquis::Inbox<Micro>| async move {
+            let mut count = 0u64;
+            while let Some(m) = inbox.recv().await {
+                match m {
+                    Micro::Ping {
+                        payload,
+                        echo,
+                        reply,
+                    } => {
+                        let back = if echo {
+                            payload
+                        } else {
+                            Bytes::from_static(b"ok")
+                        };
+                        let _ = reply.send(back.into()).await;
+                    }
+                    Micro::Data { .. } => count += 1,
+                    Micro::Count { reply } => {
+                        let _ = reply.send(count).await;
+                    }
+                }
             }
         });
         node.register(&format!("p{i}"), &partner)
@@ -126,7 +149,8 @@ pub async fn serve_stdin() {
     }
 }
 
-/// Runs one closed-loop measurement and prints its `RunResult` as one JSON line.
+/// Runs one measurement in the mode `--mode` asks for and prints its `RunResult` as one JSON
+/// line.
 pub async fn client(args: ClientArgs) -> Result<(), String> {
     let node = Node::start(args.node.config("bench-client")?)
         .await
@@ -145,73 +169,263 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let payload = Bytes::from(vec![0x42u8; args.load.size]);
     let affinity = maquis::config::parse_switch(&args.node.affinity).map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    let measure_from = start + Duration::from_secs_f64(args.load.warmup_s);
-    let stop_at = measure_from + Duration::from_secs_f64(args.load.limit_s);
-    let mut waits = Vec::new();
-    for i in 0..args.load.actors {
-        let partner: ActorRef<Ping> = node
-            .remote("bench-server", &format!("p{i}"))
-            .ok_or("the server is not a member")?;
-        let payload = payload.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (messages, echo) = (args.load.messages, args.load.echo);
-        // With affinity, actor i keys its messages with i (PARTISAN's partition keys): the
-        // actors spread evenly over the lanes, and each pair keeps one lane both ways.
-        let opts = if affinity {
-            maquis::SendOpts::default().partition(i as u64)
-        } else {
-            maquis::SendOpts::default()
-        };
-        node.spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
-            let mut lat = Vec::with_capacity(messages as usize);
-            let mut errors = 0;
-            while (lat.len() as u64) < messages {
-                let t = Instant::now();
-                if t >= stop_at {
-                    break;
-                }
-                let r = partner
-                    .call_with(
-                        |reply| Ping {
-                            payload: payload.clone(),
-                            echo,
-                            reply,
-                        },
-                        Duration::from_secs(60),
-                        &opts,
-                    )
-                    .await;
-                match r {
-                    Ok(_) if t >= measure_from => lat.push(t.elapsed().as_micros() as u64),
-                    Ok(_) => {}
-                    Err(_) => errors += 1,
-                }
-            }
-            let _ = tx.send((lat, errors, Instant::now()));
-        });
-        waits.push(rx);
-    }
-    tokio::time::sleep_until(measure_from.into()).await;
-    let cpu0 = cpu_seconds();
-    let mut all = Vec::new();
-    let mut errors = 0;
-    let mut end = measure_from;
-    for w in waits {
-        let (lat, e, done) = w.await.map_err(|_| "a client actor died")?;
-        all.extend(lat);
-        errors += e;
-        end = end.max(done);
-    }
-    let seconds = end.duration_since(measure_from).as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
-    let result = RunResult::from_latencies(all, errors, seconds, cpu);
+    let load = &args.load;
+    let bench = Bench {
+        node: &node,
+        affinity,
+    };
+    let payload = Bytes::from(vec![0x42u8; load.size]);
+    let result = match load.mode {
+        Mode::Rtt => bench.calls(0..load.actors, payload, load).await?,
+        Mode::Stream => bench.stream(payload, load).await?,
+        Mode::Mixed => {
+            let alone = bench.calls(0..load.actors, payload.clone(), load).await?;
+            let window = Window::after_warmup(load);
+            let cpu0 = cpu_seconds();
+            let bulk = bench.callers(
+                load.actors..load.actors + load.bulk_actors,
+                Bytes::from(vec![0x42u8; load.bulk_size]),
+                load.echo,
+                u64::MAX,
+                window,
+            )?;
+            let calls = bench.callers(0..load.actors, payload, load.echo, load.messages, window)?;
+            let (lat, errors, end) = gather(calls, window).await?;
+            let (bulk_lat, bulk_errors, bulk_end) = gather(bulk, window).await?;
+            let cpu = cpu_seconds() - cpu0;
+            let since = |end: Instant| end.duration_since(window.from).as_secs_f64();
+            let mut r = RunResult::from_latencies(lat, errors, since(end), cpu);
+            r.alone = Some(Box::new(alone));
+            r.bulk = Some(Box::new(RunResult::from_latencies(
+                bulk_lat,
+                bulk_errors,
+                since(bulk_end),
+                0.0,
+            )));
+            r
+        }
+    };
     println!(
         "{}",
         serde_json::to_string(&result).map_err(|e| e.to_string())?
     );
     node.shutdown().await;
     Ok(())
+}
+
+/// A client node and how its actors address their partners.
+struct Bench<'a> {
+    node: &'a Node,
+    affinity: bool,
+}
+
+/// What one caller measured: latencies (µs), failed calls, when it stopped.
+type Calls = (Vec<u64>, u64, Instant);
+
+impl Bench<'_> {
+    fn partner(&self, i: usize) -> Result<(ActorRef<Micro>, maquis::SendOpts), String> {
+        let partner = self
+            .node
+            .remote("bench-server", &format!("p{i}"))
+            .ok_or("the server is not a member")?;
+        // With affinity, actor i keys its messages with i (PARTISAN's partition keys): the
+        // actors spread evenly over the lanes, and each pair keeps one lane both ways.
+        let opts = if self.affinity {
+            maquis::SendOpts::default().partition(i as u64)
+        } else {
+            maquis::SendOpts::default()
+        };
+        Ok((partner, opts))
+    }
+
+    /// One closed-loop measurement of the callers `partners` after a warm-up.
+    async fn calls(
+        &self,
+        partners: std::ops::Range<usize>,
+        payload: Bytes,
+        load: &LoadArgs,
+    ) -> Result<RunResult, String> {
+        let window = Window::after_warmup(load);
+        let waits = self.callers(partners, payload, load.echo, load.messages, window)?;
+        tokio::time::sleep_until(window.from.into()).await;
+        let cpu0 = cpu_seconds();
+        let (lat, errors, end) = gather(waits, window).await?;
+        let seconds = end.duration_since(window.from).as_secs_f64();
+        Ok(RunResult::from_latencies(
+            lat,
+            errors,
+            seconds,
+            cpu_seconds() - cpu0,
+        ))
+    }
+
+    /// Spawns one closed-loop caller per partner in `partners`; each makes at most `messages`
+    /// measured calls and starts none after the window.
+    fn callers(
+        &self,
+        partners: std::ops::Range<usize>,
+        payload: Bytes,
+        echo: bool,
+        messages: u64,
+        window: Window,
+    ) -> Result<Vec<tokio::sync::oneshot::Receiver<Calls>>, String> {
+        let mut waits = Vec::new();
+        for i in partners {
+            let (partner, opts) = self.partner(i)?;
+            let payload = payload.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.node
+                .spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
+                    let mut lat = Vec::with_capacity(messages.min(1 << 16) as usize);
+                    let mut errors = 0;
+                    while (lat.len() as u64) < messages {
+                        let t = Instant::now();
+                        if t >= window.until {
+                            break;
+                        }
+                        let r = partner
+                            .call_with(
+                                |reply| Micro::Ping {
+                                    payload: payload.clone(),
+                                    echo,
+                                    reply,
+                                },
+                                Duration::from_secs(60),
+                                &opts,
+                            )
+                            .await;
+                        match r {
+                            Ok(_) if t >= window.from => lat.push(t.elapsed().as_micros() as u64),
+                            Ok(_) => {}
+                            Err(_) => errors += 1,
+                        }
+                    }
+                    let _ = tx.send((lat, errors, Instant::now()));
+                });
+            waits.push(rx);
+        }
+        Ok(waits)
+    }
+
+    /// One-way: every actor sends `Data` to its partner as fast as `send` returns; the
+    /// partners' counts, asked for when measuring starts and once everything sent has arrived,
+    /// give what was delivered in between.
+    async fn stream(&self, payload: Bytes, load: &LoadArgs) -> Result<RunResult, String> {
+        let window = Window::after_warmup(load);
+        let mut waits = Vec::new();
+        for i in 0..load.actors {
+            let (partner, opts) = self.partner(i)?;
+            let payload = payload.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.node
+                .spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
+                    let r = stream_to(&partner, &opts, &payload, window).await;
+                    let _ = tx.send(r);
+                });
+            waits.push(rx);
+        }
+        tokio::time::sleep_until(window.from.into()).await;
+        let cpu0 = cpu_seconds();
+        let (mut delivered, mut errors) = (0, 0);
+        let (mut first, mut last) = (None::<Instant>, window.from);
+        for w in waits {
+            match w.await.map_err(|_| "a client actor died")? {
+                Ok(s) => {
+                    delivered += s.delivered;
+                    errors += s.missing;
+                    first = Some(first.map_or(s.from, |f| f.min(s.from)));
+                    last = last.max(s.until);
+                }
+                Err(e) => return Err(format!("stream: {e}")),
+            }
+        }
+        let seconds = last
+            .duration_since(first.unwrap_or(window.from))
+            .as_secs_f64();
+        Ok(RunResult::delivered(
+            delivered,
+            errors,
+            seconds,
+            cpu_seconds() - cpu0,
+        ))
+    }
+}
+
+/// One streaming actor's tally: messages delivered between the two counts, messages sent but
+/// never delivered, and the measured window.
+struct Streamed {
+    delivered: u64,
+    missing: u64,
+    from: Instant,
+    until: Instant,
+}
+
+async fn stream_to(
+    partner: &ActorRef<Micro>,
+    opts: &maquis::SendOpts,
+    payload: &Bytes,
+    window: Window,
+) -> Result<Streamed, String> {
+    let data = || Micro::Data {
+        payload: payload.clone(),
+    };
+    let count = || async {
+        partner
+            .call_with(
+                |reply| Micro::Count { reply },
+                Duration::from_secs(60),
+                opts,
+            )
+            .await
+            .map_err(|e| format!("count: {e}"))
+    };
+    let mut sent = 0u64;
+    while Instant::now() < window.from {
+        partner
+            .send_with(data(), opts)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        sent += 1;
+    }
+    let before = count().await?;
+    let from = Instant::now();
+    while Instant::now() < window.until {
+        partner
+            .send_with(data(), opts)
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+        sent += 1;
+    }
+    // Without a partition key over several lanes (round robin) the question may overtake data
+    // still on its way: ask again until everything sent has arrived, or the time is up (what
+    // never arrives counts as not delivered).
+    let give_up = Instant::now() + Duration::from_secs(30);
+    let mut after = count().await?;
+    while after < sent && Instant::now() < give_up {
+        after = count().await?;
+    }
+    Ok(Streamed {
+        missing: sent.saturating_sub(after),
+        delivered: after.saturating_sub(before),
+        from,
+        until: Instant::now(),
+    })
+}
+
+/// Waits for every caller; their latencies, failures, and when the last one stopped.
+async fn gather(
+    waits: Vec<tokio::sync::oneshot::Receiver<Calls>>,
+    window: Window,
+) -> Result<Calls, String> {
+    let mut all = Vec::new();
+    let mut errors = 0;
+    let mut end = window.from;
+    for w in waits {
+        let (lat, e, done) = w.await.map_err(|_| "a client actor died")?;
+        all.extend(lat);
+        errors += e;
+        end = end.max(done);
+    }
+    Ok((all, errors, end))
 }

@@ -11,7 +11,8 @@ use maquis_netem::{Netem, NetemConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::ring_proc::{run_json, Proc};
-use crate::stats::RunResult;
+use crate::stats::{Mode, RunResult};
+use clap::ValueEnum;
 
 /// Options of `maquis-bench micro`.
 #[derive(Args, Debug, Clone)]
@@ -46,6 +47,24 @@ pub struct MicroArgs {
     /// Skip the connection-count sweep (Fig. 2).
     #[arg(long)]
     pub no_sweep: bool,
+    /// Workloads (default rtt,stream,mixed): `rtt` the closed-loop grid, `stream` one-way
+    /// messages, `mixed` closed-loop calls measured alone and beside bulk transfers.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub modes: Option<Vec<Mode>>,
+    /// Actor counts of `stream` (default 1,16; quick 16); its sizes are `--sizes` (quick: the
+    /// smallest).
+    #[arg(long, value_delimiter = ',')]
+    pub stream_actors: Option<Vec<usize>>,
+    /// Calling actors of `mixed` (default 16); their payload is the smallest of `--sizes`.
+    #[arg(long, value_delimiter = ',')]
+    pub mixed_actors: Option<Vec<usize>>,
+    /// Actors running bulk transfers in `mixed`, one cell per count (default 1,4: one
+    /// transfer at a time, and four at once).
+    #[arg(long, value_delimiter = ',')]
+    pub bulk_actors: Option<Vec<usize>>,
+    /// Payload bytes of the bulk transfers in `mixed`.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    pub bulk_size: usize,
     /// Also run each Maquis configuration with TLS on every lane (`single-tls`,
     /// `parallel-tls`, `affinity-tls`; certificates made for the run in OUT/tls), and report
     /// the CPU per message of both.
@@ -85,11 +104,41 @@ pub struct Cell {
     pub seconds: f64,
     /// CPU time of both processes per round trip, microseconds.
     pub cpu_us_per_msg: f64,
-    /// Which figure the cell belongs to: `grid` or `sweep`.
+    /// Which workload and figure the cell belongs to: `grid` (closed loop), `sweep`
+    /// (connections per peer, closed loop), `stream` (one-way: `ops_per_s` are messages
+    /// delivered per second, `messages` those delivered, `errors` those sent but not delivered,
+    /// no latencies, CPU per message) or `mixed` (the closed-loop calls beside bulk transfers;
+    /// see `mixed`).
     pub series: String,
+    /// `mixed` only: the calls alone and the bulk transfers beside them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed: Option<Mixed>,
+}
+
+/// What a `mixed` cell measured besides its calls (the cell's `ops_per_s`, `p50_us`, `p99_us`
+/// are the calls' while the bulk transfers ran; its CPU per message is over the whole cell, both
+/// phases, per round trip of either kind).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Mixed {
+    /// The calls' round trips per second without bulk transfers.
+    pub alone_ops_per_s: f64,
+    /// Their median latency then, µs.
+    pub alone_p50_us: u64,
+    /// Their 99th percentile then, µs.
+    pub alone_p99_us: u64,
+    /// Actors running bulk transfers (closed loop, partners of their own).
+    pub bulk_actors: usize,
+    /// Payload bytes of a bulk transfer.
+    pub bulk_payload_bytes: usize,
+    /// Bulk round trips per second while the calls were measured.
+    pub bulk_ops_per_s: f64,
+    /// Their 99th percentile latency, µs.
+    pub bulk_p99_us: u64,
 }
 
 const SERVER_PORT: u16 = 9400;
+/// Partner actors a server hosts (p0 …): the callers' and the bulk transfers' together.
+pub const PARTNERS: usize = 1024;
 /// Unmeasured seconds at the start of every cell (connections warm up, TCP windows open).
 pub const WARMUP_S: f64 = 1.0;
 const COOKIE: &str = "maquis-bench-micro";
@@ -115,10 +164,32 @@ struct Plan {
     messages: u64,
     cell_seconds: f64,
     sweep: Vec<u16>,
+    modes: Vec<Mode>,
+    stream_actors: Vec<usize>,
+    stream_sizes: Vec<usize>,
+    mixed_actors: Vec<usize>,
+    bulk_actors: Vec<usize>,
+    bulk_size: usize,
+}
+
+/// One cell's workload.
+struct Job {
+    mode: Mode,
+    size: usize,
+    actors: usize,
+    series: &'static str,
+    /// `mixed`: the bulk transfers' actors.
+    bulk: usize,
 }
 
 fn plan(a: &MicroArgs) -> Result<Plan, String> {
     let q = a.quick;
+    let sizes = a.sizes.clone().unwrap_or(if q {
+        vec![1024, 512 * 1024]
+    } else {
+        vec![1024, 512 * 1024, 8 * 1024 * 1024]
+    });
+    let smallest = sizes.iter().copied().min().unwrap_or(1024);
     let p = Plan {
         rtts: a.rtt.clone().unwrap_or(vec![1, 20]),
         actors: a.actors.clone().unwrap_or(if q {
@@ -126,11 +197,8 @@ fn plan(a: &MicroArgs) -> Result<Plan, String> {
         } else {
             vec![1, 16, 32, 64, 128]
         }),
-        sizes: a.sizes.clone().unwrap_or(if q {
-            vec![1024, 512 * 1024]
-        } else {
-            vec![1024, 512 * 1024, 8 * 1024 * 1024]
-        }),
+        stream_sizes: if q { vec![smallest] } else { sizes.clone() },
+        sizes,
         configs: with_tls_twins(
             a.configs
                 .clone()
@@ -146,6 +214,17 @@ fn plan(a: &MicroArgs) -> Result<Plan, String> {
         } else {
             vec![1, 2, 4, 8, 16, 32, 64, 128]
         },
+        modes: a
+            .modes
+            .clone()
+            .unwrap_or(vec![Mode::Rtt, Mode::Stream, Mode::Mixed]),
+        stream_actors: a
+            .stream_actors
+            .clone()
+            .unwrap_or(if q { vec![16] } else { vec![1, 16] }),
+        mixed_actors: a.mixed_actors.clone().unwrap_or(vec![16]),
+        bulk_actors: a.bulk_actors.clone().unwrap_or(vec![1, 4]),
+        bulk_size: a.bulk_size,
     };
     if let Some(bad) = p
         .configs
@@ -158,16 +237,90 @@ fn plan(a: &MicroArgs) -> Result<Plan, String> {
             MAQUIS_CONFIGS.join("-tls,")
         ));
     }
-    if p.rtts.iter().any(|&r| r == 0 || r > 1000) || p.actors.iter().any(|&n| n == 0 || n > 1024) {
-        return Err("--rtt must be 1..1000 ms and --actors 1..1024".into());
+    let callers = p
+        .actors
+        .iter()
+        .chain(&p.stream_actors)
+        .chain(&p.mixed_actors);
+    if p.rtts.iter().any(|&r| r == 0 || r > 1000)
+        || callers.clone().any(|&n| n == 0)
+        || callers.clone().any(|&n| n > PARTNERS)
+    {
+        return Err(format!(
+            "--rtt must be 1..1000 ms and every actor count 1..{PARTNERS}"
+        ));
     }
-    if p.sizes.iter().any(|&s| s > 16 * 1024 * 1024)
+    if p.modes.contains(&Mode::Mixed)
+        && (p.bulk_actors.is_empty()
+            || p.bulk_actors.contains(&0)
+            || p.mixed_actors
+                .iter()
+                .any(|&n| n + p.bulk_actors.iter().copied().max().unwrap_or(0) > PARTNERS))
+    {
+        return Err(format!(
+            "--bulk-actors must be positive, and with the callers of --mixed-actors at most {PARTNERS}"
+        ));
+    }
+    if p.sizes.is_empty() || p.modes.is_empty() {
+        return Err("--sizes and --modes must not be empty".into());
+    }
+    if p.sizes
+        .iter()
+        .chain([&p.bulk_size])
+        .any(|&s| s > 16 * 1024 * 1024)
         || p.cell_seconds.is_nan()
         || p.cell_seconds <= 0.0
     {
-        return Err("--sizes must be at most 16 MiB and --cell-seconds positive".into());
+        return Err(
+            "--sizes and --bulk-size must be at most 16 MiB and --cell-seconds positive".into(),
+        );
     }
     Ok(p)
+}
+
+impl Plan {
+    /// The cells each configuration runs at each RTT, in order: the closed-loop grid, the
+    /// streams, the mixed cells.
+    fn jobs(&self) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        let cross = |mode, sizes: &[usize], actors: &[usize], series, jobs: &mut Vec<Job>| {
+            let bulks = if mode == Mode::Mixed {
+                &self.bulk_actors[..]
+            } else {
+                &[0]
+            };
+            for &size in sizes {
+                for &actors in actors {
+                    for &bulk in bulks {
+                        jobs.push(Job {
+                            mode,
+                            size,
+                            actors,
+                            series,
+                            bulk,
+                        });
+                    }
+                }
+            }
+        };
+        for &mode in &self.modes {
+            match mode {
+                Mode::Rtt => cross(mode, &self.sizes, &self.actors, "grid", &mut jobs),
+                Mode::Stream => cross(
+                    mode,
+                    &self.stream_sizes,
+                    &self.stream_actors,
+                    "stream",
+                    &mut jobs,
+                ),
+                Mode::Mixed => {
+                    let smallest = self.sizes.iter().copied().min().unwrap_or(1024);
+                    cross(mode, &[smallest], &self.mixed_actors, "mixed", &mut jobs)
+                }
+            }
+        }
+        jobs
+    }
 }
 
 /// `configs`, with `--tls` each Maquis configuration followed by its TLS twin (unless listed).
@@ -212,9 +365,15 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     let log = File::create(&log_path).map_err(|e| e.to_string())?;
     let mut cells = Vec::new();
     let mut netem_reports = Vec::new();
-    let total = plan.rtts.len() * plan.configs.len() * plan.actors.len() * plan.sizes.len()
+    let jobs = plan.jobs();
+    let sweep: &[u16] = if plan.modes.contains(&Mode::Rtt) {
+        &plan.sweep
+    } else {
+        &[]
+    };
+    let total = plan.rtts.len() * plan.configs.len() * jobs.len()
         + if plan.rtts.contains(&1) {
-            plan.sweep.len()
+            sweep.len()
         } else {
             0
         };
@@ -245,28 +404,17 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 _ => 16,
             };
             let mut server = setup.server(config, parallelism)?;
-            for &size in &plan.sizes {
-                for &actors in &plan.actors {
-                    done += 1;
-                    let cell = setup.cell(
-                        &mut server,
-                        config,
-                        parallelism,
-                        rtt,
-                        size,
-                        actors,
-                        args.echo,
-                        &plan,
-                        "grid",
-                    )?;
-                    progress(done, total, started, &cell);
-                    cells.push(cell);
-                    write_results(&args.out, &cells)?;
-                }
+            for job in &jobs {
+                done += 1;
+                let cell =
+                    setup.cell(&mut server, config, parallelism, rtt, job, args.echo, &plan)?;
+                progress(done, total, started, &cell);
+                cells.push(cell);
+                write_results(&args.out, &cells)?;
             }
             server.stop(Duration::from_secs(10));
         }
-        if rtt == 1 && !plan.sweep.is_empty() {
+        if rtt == 1 && !sweep.is_empty() {
             let setup = Setup {
                 net: &net,
                 exe: &exe,
@@ -276,20 +424,17 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 erlang_dir: None,
                 tls_dir: None,
             };
-            for &p in &plan.sweep {
+            for &p in sweep {
                 let mut server = setup.server("affinity", p)?;
                 done += 1;
-                let cell = setup.cell(
-                    &mut server,
-                    "affinity",
-                    p,
-                    rtt,
-                    512 * 1024,
-                    128,
-                    args.echo,
-                    &plan,
-                    "sweep",
-                )?;
+                let job = Job {
+                    mode: Mode::Rtt,
+                    size: 512 * 1024,
+                    actors: 128,
+                    series: "sweep",
+                    bulk: 0,
+                };
+                let cell = setup.cell(&mut server, "affinity", p, rtt, &job, args.echo, &plan)?;
                 progress(done, total, started, &cell);
                 cells.push(cell);
                 write_results(&args.out, &cells)?;
@@ -316,17 +461,31 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
 }
 
 fn progress(done: usize, total: usize, started: Instant, c: &Cell) {
+    let measured = match (&c.mixed, c.series.as_str()) {
+        (_, "stream") => format!("{:>9.1} msgs/s delivered", c.ops_per_s),
+        (Some(m), _) => format!(
+            "{:>9.1} ops/s  p99 {:>8.2} ms (alone {:.2} ms)  bulk {:.1} ops/s",
+            c.ops_per_s,
+            c.p99_us as f64 / 1e3,
+            m.alone_p99_us as f64 / 1e3,
+            m.bulk_ops_per_s
+        ),
+        (None, _) => format!(
+            "{:>9.1} ops/s  p50 {:>8.2} ms  p99 {:>8.2} ms",
+            c.ops_per_s,
+            c.p50_us as f64 / 1e3,
+            c.p99_us as f64 / 1e3
+        ),
+    };
     eprintln!(
-        "[{done:>3}/{total}] {:>5.0}s  rtt {:>2} ms  {:<8} p={:<3} actors {:>3}  payload {:>8}  {:>9.1} ops/s  p50 {:>8.2} ms  p99 {:>8.2} ms{}",
+        "[{done:>3}/{total}] {:>5.0}s  {:<6} rtt {:>2} ms  {:<8} p={:<3} actors {:>3}  payload {:>8}  {measured}{}",
         started.elapsed().as_secs_f64(),
+        c.series,
         c.rtt_ms,
         c.config,
         c.parallelism,
         c.actors,
         c.payload_bytes,
-        c.ops_per_s,
-        c.p50_us as f64 / 1e3,
-        c.p99_us as f64 / 1e3,
         if c.errors > 0 { format!("  ({} errors)", c.errors) } else { String::new() }
     );
 }
@@ -390,7 +549,7 @@ impl Setup<'_> {
             "erlang" => {
                 let mut c = self.erl(1, &format!("mqs@{}", self.server_host()))?;
                 c.arg(format!(
-                    "micro:server(128, {})",
+                    "micro:server({PARTNERS}, {})",
                     crate::stats::clock_ticks()
                 ));
                 c
@@ -404,7 +563,7 @@ impl Setup<'_> {
                 let mut c = self.agent_cmd(1);
                 c.args(["agent", "micro-server", "--listen", self.server_addr])
                     .args(["--parallelism", &parallelism.to_string()])
-                    .args(["--cookie", COOKIE, "--actors", "128"]);
+                    .args(["--cookie", COOKIE, "--actors", &PARTNERS.to_string()]);
                 self.maquis_opts(&mut c, config)?;
                 c
             }
@@ -425,45 +584,36 @@ impl Setup<'_> {
         config: &str,
         parallelism: u16,
         rtt: u64,
-        size: usize,
-        actors: usize,
+        job: &Job,
         echo: bool,
         plan: &Plan,
-        series: &str,
     ) -> Result<Cell, String> {
         let limit = plan.cell_seconds;
         let messages = plan.messages.to_string();
+        let (size, actors) = (job.size, job.actors);
+        let mode = job
+            .mode
+            .to_possible_value()
+            .map(|v| v.get_name().to_string());
+        let mode = mode.unwrap_or_default();
         let cmd = match config {
             "erlang" => {
                 let mut c = self.erl(0, &format!("mqc@{}", self.client_ip))?;
                 c.arg(format!(
-                    "micro:client('mqs@{}', {actors}, {size}, {messages}, {echo}, {}, {}, {})",
+                    "micro:client('mqs@{}', {mode}, {actors}, {size}, {messages}, {echo}, {}, {}, {}, {}, {})",
                     self.server_host(),
                     (limit * 1000.0) as u64,
                     (WARMUP_S * 1000.0) as u64,
-                    crate::stats::clock_ticks()
+                    crate::stats::clock_ticks(),
+                    job.bulk,
+                    plan.bulk_size,
                 ));
                 c
             }
             "raw-tcp" => {
                 let mut c = self.agent_cmd(0);
                 c.args(["agent", "raw-client", "--server", self.server_addr])
-                    .args([
-                        "--conns",
-                        &parallelism.to_string(),
-                        "--actors",
-                        &actors.to_string(),
-                    ])
-                    .args(["--size", &size.to_string(), "--messages", &messages])
-                    .args([
-                        "--limit-s",
-                        &limit.to_string(),
-                        "--warmup-s",
-                        &WARMUP_S.to_string(),
-                    ]);
-                if echo {
-                    c.arg("--echo");
-                }
+                    .args(["--conns", &parallelism.to_string()]);
                 c
             }
             _ => {
@@ -475,25 +625,55 @@ impl Setup<'_> {
                     &format!("{}:0", self.client_ip),
                 ])
                 .args(["--server", self.server_addr, "--cookie", COOKIE])
-                .args(["--parallelism", &parallelism.to_string()])
-                .args(["--actors", &actors.to_string(), "--size", &size.to_string()])
-                .args(["--messages", &messages, "--limit-s", &limit.to_string()])
-                .args(["--warmup-s", &WARMUP_S.to_string()]);
-                if echo {
-                    c.arg("--echo");
-                }
+                .args(["--parallelism", &parallelism.to_string()]);
                 self.maquis_opts(&mut c, config)?;
                 c
             }
         };
+        let mut cmd = cmd;
+        if config != "erlang" {
+            cmd.args(["--mode", &mode])
+                .args(["--actors", &actors.to_string(), "--size", &size.to_string()])
+                .args(["--messages", &messages, "--limit-s", &limit.to_string()])
+                .args(["--warmup-s", &WARMUP_S.to_string()])
+                .args(["--bulk-actors", &job.bulk.to_string()])
+                .args(["--bulk-size", &plan.bulk_size.to_string()]);
+            if echo {
+                cmd.arg("--echo");
+            }
+        }
         let cpu_before = server.cpu()?;
         // The server's CPU during the warm-up counts too: a small overestimate, the same for all.
-        // The cell's own limit plus time for start-up and the last round trips in flight.
-        let wall = Duration::from_secs_f64(limit * 2.0 + 60.0);
+        // The cell's own limit plus time for start-up and the last round trips in flight; a
+        // mixed cell measures twice.
+        let phases = if job.mode == Mode::Mixed { 2.0 } else { 1.0 };
+        let wall = Duration::from_secs_f64(phases * (limit * 2.0 + WARMUP_S) + 60.0);
         let line = run_json(&format!("{config} client"), cmd, self.log(), wall)?;
         let server_cpu = server.cpu()? - cpu_before;
         let r: RunResult =
             serde_json::from_str(&line).map_err(|e| format!("{config} client: {e}: {line}"))?;
+        // Every round trip the CPU was spent on: a mixed cell's calls alone and its bulk
+        // transfers too.
+        let all = r.messages
+            + r.alone.as_ref().map_or(0, |a| a.messages)
+            + r.bulk.as_ref().map_or(0, |b| b.messages);
+        let mixed = match (&r.alone, &r.bulk) {
+            (Some(alone), Some(bulk)) => Some(Mixed {
+                alone_ops_per_s: alone.ops_per_s,
+                alone_p50_us: alone.p50_us,
+                alone_p99_us: alone.p99_us,
+                bulk_actors: job.bulk,
+                bulk_payload_bytes: plan.bulk_size,
+                bulk_ops_per_s: bulk.ops_per_s,
+                bulk_p99_us: bulk.p99_us,
+            }),
+            _ if job.mode == Mode::Mixed => {
+                return Err(format!(
+                    "{config} client: a mixed run without its phases: {line}"
+                ))
+            }
+            _ => None,
+        };
         Ok(Cell {
             rtt_ms: rtt,
             payload_bytes: size,
@@ -508,12 +688,13 @@ impl Setup<'_> {
             messages: r.messages,
             errors: r.errors,
             seconds: r.seconds,
-            cpu_us_per_msg: if r.messages > 0 {
-                (r.cpu_s + server_cpu) * 1e6 / r.messages as f64
+            cpu_us_per_msg: if all > 0 {
+                (r.cpu_s + server_cpu) * 1e6 / all as f64
             } else {
                 0.0
             },
-            series: series.to_string(),
+            series: job.series.to_string(),
+            mixed,
         })
     }
 }
@@ -533,6 +714,38 @@ mod tests {
         let cli = Cli::try_parse_from(std::iter::once("micro").chain(args.iter().copied()))
             .map_err(|e| e.to_string())?;
         plan(&cli.micro)
+    }
+
+    #[test]
+    fn quick_runs_the_grid_a_stream_and_the_mixed_cells() {
+        let p = plan_of(&["--quick"]).unwrap();
+        let jobs = p.jobs();
+        let of = |series: &str| jobs.iter().filter(|j| j.series == series).count();
+        assert_eq!((of("grid"), of("stream"), of("mixed")), (4, 1, 2));
+        let stream = jobs.iter().find(|j| j.series == "stream").unwrap();
+        assert_eq!((stream.size, stream.actors), (1024, 16));
+        let bulks: Vec<usize> = jobs
+            .iter()
+            .filter(|j| j.mode == Mode::Mixed)
+            .map(|j| j.bulk)
+            .collect();
+        assert_eq!(bulks, [1, 4]);
+        let p = plan_of(&["--modes", "stream", "--stream-actors", "1,2"]).unwrap();
+        let jobs = p.jobs();
+        assert_eq!(jobs.len(), 6, "three sizes × two actor counts");
+        assert!(jobs.iter().all(|j| j.mode == Mode::Stream));
+    }
+
+    #[test]
+    fn bad_mixed_and_stream_options_are_refused() {
+        assert!(plan_of(&["--bulk-actors", "0"]).is_err());
+        assert!(plan_of(&["--mixed-actors", "1020", "--bulk-actors", "5"]).is_err());
+        assert!(plan_of(&["--mixed-actors", "1020", "--bulk-actors", "4"]).is_ok());
+        assert!(plan_of(&["--stream-actors", "0"]).is_err());
+        assert!(plan_of(&["--bulk-size", "33554432"]).is_err());
+        assert!(plan_of(&["--modes", "sideways"]).is_err());
+        // Bulk counts matter only when mixed cells run.
+        assert!(plan_of(&["--modes", "rtt", "--bulk-actors", "0"]).is_ok());
     }
 
     #[test]

@@ -63,8 +63,19 @@ fn find<'a>(
     actors: usize,
     config: &str,
 ) -> Option<&'a Cell> {
+    find_in(cells, "grid", rtt, size, actors, config)
+}
+
+fn find_in<'a>(
+    cells: &'a [Cell],
+    series: &str,
+    rtt: u64,
+    size: usize,
+    actors: usize,
+    config: &str,
+) -> Option<&'a Cell> {
     cells.iter().find(|c| {
-        c.series == "grid"
+        c.series == series
             && c.rtt_ms == rtt
             && c.payload_bytes == size
             && c.actors == actors
@@ -93,7 +104,7 @@ pub fn write(
     actors.sort_unstable();
     actors.dedup();
     let mut configs: Vec<String> = Vec::new();
-    for c in &grid {
+    for c in cells {
         if !configs.contains(&c.config) {
             configs.push(c.config.clone());
         }
@@ -109,6 +120,10 @@ pub fn write(
         if args.echo { "the payload to come back (echo)" } else { "a small acknowledgement" },
         args.messages.map(|m| m.to_string()).unwrap_or_else(|| if args.quick { "2000".into() } else { "10000".into() }),
         args.cell_seconds.unwrap_or(if args.quick { 3.0 } else { 10.0 })
+    );
+    let _ = writeln!(
+        r,
+        "Besides this closed loop (`grid`), a `stream` cell sends one-way messages and counts what is delivered, and a `mixed` cell measures small calls alone and then beside bulk transfers; their sections below say how.\n"
     );
     let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, actor i sends with partition key i (lane i mod 16, replies on the same lane); `raw-tcp` plain TCP over 16 connections, no runtime{}.\n",
         if configs.iter().any(|c| split_tls(c).1) {
@@ -189,39 +204,43 @@ pub fn write(
             let _ = writeln!(r);
         }
     }
-    let _ = writeln!(r, "## CPU time per round trip (both processes, µs)\n");
-    let _ = writeln!(
-        r,
-        "User and system time of the client's and the server's process, from /proc, for every configuration alike (the Erlang VMs without busy-waiting schedulers).\n"
-    );
-    let _ = write!(r, "| RTT | payload | actors |");
-    for c in &configs {
-        let _ = write!(r, " {c} |");
-    }
-    let _ = write!(r, "\n|---|---|---|");
-    for _ in &configs {
-        let _ = write!(r, "---|");
-    }
-    let _ = writeln!(r);
-    for &rtt in &rtts {
-        for &size in &sizes {
-            for &n in &actors {
-                let _ = write!(r, "| {rtt} ms | {} | {n} |", human(size));
-                for c in &configs {
-                    match find(cells, rtt, size, n, c) {
-                        Some(x) => {
-                            let _ = write!(r, " {:.0} |", x.cpu_us_per_msg);
-                        }
-                        None => {
-                            let _ = write!(r, " – |");
+    if !grid.is_empty() {
+        let _ = writeln!(r, "## CPU time per round trip (both processes, µs)\n");
+        let _ = writeln!(
+            r,
+            "User and system time of the client's and the server's process, from /proc, for every configuration alike (the Erlang VMs without busy-waiting schedulers).\n"
+        );
+        let _ = write!(r, "| RTT | payload | actors |");
+        for c in &configs {
+            let _ = write!(r, " {c} |");
+        }
+        let _ = write!(r, "\n|---|---|---|");
+        for _ in &configs {
+            let _ = write!(r, "---|");
+        }
+        let _ = writeln!(r);
+        for &rtt in &rtts {
+            for &size in &sizes {
+                for &n in &actors {
+                    let _ = write!(r, "| {rtt} ms | {} | {n} |", human(size));
+                    for c in &configs {
+                        match find(cells, rtt, size, n, c) {
+                            Some(x) => {
+                                let _ = write!(r, " {:.0} |", x.cpu_us_per_msg);
+                            }
+                            None => {
+                                let _ = write!(r, " – |");
+                            }
                         }
                     }
+                    let _ = writeln!(r);
                 }
-                let _ = writeln!(r);
             }
         }
     }
     tls_section(&mut r, cells, &configs, &rtts, &sizes, &actors);
+    stream_section(&mut r, cells, &configs);
+    mixed_section(&mut r, cells, &configs);
     let sweep: Vec<&Cell> = cells.iter().filter(|c| c.series == "sweep").collect();
     if !sweep.is_empty() {
         let _ = writeln!(
@@ -294,6 +313,41 @@ pub fn write(
                      ceiling of {n} actors / 1 ms = {ceiling:.0}/s",
                     want * erl.ops_per_s
                 );
+            }
+        }
+    }
+    for (rtt, size, n) in keys(cells, "stream") {
+        let get = |c: &str| find_in(cells, "stream", rtt, size, n, c).map(|x| x.ops_per_s);
+        if let (Some(a), Some(erl)) = (get("affinity"), get("erlang")) {
+            let line = check(
+                format!(
+                    "stream, {rtt} ms, {}, {n} actors: affinity / erlang messages/s",
+                    human(size)
+                ),
+                a / erl,
+                3.0,
+            );
+            let _ = writeln!(r, "{line}");
+        }
+    }
+    for (rtt, size, n, bulk) in mixed_keys(cells) {
+        for config in ["single", "affinity"] {
+            if let Some(x) = find_mixed(cells, rtt, size, n, bulk, config) {
+                if let Some(m) = &x.mixed {
+                    let got = x.p99_us as f64 / m.alone_p99_us.max(1) as f64;
+                    let verdict = if got <= 2.0 {
+                        "met".to_string()
+                    } else {
+                        format!("missed: {:.1}× the bound", got / 2.0)
+                    };
+                    let _ = writeln!(
+                        r,
+                        "- mixed, {rtt} ms, {n} × {} calls beside {} × {}, {config}: calls' p99 with / without the transfers {got:.2} (target ≤ 2) — {verdict}",
+                        human(size),
+                        m.bulk_actors,
+                        human(m.bulk_payload_bytes)
+                    );
+                }
             }
         }
     }
@@ -397,6 +451,139 @@ fn tls_section(
     }
 }
 
+/// The (RTT, payload, actors) of a series' cells, in the order they ran.
+fn keys(cells: &[Cell], series: &str) -> Vec<(u64, usize, usize)> {
+    let mut keys = Vec::new();
+    for c in cells.iter().filter(|c| c.series == series) {
+        let k = (c.rtt_ms, c.payload_bytes, c.actors);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// One-way streams: messages delivered per second and CPU per message, per configuration.
+fn stream_section(r: &mut String, cells: &[Cell], configs: &[String]) {
+    let keys = keys(cells, "stream");
+    if keys.is_empty() {
+        return;
+    }
+    let _ = writeln!(r, "\n## One-way stream: messages delivered per second\n");
+    let _ = writeln!(
+        r,
+        "Each actor sends to its partner as fast as the sender is let (Maquis: `send` waits while the lane's queue is full; Erlang: `!` suspends the sender while the connection's buffer is busy; raw TCP: one write per message); the partners' counts, asked before and after the measured window, give what was delivered. CPU µs per message delivered, both processes.\n"
+    );
+    let _ = write!(r, "| RTT | payload | actors |");
+    for c in configs {
+        let _ = write!(r, " {c} msgs/s | CPU µs |");
+    }
+    let _ = write!(r, " affinity/erlang |\n|---|---|---|");
+    for _ in configs {
+        let _ = write!(r, "---|---|");
+    }
+    let _ = writeln!(r, "---|");
+    for (rtt, size, n) in keys {
+        let _ = write!(r, "| {rtt} ms | {} | {n} |", human(size));
+        for c in configs {
+            match find_in(cells, "stream", rtt, size, n, c) {
+                Some(x) => {
+                    let lost = if x.errors > 0 {
+                        format!(" ({} not delivered)", x.errors)
+                    } else {
+                        String::new()
+                    };
+                    let _ = write!(r, " {:.0}{lost} | {:.1} |", x.ops_per_s, x.cpu_us_per_msg);
+                }
+                None => {
+                    let _ = write!(r, " – | – |");
+                }
+            }
+        }
+        let get = |c: &str| {
+            find_in(cells, "stream", rtt, size, n, c)
+                .map(|x| x.ops_per_s)
+                .unwrap_or(0.0)
+        };
+        let _ = writeln!(r, " {} |", ratio(get("affinity"), get("erlang")));
+    }
+}
+
+/// The (RTT, payload, callers, bulk actors) of the mixed cells, in the order they ran.
+fn mixed_keys(cells: &[Cell]) -> Vec<(u64, usize, usize, usize)> {
+    let mut keys = Vec::new();
+    for c in cells.iter().filter(|c| c.series == "mixed") {
+        let bulk = c.mixed.as_ref().map_or(0, |m| m.bulk_actors);
+        let k = (c.rtt_ms, c.payload_bytes, c.actors, bulk);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+fn find_mixed<'a>(
+    cells: &'a [Cell],
+    rtt: u64,
+    size: usize,
+    actors: usize,
+    bulk: usize,
+    config: &str,
+) -> Option<&'a Cell> {
+    cells.iter().find(|c| {
+        c.series == "mixed"
+            && c.rtt_ms == rtt
+            && c.payload_bytes == size
+            && c.actors == actors
+            && c.config == config
+            && c.mixed.as_ref().is_some_and(|m| m.bulk_actors == bulk)
+    })
+}
+
+/// Small calls beside bulk transfers: the calls' latency alone and with the transfers.
+fn mixed_section(r: &mut String, cells: &[Cell], configs: &[String]) {
+    let keys = mixed_keys(cells);
+    let Some(m) = cells.iter().find_map(|c| c.mixed.as_ref()) else {
+        return;
+    };
+    let _ = writeln!(
+        r,
+        "\n## Mixed: small calls beside bulk transfers of {}\n",
+        human(m.bulk_payload_bytes)
+    );
+    let _ = writeln!(
+        r,
+        "The callers' closed loop measured alone, then again while B more actors run closed-loop transfers of {} between the same two nodes (their own partners; with affinity their own partition keys). The last columns are the transfers' while the calls were measured.\n",
+        human(m.bulk_payload_bytes)
+    );
+    let _ = writeln!(
+        r,
+        "| RTT | calls | B | configuration | alone ops/s | alone p50 ms | alone p99 ms | with transfers ops/s | p50 ms | p99 ms | p99 with / alone | transfers ops/s | transfers p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (rtt, size, n, bulk) in keys {
+        for c in configs {
+            let Some(x) = find_mixed(cells, rtt, size, n, bulk, c) else {
+                continue;
+            };
+            let Some(m) = &x.mixed else { continue };
+            let _ = writeln!(
+                r,
+                "| {rtt} ms | {n} × {} | {bulk} | {c} | {:.0} | {:.2} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {:.1} | {:.1} |",
+                human(size),
+                m.alone_ops_per_s,
+                m.alone_p50_us as f64 / 1e3,
+                m.alone_p99_us as f64 / 1e3,
+                x.ops_per_s,
+                x.p50_us as f64 / 1e3,
+                x.p99_us as f64 / 1e3,
+                ratio(x.p99_us as f64, m.alone_p99_us as f64),
+                m.bulk_ops_per_s,
+                m.bulk_p99_us as f64 / 1e3
+            );
+        }
+    }
+}
+
 /// The plotting script, built into the binary.
 const PLOT_PY: &str = include_str!("../../../bench/plot_micro.py");
 
@@ -426,7 +613,50 @@ mod tests {
             seconds: 3.0,
             cpu_us_per_msg: cpu,
             series: "grid".into(),
+            mixed: None,
         }
+    }
+
+    #[test]
+    fn stream_and_mixed_cells_get_their_sections() {
+        let mut stream = cell("affinity", 1024, 16, 2.5);
+        stream.series = "stream".into();
+        stream.ops_per_s = 600_000.0;
+        let mut erl = cell("erlang", 1024, 16, 7.5);
+        erl.series = "stream".into();
+        erl.ops_per_s = 200_000.0;
+        let mut mixed = cell("affinity", 1024, 16, 20.0);
+        mixed.series = "mixed".into();
+        mixed.p99_us = 3_000;
+        mixed.mixed = Some(crate::micro::Mixed {
+            alone_ops_per_s: 14_000.0,
+            alone_p50_us: 1_100,
+            alone_p99_us: 1_200,
+            bulk_actors: 1,
+            bulk_payload_bytes: 8 << 20,
+            bulk_ops_per_s: 190.0,
+            bulk_p99_us: 9_000,
+        });
+        let cells = vec![stream, erl, mixed];
+        let configs: Vec<String> = ["erlang", "affinity"].map(String::from).to_vec();
+        let mut r = String::new();
+        stream_section(&mut r, &cells, &configs);
+        assert!(
+            r.contains("| 1 ms | 1 KiB | 16 | 200000 | 7.5 | 600000 | 2.5 | 3.00× |"),
+            "{r}"
+        );
+        let mut r = String::new();
+        mixed_section(&mut r, &cells, &configs);
+        assert!(r.contains("bulk transfers of 8 MiB"), "{r}");
+        assert!(
+            r.contains("| 1 ms | 16 × 1 KiB | 1 | affinity | 14000 | 1.10 | 1.20 | 1000 | 1.00 | 3.00 | 2.50× | 190.0 | 9.0 |"),
+            "{r}"
+        );
+        assert!(!r.contains("| erlang |"), "no erlang mixed cell ran: {r}");
+        let mut none = String::new();
+        stream_section(&mut none, &cells[2..], &configs);
+        mixed_section(&mut none, &cells[..2], &configs);
+        assert!(none.is_empty(), "{none}");
     }
 
     #[test]

@@ -1,18 +1,22 @@
-//! The `raw-tcp` ceiling of `maquis-bench micro`: the same closed-loop workload over plain TCP
-//! connections, no runtime. Frame: `[u32 length][u32 actor][u8 echo][payload]`; the reply is
-//! `[u32 length][u32 actor][payload or "ok"]`.
+//! The `raw-tcp` ceiling of `maquis-bench micro`: the same workloads over plain TCP
+//! connections, no runtime. Frame: `[u32 length][u32 actor][u8 kind][payload]`, kind 0 a call
+//! answered with "ok", 1 a call answered with the payload, 2 one-way data (counted), 3 a
+//! request for that count; the answer is `[u32 length][u32 actor][body]` (the count as a
+//! big-endian u64).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use bytes::Buf;
 use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex};
+use tokio::task::JoinHandle;
 
-use crate::stats::{cpu_seconds, RunResult};
+use crate::stats::{cpu_seconds, LoadArgs, Mode, RunResult, Window};
 
 /// Largest frame either side accepts.
 const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -51,7 +55,8 @@ pub async fn server(args: RawServerArgs) -> Result<(), String> {
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| e.to_string())?;
-    println!("ready {}", args.listen);
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("ready {addr}");
     let accept = tokio::spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
             let _ = s.set_nodelay(true);
@@ -63,42 +68,77 @@ pub async fn server(args: RawServerArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The kind byte of a client frame.
+const CALL: u8 = 0;
+const CALL_ECHO: u8 = 1;
+/// One-way, counted.
+const DATA: u8 = 2;
+/// Asks for the count of `DATA` frames of this actor on this connection.
+const COUNT: u8 = 3;
+
 async fn serve_conn(s: TcpStream) {
     let (mut r, mut w) = s.into_split();
     let mut buf = Vec::new();
+    // `DATA` frames per actor; actors past the partners a server has are not counted.
+    let mut counts = vec![0u64; crate::micro::PARTNERS];
     while read_frame(&mut r, &mut buf).await.is_ok() {
         if buf.len() < 5 {
             return;
         }
         let actor = &buf[0..4];
-        let echo = buf[4] != 0;
-        let body: &[u8] = if echo { &buf[5..] } else { b"ok" };
+        let index = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        let count;
+        let body: &[u8] = match buf[4] {
+            CALL => b"ok",
+            CALL_ECHO => &buf[5..],
+            DATA => {
+                if let Some(c) = counts.get_mut(index) {
+                    *c += 1;
+                }
+                continue;
+            }
+            COUNT => {
+                count = counts.get(index).copied().unwrap_or(0).to_be_bytes();
+                &count
+            }
+            _ => return,
+        };
         let mut head = Vec::with_capacity(8);
         head.extend_from_slice(&((4 + body.len()) as u32).to_be_bytes());
         head.extend_from_slice(actor);
-        if w.write_all(&head).await.is_err() || w.write_all(body).await.is_err() {
+        if w.write_all_buf(&mut Buf::chain(&head[..], body))
+            .await
+            .is_err()
+        {
             return;
         }
     }
 }
 
-/// Runs one closed-loop measurement and prints its `RunResult` as one JSON line.
+/// Runs one measurement in the mode `--mode` asks for and prints its `RunResult` as one JSON
+/// line.
 pub async fn client(args: RawClientArgs) -> Result<(), String> {
-    if args.conns == 0 || args.load.actors == 0 {
+    let load = &args.load;
+    if args.conns == 0 || load.actors == 0 {
         return Err("--conns and --actors must be positive".into());
     }
-    // Per actor, the channel its replies arrive on.
+    let bulk = if load.mode == Mode::Mixed {
+        load.bulk_actors
+    } else {
+        0
+    };
+    // Per actor, the channel its replies (a count, or 0) arrive on.
     let mut reply_txs = Vec::new();
     let mut reply_rxs = Vec::new();
-    for _ in 0..args.load.actors {
-        let (tx, rx) = mpsc::channel::<()>(1);
+    for _ in 0..load.actors + bulk {
+        let (tx, rx) = mpsc::channel::<u64>(1);
         reply_txs.push(tx);
-        reply_rxs.push(rx);
+        reply_rxs.push(Some(rx));
     }
     let reply_txs = Arc::new(reply_txs);
     let mut writers = Vec::new();
     for _ in 0..args.conns {
-        let s = TcpStream::connect(args.load.server)
+        let s = TcpStream::connect(load.server)
             .await
             .map_err(|e| e.to_string())?;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -106,58 +146,42 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
         tokio::spawn(read_replies(r, reply_txs.clone()));
         writers.push(Arc::new(Mutex::new(w)));
     }
-    let payload = Arc::new(vec![0x42u8; args.load.size]);
-    let start = Instant::now();
-    let measure_from = start + Duration::from_secs_f64(args.load.warmup_s);
-    let stop_at = measure_from + Duration::from_secs_f64(args.load.limit_s);
-    let mut tasks = Vec::new();
-    for (i, mut rx) in reply_rxs.into_iter().enumerate() {
-        let w = writers[i % args.conns].clone();
-        let payload = payload.clone();
-        let (messages, echo) = (args.load.messages, args.load.echo);
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(messages as usize);
-            let mut failed = 0u64;
-            let mut head = Vec::with_capacity(9);
-            head.extend_from_slice(&((5 + payload.len()) as u32).to_be_bytes());
-            head.extend_from_slice(&(i as u32).to_be_bytes());
-            head.push(echo as u8);
-            while (lat.len() as u64) < messages {
-                let t = Instant::now();
-                if t >= stop_at {
-                    break;
-                }
-                {
-                    let mut w = w.lock().await;
-                    if w.write_all(&head).await.is_err() || w.write_all(&payload).await.is_err() {
-                        failed += 1;
-                        break;
-                    }
-                }
-                if rx.recv().await.is_none() {
-                    failed += 1;
-                    break;
-                }
-                if t >= measure_from {
-                    lat.push(t.elapsed().as_micros() as u64);
-                }
-            }
-            (lat, failed, Instant::now())
-        }));
-    }
-    tokio::time::sleep_until(measure_from.into()).await;
-    let cpu0 = cpu_seconds();
-    let mut all = Vec::new();
-    let mut errors = 0;
-    let mut end = measure_from;
-    for t in tasks {
-        let (lat, failed, done) = t.await.map_err(|e| e.to_string())?;
-        all.extend(lat);
-        errors += failed;
-        end = end.max(done);
-    }
-    let seconds = end.duration_since(measure_from).as_secs_f64();
-    let result = RunResult::from_latencies(all, errors, seconds, cpu_seconds() - cpu0);
+    let mut raw = Raw {
+        writers,
+        replies: reply_rxs,
+    };
+    let payload = Arc::new(vec![0x42u8; load.size]);
+    let result = match load.mode {
+        Mode::Rtt => raw.calls(0..load.actors, payload, load).await?,
+        Mode::Stream => raw.stream(payload, load).await?,
+        Mode::Mixed => {
+            let alone = raw.calls(0..load.actors, payload.clone(), load).await?;
+            let window = Window::after_warmup(load);
+            let cpu0 = cpu_seconds();
+            let bulk_payload = Arc::new(vec![0x42u8; load.bulk_size]);
+            let bulk = raw.callers(
+                load.actors..load.actors + bulk,
+                bulk_payload,
+                load.echo,
+                u64::MAX,
+                window,
+            )?;
+            let calls = raw.callers(0..load.actors, payload, load.echo, load.messages, window)?;
+            let (lat, errors, end) = gather(calls, window).await?;
+            let (bulk_lat, bulk_errors, bulk_end) = gather(bulk, window).await?;
+            let cpu = cpu_seconds() - cpu0;
+            let since = |end: Instant| end.duration_since(window.from).as_secs_f64();
+            let mut r = RunResult::from_latencies(lat, errors, since(end), cpu);
+            r.alone = Some(Box::new(alone));
+            r.bulk = Some(Box::new(RunResult::from_latencies(
+                bulk_lat,
+                bulk_errors,
+                since(bulk_end),
+                0.0,
+            )));
+            r
+        }
+    };
     println!(
         "{}",
         serde_json::to_string(&result).map_err(|e| e.to_string())?
@@ -165,15 +189,201 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
     Ok(())
 }
 
-async fn read_replies(mut r: OwnedReadHalf, replies: Arc<Vec<mpsc::Sender<()>>>) {
+/// What one caller measured: latencies (µs), failed calls, when it stopped.
+type Calls = (Vec<u64>, u64, Instant);
+
+/// A running caller: it hands back its actor index and reply channel with what it measured.
+type Caller = JoinHandle<(usize, mpsc::Receiver<u64>, Calls)>;
+
+/// The client's connections and each actor's reply channel (lent to its task, given back).
+struct Raw {
+    writers: Vec<Arc<Mutex<OwnedWriteHalf>>>,
+    replies: Vec<Option<mpsc::Receiver<u64>>>,
+}
+
+/// Writes one frame: length, actor, kind, payload (one vectored write).
+async fn write_frame(
+    w: &Mutex<OwnedWriteHalf>,
+    actor: usize,
+    kind: u8,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let mut head = [0u8; 9];
+    head[0..4].copy_from_slice(&((5 + payload.len()) as u32).to_be_bytes());
+    head[4..8].copy_from_slice(&(actor as u32).to_be_bytes());
+    head[8] = kind;
+    w.lock()
+        .await
+        .write_all_buf(&mut Buf::chain(&head[..], payload))
+        .await
+}
+
+impl Raw {
+    /// Actor `i`'s connection and reply channel.
+    fn lend(
+        &mut self,
+        i: usize,
+    ) -> Result<(Arc<Mutex<OwnedWriteHalf>>, mpsc::Receiver<u64>), String> {
+        let rx = self
+            .replies
+            .get_mut(i)
+            .and_then(Option::take)
+            .ok_or("an actor's replies are already taken")?;
+        Ok((self.writers[i % self.writers.len()].clone(), rx))
+    }
+
+    /// One closed-loop measurement of the actors `actors` after a warm-up.
+    async fn calls(
+        &mut self,
+        actors: std::ops::Range<usize>,
+        payload: Arc<Vec<u8>>,
+        load: &LoadArgs,
+    ) -> Result<RunResult, String> {
+        let window = Window::after_warmup(load);
+        let tasks = self.callers(actors, payload, load.echo, load.messages, window)?;
+        tokio::time::sleep_until(window.from.into()).await;
+        let cpu0 = cpu_seconds();
+        let (lat, errors, end) = self.gather_back(tasks, window).await?;
+        let seconds = end.duration_since(window.from).as_secs_f64();
+        Ok(RunResult::from_latencies(
+            lat,
+            errors,
+            seconds,
+            cpu_seconds() - cpu0,
+        ))
+    }
+
+    /// Starts one closed-loop caller per actor in `actors`.
+    fn callers(
+        &mut self,
+        actors: std::ops::Range<usize>,
+        payload: Arc<Vec<u8>>,
+        echo: bool,
+        messages: u64,
+        window: Window,
+    ) -> Result<Vec<Caller>, String> {
+        let mut tasks = Vec::new();
+        for i in actors {
+            let (w, mut rx) = self.lend(i)?;
+            let payload = payload.clone();
+            let kind = if echo { CALL_ECHO } else { CALL };
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(messages.min(1 << 16) as usize);
+                let mut failed = 0u64;
+                while (lat.len() as u64) < messages {
+                    let t = Instant::now();
+                    if t >= window.until {
+                        break;
+                    }
+                    if write_frame(&w, i, kind, &payload).await.is_err()
+                        || rx.recv().await.is_none()
+                    {
+                        failed += 1;
+                        break;
+                    }
+                    if t >= window.from {
+                        lat.push(t.elapsed().as_micros() as u64);
+                    }
+                }
+                (i, rx, (lat, failed, Instant::now()))
+            }));
+        }
+        Ok(tasks)
+    }
+
+    /// Waits for callers and takes their reply channels back.
+    async fn gather_back(&mut self, tasks: Vec<Caller>, window: Window) -> Result<Calls, String> {
+        let (mut all, mut errors, mut end) = (Vec::new(), 0, window.from);
+        for t in tasks {
+            let (i, rx, (lat, failed, done)) = t.await.map_err(|e| e.to_string())?;
+            self.replies[i] = Some(rx);
+            all.extend(lat);
+            errors += failed;
+            end = end.max(done);
+        }
+        Ok((all, errors, end))
+    }
+
+    /// One-way: every actor writes `DATA` frames as fast as its connection takes them; the
+    /// server's counts, asked for when measuring starts and after the window, give what was
+    /// delivered in between (a connection is in order).
+    async fn stream(
+        &mut self,
+        payload: Arc<Vec<u8>>,
+        load: &LoadArgs,
+    ) -> Result<RunResult, String> {
+        let window = Window::after_warmup(load);
+        let mut tasks = Vec::new();
+        for i in 0..load.actors {
+            let (w, mut rx) = self.lend(i)?;
+            let payload = payload.clone();
+            tasks.push(tokio::spawn(async move {
+                let io = |e: std::io::Error| e.to_string();
+                while Instant::now() < window.from {
+                    write_frame(&w, i, DATA, &payload).await.map_err(io)?;
+                }
+                write_frame(&w, i, COUNT, &[]).await.map_err(io)?;
+                let before = rx.recv().await.ok_or("connection lost")?;
+                let from = Instant::now();
+                let mut sent = 0u64;
+                while Instant::now() < window.until {
+                    write_frame(&w, i, DATA, &payload).await.map_err(io)?;
+                    sent += 1;
+                }
+                write_frame(&w, i, COUNT, &[]).await.map_err(io)?;
+                let after = rx.recv().await.ok_or("connection lost")?;
+                Ok::<_, String>((sent, after.saturating_sub(before), from, Instant::now()))
+            }));
+        }
+        tokio::time::sleep_until(window.from.into()).await;
+        let cpu0 = cpu_seconds();
+        let (mut delivered, mut errors) = (0, 0);
+        let (mut first, mut last) = (None::<Instant>, window.from);
+        for t in tasks {
+            let (sent, got, from, until) = t.await.map_err(|e| e.to_string())??;
+            delivered += got;
+            errors += sent.saturating_sub(got);
+            first = Some(first.map_or(from, |f| f.min(from)));
+            last = last.max(until);
+        }
+        let seconds = last
+            .duration_since(first.unwrap_or(window.from))
+            .as_secs_f64();
+        Ok(RunResult::delivered(
+            delivered,
+            errors,
+            seconds,
+            cpu_seconds() - cpu0,
+        ))
+    }
+}
+
+/// Waits for callers that keep their reply channels (the bulk and calls of `mixed`, at the
+/// end).
+async fn gather(tasks: Vec<Caller>, window: Window) -> Result<Calls, String> {
+    let (mut all, mut errors, mut end) = (Vec::new(), 0, window.from);
+    for t in tasks {
+        let (_, _, (lat, failed, done)) = t.await.map_err(|e| e.to_string())?;
+        all.extend(lat);
+        errors += failed;
+        end = end.max(done);
+    }
+    Ok((all, errors, end))
+}
+
+async fn read_replies(mut r: OwnedReadHalf, replies: Arc<Vec<mpsc::Sender<u64>>>) {
     let mut buf = Vec::new();
     while read_frame(&mut r, &mut buf).await.is_ok() {
         if buf.len() < 4 {
             return;
         }
         let actor = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        let count = match buf[4..].try_into() {
+            Ok(c) => u64::from_be_bytes(c),
+            Err(_) => 0,
+        };
         if let Some(tx) = replies.get(actor) {
-            let _ = tx.send(()).await;
+            let _ = tx.send(count).await;
         }
     }
 }

@@ -21,6 +21,12 @@ pub struct RunResult {
     pub max_us: u64,
     /// CPU time the client process used during the run, seconds (user + system).
     pub cpu_s: f64,
+    /// `mixed` mode: the same calls measured first without the bulk transfers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alone: Option<Box<RunResult>>,
+    /// `mixed` mode: the bulk transfers' round trips while the calls were measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk: Option<Box<RunResult>>,
 }
 
 impl RunResult {
@@ -40,6 +46,59 @@ impl RunResult {
             p99_us: maquis::admin::percentile(&lat, 99.0),
             max_us: lat.last().copied().unwrap_or(0),
             cpu_s,
+            alone: None,
+            bulk: None,
+        }
+    }
+
+    /// A one-way run: `messages` delivered (counted by the receivers) over `seconds`; it has no
+    /// latencies.
+    pub fn delivered(messages: u64, errors: u64, seconds: f64, cpu_s: f64) -> Self {
+        RunResult {
+            messages,
+            errors,
+            seconds,
+            ops_per_s: if seconds > 0.0 {
+                messages as f64 / seconds
+            } else {
+                0.0
+            },
+            cpu_s,
+            ..Default::default()
+        }
+    }
+}
+
+/// What the client actors of `micro` do.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Closed loop: send, wait for the answer, send the next.
+    Rtt,
+    /// One-way: send as fast as the runtime lets the sender; the receivers count what arrives.
+    Stream,
+    /// The closed loop measured twice, alone and then while bulk transfers (closed loop too,
+    /// their own actors and partners) run between the same two nodes.
+    Mixed,
+}
+
+/// The client actors' timeline of a measurement: `warmup_s` unmeasured, then `limit_s`
+/// measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    /// When measuring starts.
+    pub from: std::time::Instant,
+    /// When actors stop starting new messages.
+    pub until: std::time::Instant,
+}
+
+impl Window {
+    /// The window that starts after `load.warmup_s` from now.
+    pub fn after_warmup(load: &LoadArgs) -> Window {
+        let from = std::time::Instant::now() + std::time::Duration::from_secs_f64(load.warmup_s);
+        Window {
+            from,
+            until: from + std::time::Duration::from_secs_f64(load.limit_s),
         }
     }
 }
@@ -86,10 +145,20 @@ pub fn agent_log_filter() -> String {
     std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())
 }
 
-/// The closed-loop workload both clients of `micro` (Maquis and raw TCP) run: each client actor
-/// sends `messages` messages of `size` bytes, one at a time, and waits for the answer.
+/// The workload both clients of `micro` (Maquis and raw TCP) run: in `rtt` mode each client
+/// actor sends at most `messages` messages of `size` bytes, one at a time, and waits for the
+/// answer; `stream` and `mixed` are described at [`Mode`].
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {
+    /// What the client actors do.
+    #[arg(long, value_enum, default_value_t = Mode::Rtt)]
+    pub mode: Mode,
+    /// `mixed`: the actors running bulk transfers (partners after the callers').
+    #[arg(long, default_value_t = 4)]
+    pub bulk_actors: usize,
+    /// `mixed`: the bulk transfers' payload bytes.
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    pub bulk_size: usize,
     /// The server's address.
     #[arg(long)]
     pub server: std::net::SocketAddr,
@@ -99,7 +168,7 @@ pub struct LoadArgs {
     /// Payload bytes.
     #[arg(long)]
     pub size: usize,
-    /// Messages per actor.
+    /// Round trips per actor at most (a `stream` runs for its time alone).
     #[arg(long)]
     pub messages: u64,
     /// Echo the payload back.
