@@ -58,6 +58,12 @@ pub struct NodeOpts {
     /// `<node name>.crt` and `.key` (`crate::certs` writes them).
     #[arg(long)]
     pub tls_dir: Option<std::path::PathBuf>,
+    /// `transport.part_bytes` (else the default).
+    #[arg(long)]
+    pub part_bytes: Option<usize>,
+    /// `transport.unsent_bytes` (else the default).
+    #[arg(long)]
+    pub unsent_bytes: Option<usize>,
 }
 
 impl NodeOpts {
@@ -70,6 +76,12 @@ impl NodeOpts {
             .affinity(affinity);
         c.transport.lane_queue_bytes = 64 * 1024 * 1024;
         c.node.mailbox_capacity = 256;
+        if let Some(p) = self.part_bytes {
+            c.transport.part_bytes = p;
+        }
+        if let Some(u) = self.unsent_bytes {
+            c.transport.unsent_bytes = u;
+        }
         if let Some(dir) = &self.tls_dir {
             c.transport.tls = true;
             c.transport.tls_cert = Some(dir.join(format!("{name}.crt")));

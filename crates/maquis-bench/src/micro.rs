@@ -65,6 +65,12 @@ pub struct MicroArgs {
     /// Payload bytes of the bulk transfers in `mixed`.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     pub bulk_size: usize,
+    /// The Maquis nodes' `transport.part_bytes` (else the default).
+    #[arg(long)]
+    pub part_bytes: Option<usize>,
+    /// The Maquis nodes' `transport.unsent_bytes` (else the default).
+    #[arg(long)]
+    pub unsent_bytes: Option<usize>,
     /// Also run each Maquis configuration with TLS on every lane (`single-tls`,
     /// `parallel-tls`, `affinity-tls`; certificates made for the run in OUT/tls), and report
     /// the CPU per message of both.
@@ -398,6 +404,8 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 log: &log,
                 erlang_dir: erlang_dir.as_deref(),
                 tls_dir: tls_dir.as_deref(),
+                part_bytes: args.part_bytes,
+                unsent_bytes: args.unsent_bytes,
             };
             let parallelism = match split_tls(config).0 {
                 "single" | "erlang" => 1,
@@ -423,6 +431,8 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 log: &log,
                 erlang_dir: None,
                 tls_dir: None,
+                part_bytes: args.part_bytes,
+                unsent_bytes: args.unsent_bytes,
             };
             for &p in sweep {
                 let mut server = setup.server("affinity", p)?;
@@ -503,6 +513,8 @@ struct Setup<'a> {
     log: &'a File,
     erlang_dir: Option<&'a Path>,
     tls_dir: Option<&'a Path>,
+    part_bytes: Option<usize>,
+    unsent_bytes: Option<usize>,
 }
 
 impl Setup<'_> {
@@ -524,6 +536,12 @@ impl Setup<'_> {
     fn maquis_opts(&self, c: &mut Command, config: &str) -> Result<(), String> {
         let (base, tls) = split_tls(config);
         c.args(["--affinity", if base == "affinity" { "on" } else { "off" }]);
+        if let Some(p) = self.part_bytes {
+            c.args(["--part-bytes", &p.to_string()]);
+        }
+        if let Some(u) = self.unsent_bytes {
+            c.args(["--unsent-bytes", &u.to_string()]);
+        }
         if tls {
             let dir = self.tls_dir.ok_or("no certificates were made for TLS")?;
             c.arg("--tls-dir").arg(dir);

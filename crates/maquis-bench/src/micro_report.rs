@@ -125,7 +125,7 @@ pub fn write(
         r,
         "Besides this closed loop (`grid`), a `stream` cell sends one-way messages and counts what is delivered, and a `mixed` cell measures small calls alone and then beside bulk transfers; their sections below say how.\n"
     );
-    let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, actor i sends with partition key i (lane i mod 16, replies on the same lane); `raw-tcp` plain TCP over 16 connections, no runtime{}.\n",
+    let _ = writeln!(r, "Configurations: `erlang` Distributed Erlang (one connection); `single` Maquis, one connection per peer, no affinity; `parallel` 16 lanes, round robin; `affinity` 16 lanes, actor i sends with partition key i (lane i mod 16, replies on the same lane); `raw-tcp` plain TCP over 16 connections, no runtime, each message one vectored write of its head and payload{}.\n",
         if configs.iter().any(|c| split_tls(c).1) {
             "; `<configuration>-tls` the same Maquis configuration with TLS on every lane (`transport.tls`: TLS 1.3, rustls with ring and its default cipher suites, mutual authentication with certificates of one CA made for the run)"
         } else {
@@ -472,7 +472,7 @@ fn stream_section(r: &mut String, cells: &[Cell], configs: &[String]) {
     let _ = writeln!(r, "\n## One-way stream: messages delivered per second\n");
     let _ = writeln!(
         r,
-        "Each actor sends to its partner as fast as the sender is let (Maquis: `send` waits while the lane's queue is full; Erlang: `!` suspends the sender while the connection's buffer is busy; raw TCP: one write per message); the partners' counts, asked before and after the measured window, give what was delivered. CPU µs per message delivered, both processes.\n"
+        "Each actor sends to its partner as fast as the sender is let (Maquis: `send` waits while the lane's queue is full; Erlang: `!` suspends the sender while the connection's buffer is busy; raw TCP: one write per message); the partners' counts, asked when the measured window starts and again once everything sent has arrived, give what was delivered. CPU µs per message delivered, both processes.\n"
     );
     let _ = write!(r, "| RTT | payload | actors |");
     for c in configs {

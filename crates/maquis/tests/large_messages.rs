@@ -27,11 +27,12 @@ fn pattern(len: usize) -> Vec<u8> {
 /// arrived intact.
 type Arrivals = mpsc::UnboundedReceiver<(u32, bool)>;
 
-/// Two nodes with one lane per channel and a lane queue smaller than the large message; a
-/// sink on the second that reports every message as it arrives.
-async fn setup(prefix: &str) -> (Vec<Node>, ActorRef<Msg>, Arrivals) {
+/// Two nodes with one lane per channel, a lane queue smaller than the large message, and parts
+/// of `part_bytes`; a sink on the second that reports every message as it arrives.
+async fn setup(prefix: &str, part_bytes: usize) -> (Vec<Node>, ActorRef<Msg>, Arrivals) {
     let nodes = cluster(prefix, 2, |mut c| {
         c.transport.lane_queue_bytes = 1 << 20;
+        c.transport.part_bytes = part_bytes;
         c.parallelism(1)
     })
     .await;
@@ -67,7 +68,7 @@ async fn arrivals(seen: &mut Arrivals, n: usize) -> Vec<(u32, bool)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_message_overtakes_a_large_one_on_its_lane() {
-    let (nodes, r, mut seen) = setup("lmover").await;
+    let (nodes, r, mut seen) = setup("lmover", 1 << 20).await;
     r.send_with(Msg::Big(1, pattern(BIG)), &SendOpts::default().partition(1))
         .await
         .unwrap();
@@ -86,7 +87,7 @@ async fn a_small_message_overtakes_a_large_one_on_its_lane() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_message_with_the_same_key_stays_behind() {
-    let (nodes, r, mut seen) = setup("lmkeep").await;
+    let (nodes, r, mut seen) = setup("lmkeep", 1 << 20).await;
     let opts = SendOpts::default().partition(1);
     r.send_with(Msg::Big(1, pattern(BIG)), &opts).await.unwrap();
     r.send_with(Msg::Small(2), &opts).await.unwrap();
@@ -96,6 +97,35 @@ async fn a_small_message_with_the_same_key_stays_behind() {
         arrivals(&mut seen, 4).await,
         vec![(1, true), (2, true), (3, true), (4, true)]
     );
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_part_size_is_a_setting() {
+    // Parts of 4 KiB: four thousand of them make the message again, and the small message
+    // still overtakes it.
+    let (nodes, r, mut seen) = setup("lmsmall", 4096).await;
+    r.send_with(Msg::Big(1, pattern(BIG)), &SendOpts::default().partition(1))
+        .await
+        .unwrap();
+    r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
+        .await
+        .unwrap();
+    assert_eq!(arrivals(&mut seen, 2).await, vec![(2, true), (1, true)]);
+    for n in &nodes {
+        n.shutdown().await;
+    }
+    // Parts larger than the message: it goes whole, and what is queued behind it waits.
+    let (nodes, r, mut seen) = setup("lmwhole", 2 * BIG).await;
+    r.send_with(Msg::Big(1, pattern(BIG)), &SendOpts::default().partition(1))
+        .await
+        .unwrap();
+    r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
+        .await
+        .unwrap();
+    assert_eq!(arrivals(&mut seen, 2).await, vec![(1, true), (2, true)]);
     for n in &nodes {
         n.shutdown().await;
     }

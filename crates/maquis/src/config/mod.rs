@@ -252,6 +252,17 @@ pub struct TransportConfig {
     pub node_queue_bytes: usize,
     /// Largest frame sent or accepted; larger frames close the connection (1 KiB–4 GiB).
     pub max_frame_bytes: usize,
+    /// A frame larger than this goes in parts of this many bytes, and the lane writes other
+    /// frames between them: a small message waits behind at most about one part of a large
+    /// one (4 KiB–4 GiB; at `max_frame_bytes` or more, no frame is cut). Only the sender's
+    /// setting counts.
+    pub part_bytes: usize,
+    /// How many bytes written to a lane's socket but not yet sent the kernel holds before the
+    /// lane's writer waits (`TCP_NOTSENT_LOWAT`, Linux; 0 leaves the kernel's default, which
+    /// holds up to the whole send buffer). Less lets a small frame wait less behind a large
+    /// one's bytes already handed to the kernel; more saves wake-ups on fast links (at most
+    /// 2 GiB).
+    pub unsent_bytes: usize,
     /// Heartbeat period on the membership lane, in milliseconds: a peer this node wrote
     /// nothing to since the last period gets a heartbeat, so every peer hears from it at least
     /// every two periods.
@@ -304,6 +315,8 @@ impl Default for TransportConfig {
             lane_queue_bytes: 8 * 1024 * 1024,
             node_queue_bytes: 512 * 1024 * 1024,
             max_frame_bytes: crate::wire::frame::DEFAULT_MAX_FRAME,
+            part_bytes: crate::wire::PART_BYTES,
+            unsent_bytes: 1024 * 1024,
             heartbeat_interval_ms: 500,
             heartbeat_timeout_ms: 3000,
             reconnect_min_ms: 50,
@@ -353,6 +366,15 @@ impl TransportConfig {
             return Err(invalid(
                 "transport.max_frame_bytes",
                 "must be 1 KiB to 4 GiB",
+            ));
+        }
+        if self.part_bytes < 4096 || self.part_bytes > (u32::MAX as usize) {
+            return Err(invalid("transport.part_bytes", "must be 4 KiB to 4 GiB"));
+        }
+        if self.unsent_bytes > i32::MAX as usize {
+            return Err(invalid(
+                "transport.unsent_bytes",
+                "must be at most 2 GiB (0: the kernel's default)",
             ));
         }
         if self.heartbeat_interval_ms == 0

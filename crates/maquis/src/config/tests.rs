@@ -639,3 +639,26 @@ fn an_admin_endpoint_beyond_loopback_needs_a_token() {
     assert_eq!(c.node.admin_token.as_deref(), Some("x"));
     c.validate().unwrap();
 }
+
+#[test]
+fn part_and_unsent_sizes_are_read_and_checked() {
+    let c = Config::default()
+        .apply_vars(vars(&[
+            ("MAQUIS_TRANSPORT_PART_BYTES", "65536"),
+            ("MAQUIS_TRANSPORT_UNSENT_BYTES", "0"),
+        ]))
+        .unwrap();
+    assert_eq!(c.transport.part_bytes, 65536);
+    assert_eq!(c.transport.unsent_bytes, 0, "0 leaves the kernel's default");
+    c.validate().unwrap();
+
+    let mut c = Config::new("n");
+    c.transport.part_bytes = 4095;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.starts_with("transport.part_bytes:"), "{err}");
+    c.transport.part_bytes = 4096;
+    c.validate().unwrap();
+    c.transport.unsent_bytes = i32::MAX as usize + 1;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.starts_with("transport.unsent_bytes:"), "{err}");
+}

@@ -166,6 +166,7 @@ impl Node {
                 max_frame_bytes: config.transport.max_frame_bytes,
                 lane_queue_bytes: config.transport.lane_queue_bytes,
                 node_queue_bytes: config.transport.node_queue_bytes,
+                part_bytes: config.transport.part_bytes,
                 hop_limit: config.broadcast.hop_limit,
             },
         );

@@ -152,6 +152,8 @@ pub(crate) struct RouterLimits {
     pub(crate) lane_queue_bytes: usize,
     /// Bytes all lanes together hold.
     pub(crate) node_queue_bytes: usize,
+    /// Frames larger than this go in parts of this size.
+    pub(crate) part_bytes: usize,
     /// Hops after which a routed frame is dropped.
     pub(crate) hop_limit: u16,
 }
@@ -464,7 +466,14 @@ impl Router {
                     slot,
                     tx,
                 });
-                tokio::spawn(run_writer(lane, task, abort.clone(), close.clone(), sink))
+                tokio::spawn(run_writer(
+                    lane,
+                    task,
+                    abort.clone(),
+                    close.clone(),
+                    sink,
+                    self.limits.part_bytes,
+                ))
             })
             .collect();
         *peer.writers.lock().unwrap_or_else(|e| e.into_inner()) = writers;

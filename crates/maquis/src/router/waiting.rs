@@ -329,6 +329,7 @@ mod tests {
             max_frame_bytes: 1 << 20,
             lane_queue_bytes: 1 << 20,
             node_queue_bytes: 1 << 24,
+            part_bytes: crate::wire::PART_BYTES,
             hop_limit: 16,
         };
         let dispatch = Dispatcher::new(specs, true);

@@ -81,19 +81,17 @@ const END_OF_STREAM: &str = "end of stream";
 /// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
 const READ_BUFFER: usize = 64 * 1024;
 
-/// The unsent bytes a lane's socket holds before a write waits (`TCP_NOTSENT_LOWAT`, Linux):
-/// what the kernel has queued but not sent is a queue the lane's writer cannot reorder, so a
-/// small frame written between two parts of a large one ([`super::schedule`]) waits behind at
-/// most this much. Bytes in flight (sent, not acknowledged) are not limited by it.
-const NOTSENT_LOWAT: u32 = 1024 * 1024;
-
-/// Sets a lane's TCP options: no Nagle delay, and [`NOTSENT_LOWAT`].
-fn tune(tcp: &TcpStream) -> std::io::Result<()> {
+/// Sets a lane's TCP options: no Nagle delay, and `TCP_NOTSENT_LOWAT` (Linux) of `unsent`
+/// bytes (`transport.unsent_bytes`; 0 leaves the kernel's default). What the kernel has queued
+/// but not sent is a queue the lane's writer cannot reorder, so a small frame written between
+/// two parts of a large one ([`super::schedule`]) waits behind at most this much; bytes in
+/// flight (sent, not acknowledged) are not limited by it.
+fn tune(tcp: &TcpStream, unsent: usize) -> std::io::Result<()> {
     tcp.set_nodelay(true)?;
     #[cfg(target_os = "linux")]
-    {
+    if unsent > 0 {
         use std::os::fd::AsRawFd;
-        let value = NOTSENT_LOWAT as libc::c_int;
+        let value = libc::c_int::try_from(unsent).unwrap_or(libc::c_int::MAX);
         // SAFETY: the descriptor is an open TCP socket for the duration of the call, and the
         // option value is a `c_int` passed with its size.
         let r = unsafe {
@@ -169,7 +167,7 @@ async fn read_msg(s: &mut Stream) -> Result<HandshakeMsg, ConnError> {
 
 /// Serves an incoming connection: TLS (when on), handshake, lane decision, then reading.
 pub(crate) async fn accept<H: Host>(inner: Arc<H>, tcp: TcpStream, remote: SocketAddr) {
-    if let Err(e) = tune(&tcp) {
+    if let Err(e) = tune(&tcp, inner.config().transport.unsent_bytes) {
         tracing::debug!(%remote, error = %e, "lane socket options not set");
     }
     let transport = &inner.config().transport;
@@ -375,7 +373,7 @@ async fn dial_inner<H: Host>(
     expect: Option<&NodeId>,
 ) -> Result<Dialed, ConnError> {
     let tcp = TcpStream::connect(addr).await?;
-    tune(&tcp)?;
+    tune(&tcp, inner.config().transport.unsent_bytes)?;
     let mut s = match inner.tls() {
         None => Stream::Plain(tcp),
         Some(tls) => {

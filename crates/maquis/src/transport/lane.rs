@@ -23,7 +23,6 @@ use super::stream::WriteHalf;
 use super::watch::{Tokens, Watch, CANCELLED, CLOSING, ENDED};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
-use crate::wire::PART_BYTES;
 
 /// Buffers up to this size are copied next to their header so that a batch of small frames
 /// becomes one buffer; larger ones (large payloads, pieces of parts) are written from their own
@@ -426,9 +425,10 @@ pub(crate) async fn run_writer(
     abort: CancellationToken,
     close: CancellationToken,
     unsent: Option<UnsentSink>,
+    part_bytes: usize,
 ) {
     let mut incoming: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
-    let mut schedule = Schedule::new(PART_BYTES);
+    let mut schedule = Schedule::new(part_bytes);
     let mut round = Round::default();
     let mut conn: Option<(ConnHandle, Watch)> = None;
     let mut closing = false;
@@ -688,6 +688,7 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::PART_BYTES;
 
     #[tokio::test]
     async fn queue_is_bounded_in_bytes() {
@@ -788,6 +789,7 @@ mod tests {
             CancellationToken::new(),
             CancellationToken::new(),
             None,
+            PART_BYTES,
         ));
         let info = ConnInfo::new(1, true, CancellationToken::new());
         lane.install(info, write_half.into(), 100);
@@ -831,6 +833,7 @@ mod tests {
             CancellationToken::new(),
             close.clone(),
             Some(sink),
+            PART_BYTES,
         ));
         close.cancel();
         writer.await.unwrap();
@@ -852,7 +855,15 @@ mod tests {
             .unwrap();
         let abort = CancellationToken::new();
         abort.cancel();
-        run_writer(lane.clone(), task, abort, CancellationToken::new(), None).await;
+        run_writer(
+            lane.clone(),
+            task,
+            abort,
+            CancellationToken::new(),
+            None,
+            PART_BYTES,
+        )
+        .await;
         assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
     }
 
@@ -879,6 +890,7 @@ mod tests {
             CancellationToken::new(),
             CancellationToken::new(),
             None,
+            PART_BYTES,
         ));
         lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![1u8; BIG]), None)
             .unwrap();
