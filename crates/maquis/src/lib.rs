@@ -46,6 +46,7 @@ mod process;
 pub mod remote;
 mod router;
 mod service;
+mod slab;
 pub mod supervisor;
 mod throttle;
 mod tls;

@@ -176,12 +176,12 @@ impl<M: Message> ActorRef<M> {
         if rt.router.is_local(&self.node)? {
             return self.deliver(msg, opts, None, wait).await;
         }
-        let payload = crate::encode(&msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let payload = crate::slab::encode(&msg).map_err(|e| SendError::Encode(e.to_string()))?;
         let send = super::reliable::AckedSend {
             node: &self.node,
             to: self.to.clone(),
             ty: fingerprint::<M>(),
-            payload: bytes::Bytes::from(payload),
+            payload,
             opts,
             policy,
             sender: current_actor(),
@@ -314,14 +314,14 @@ impl<M: Message> ActorRef<M> {
     }
 
     fn encode(&self, msg: &M, call: Option<u64>) -> Result<(ActorHeader, bytes::Bytes), SendError> {
-        let payload = crate::encode(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let payload = crate::slab::encode(msg).map_err(|e| SendError::Encode(e.to_string()))?;
         let header = ActorHeader::Send {
             to: self.to.clone(),
             incarnation: self.node.incarnation,
             call,
             ty: fingerprint::<M>(),
         };
-        Ok((header, bytes::Bytes::from(payload)))
+        Ok((header, payload))
     }
 
     fn local_sender(&self, rt: &Actors) -> Result<mpsc::Sender<Delivery<M>>, SendError> {

@@ -231,7 +231,7 @@ impl<R: Message> ReplyTo<R> {
                 .complete(self.call, CallOutcome::Local(Box::new(value)));
             return Ok(());
         }
-        let payload = crate::encode(&value).map_err(|e| SendError::Encode(e.to_string()))?;
+        let payload = crate::slab::encode(&value).map_err(|e| SendError::Encode(e.to_string()))?;
         let header = ActorHeader::Reply {
             call: self.call,
             status: ReplyStatus::Ok,
@@ -249,7 +249,7 @@ impl<R: Message> ReplyTo<R> {
                 current_actor(),
                 self.caller,
                 header,
-                payload.into(),
+                payload,
             )
             .await
     }

@@ -38,11 +38,42 @@ pub(crate) const UNCHECKED: u64 = 0;
 /// The most tracing passes spent on one type (enums nested in enums need several).
 const MAX_PASSES: usize = 64;
 
-/// The fingerprint of `M` (computed on first use, then read from a table).
+/// Fingerprints a thread remembers without taking the table's lock (the message types it
+/// sent last, most recent first).
+const RECENT: usize = 8;
+
+thread_local! {
+    static RECENT_TYPES: std::cell::RefCell<Vec<(TypeId, u64)>> =
+        std::cell::RefCell::new(Vec::with_capacity(RECENT));
+}
+
+/// The fingerprint of `M` (computed on first use, then read from a table; a thread's last few
+/// types without the table's lock, since every send asks).
 pub(crate) fn fingerprint<M: DeserializeOwned + 'static>() -> u64 {
+    let id = TypeId::of::<M>();
+    let recent = RECENT_TYPES.with(|r| {
+        let r = r.try_borrow().ok()?;
+        r.iter().find(|(t, _)| *t == id).map(|&(_, f)| f)
+    });
+    if let Some(f) = recent {
+        return f;
+    }
+    let f = shared::<M>(id);
+    RECENT_TYPES.with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            if r.len() == RECENT {
+                r.pop();
+            }
+            r.insert(0, (id, f));
+        }
+    });
+    f
+}
+
+/// The fingerprint of `M`, whose `TypeId` is `id`, from the table all threads share.
+fn shared<M: DeserializeOwned + 'static>(id: TypeId) -> u64 {
     static TABLE: OnceLock<RwLock<HashMap<TypeId, u64>>> = OnceLock::new();
     let table = TABLE.get_or_init(Default::default);
-    let id = TypeId::of::<M>();
     if let Some(f) = table.read().unwrap_or_else(|e| e.into_inner()).get(&id) {
         return *f;
     }

@@ -75,7 +75,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -624,12 +624,12 @@ impl Router {
     /// before any byte is queued.
     fn head(&self, peer: &Peer, header: &Header, payload_len: usize) -> Result<Bytes, SendError> {
         let max = self.limits.max_frame_bytes.min(peer.max_frame());
-        let mut buf = BytesMut::with_capacity(64);
-        encode_head(header, payload_len, max, &mut buf).map_err(|_| SendError::TooLarge {
-            len: payload_len,
-            max,
-        })?;
-        Ok(buf.freeze())
+        crate::slab::cut(64, |buf| encode_head(header, payload_len, max, buf)).map_err(|_| {
+            SendError::TooLarge {
+                len: payload_len,
+                max,
+            }
+        })
     }
 
     /// Queues a frame for `dst`, waiting for room in the lane's queue (and, for a member with

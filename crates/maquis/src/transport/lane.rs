@@ -430,6 +430,7 @@ pub(crate) async fn run_writer(
     let mut incoming: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
     let mut schedule = Schedule::new(part_bytes);
     let mut round = Round::default();
+    let mut bufs = WriteBufs::default();
     let mut conn: Option<(ConnHandle, Watch)> = None;
     let mut closing = false;
     // The connection's end, the other end's end of writing and the peer's close, as flags.
@@ -536,7 +537,7 @@ pub(crate) async fn run_writer(
         let n = round.frames.len() as u64;
         let written = tokio::select! {
             biased;
-            r = write_round(writer, &round) => r,
+            r = write_round(writer, &round, &mut bufs) => r,
             _ = watch.raised(CANCELLED) => {
                 Err(std::io::Error::other("connection closed or peer dropped"))
             }
@@ -608,16 +609,28 @@ fn drop_too_large(lane: &Lane, batch: &mut Vec<OutFrame>, max_frame: usize) {
 
 /// Writes a round (whole frames, then a part) with as few syscalls as possible; returns the
 /// bytes written.
-async fn write_round(w: &mut WriteHalf, round: &Round) -> std::io::Result<usize> {
-    let mut chunks: Vec<Bytes> = Vec::with_capacity(2 * round.frames.len() + round.part.len());
-    let mut small = BytesMut::new();
+/// The buffers a lane's writer keeps from one write to the next: the list of chunks, and
+/// the block small frames are copied into (reclaimed once the write that used it is done).
+#[derive(Default)]
+struct WriteBufs {
+    chunks: Vec<Bytes>,
+    small: BytesMut,
+}
+
+async fn write_round(
+    w: &mut WriteHalf,
+    round: &Round,
+    bufs: &mut WriteBufs,
+) -> std::io::Result<usize> {
+    let WriteBufs { chunks, small } = bufs;
+    chunks.clear();
     let mut total = 0;
-    let bufs = round
+    let pieces = round
         .frames
         .iter()
         .flat_map(|f| [&f.head, &f.payload])
         .chain(round.part.iter());
-    for b in bufs {
+    for b in pieces {
         total += b.len();
         if b.len() <= INLINE_PAYLOAD {
             small.extend_from_slice(b);
@@ -629,9 +642,12 @@ async fn write_round(w: &mut WriteHalf, round: &Round) -> std::io::Result<usize>
         }
     }
     if !small.is_empty() {
-        chunks.push(small.freeze());
+        chunks.push(small.split().freeze());
     }
-    write_all_vectored(w, &mut chunks).await?;
+    let written = write_all_vectored(w, chunks).await;
+    // The chunks go, so the block they shared is this writer's alone again and is reused.
+    chunks.clear();
+    written?;
     // TLS keeps the records it could not hand to the socket yet; they must go now, not with
     // the next batch (plain TCP has nothing to flush).
     w.flush().await?;
@@ -641,12 +657,13 @@ async fn write_round(w: &mut WriteHalf, round: &Round) -> std::io::Result<usize>
 async fn write_all_vectored(w: &mut WriteHalf, chunks: &mut [Bytes]) -> std::io::Result<()> {
     let mut first = 0;
     while first < chunks.len() {
-        let slices: Vec<IoSlice<'_>> = chunks[first..]
-            .iter()
-            .take(MAX_IOVECS)
-            .map(|c| IoSlice::new(c))
-            .collect();
-        let mut n = w.write_vectored(&slices).await?;
+        let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
+        let mut n = 0;
+        for (slot, c) in slices.iter_mut().zip(&chunks[first..]) {
+            *slot = IoSlice::new(c);
+            n += 1;
+        }
+        let mut n = w.write_vectored(&slices[..n]).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
