@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, AcquireError, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::schedule::{Round, Schedule};
@@ -159,6 +159,17 @@ pub(crate) struct LaneState {
     pub dialing: bool,
 }
 
+/// `n` permits of `sem`, waiting for them when there are not enough. Most sends find room:
+/// they take it without the waiting machinery (a waiter's node, its wake-up). Waiters keep
+/// their turn: permits given back go to them first, so a sender that does not wait cannot
+/// take what a waiting one needs.
+async fn acquire(sem: &Arc<Semaphore>, n: u32) -> Result<OwnedSemaphorePermit, AcquireError> {
+    match sem.clone().try_acquire_many_owned(n) {
+        Ok(permit) => Ok(permit),
+        Err(_) => sem.clone().acquire_many_owned(n).await,
+    }
+}
+
 /// A write half handed to the lane's writer.
 pub(crate) struct ConnHandle {
     /// Where frames are written.
@@ -285,17 +296,8 @@ impl Lane {
         let len = head.len() + payload.len();
         let size = len.clamp(1, self.capacity as usize) as u32;
         let closed = |_| SendError::Unreachable(self.id.to_string());
-        let permit = self
-            .budget
-            .clone()
-            .acquire_many_owned(size)
-            .await
-            .map_err(closed)?;
-        let node_permit = self
-            .node
-            .sem
-            .clone()
-            .acquire_many_owned(self.node.size(len))
+        let permit = acquire(&self.budget, size).await.map_err(closed)?;
+        let node_permit = acquire(&self.node.sem, self.node.size(len))
             .await
             .map_err(closed)?;
         self.push(head, payload, order, permit, node_permit)
