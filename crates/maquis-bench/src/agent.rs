@@ -10,7 +10,7 @@ use clap::Args;
 use maquis::{ActorRef, Config, Node, ReplyTo};
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{cpu_seconds, LoadArgs, Mode, RunResult, Window};
+use crate::stats::{cpu_seconds, merge_calls, Calls, LoadArgs, Mode, RunResult, Streamed, Window};
 
 /// What a client actor sends its partner.
 #[derive(Debug, Serialize, Deserialize)]
@@ -192,9 +192,9 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         Mode::Rtt => bench.calls(0..load.actors, payload, load).await?,
         Mode::Stream => bench.stream(payload, load).await?,
         Mode::Mixed => {
+            let cpu0 = cpu_seconds();
             let alone = bench.calls(0..load.actors, payload.clone(), load).await?;
             let window = Window::after_warmup(load);
-            let cpu0 = cpu_seconds();
             let bulk = bench.callers(
                 load.actors..load.actors + load.bulk_actors,
                 Bytes::from(vec![0x42u8; load.bulk_size]),
@@ -203,19 +203,9 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
                 window,
             )?;
             let calls = bench.callers(0..load.actors, payload, load.echo, load.messages, window)?;
-            let (lat, errors, end) = gather(calls, window).await?;
-            let (bulk_lat, bulk_errors, bulk_end) = gather(bulk, window).await?;
-            let cpu = cpu_seconds() - cpu0;
-            let since = |end: Instant| end.duration_since(window.from).as_secs_f64();
-            let mut r = RunResult::from_latencies(lat, errors, since(end), cpu);
-            r.alone = Some(Box::new(alone));
-            r.bulk = Some(Box::new(RunResult::from_latencies(
-                bulk_lat,
-                bulk_errors,
-                since(bulk_end),
-                0.0,
-            )));
-            r
+            let calls = gather(calls, window).await?;
+            let bulk = gather(bulk, window).await?;
+            RunResult::mixed(alone, calls, bulk, window, cpu_seconds() - cpu0)
         }
     };
     println!(
@@ -231,9 +221,6 @@ struct Bench<'a> {
     node: &'a Node,
     affinity: bool,
 }
-
-/// What one caller measured: latencies (µs), failed calls, when it stopped.
-type Calls = (Vec<u64>, u64, Instant);
 
 impl Bench<'_> {
     fn partner(&self, i: usize) -> Result<(ActorRef<Micro>, maquis::SendOpts), String> {
@@ -262,14 +249,8 @@ impl Bench<'_> {
         let waits = self.callers(partners, payload, load.echo, load.messages, window)?;
         tokio::time::sleep_until(window.from.into()).await;
         let cpu0 = cpu_seconds();
-        let (lat, errors, end) = gather(waits, window).await?;
-        let seconds = end.duration_since(window.from).as_secs_f64();
-        Ok(RunResult::from_latencies(
-            lat,
-            errors,
-            seconds,
-            cpu_seconds() - cpu0,
-        ))
+        let calls = gather(waits, window).await?;
+        Ok(RunResult::of_calls(calls, window, cpu_seconds() - cpu0))
     }
 
     /// Spawns one closed-loop caller per partner in `partners`; each makes at most `messages`
@@ -339,38 +320,16 @@ impl Bench<'_> {
         }
         tokio::time::sleep_until(window.from.into()).await;
         let cpu0 = cpu_seconds();
-        let (mut delivered, mut errors) = (0, 0);
-        let (mut first, mut last) = (None::<Instant>, window.from);
+        let mut streams = Vec::new();
         for w in waits {
-            match w.await.map_err(|_| "a client actor died")? {
-                Ok(s) => {
-                    delivered += s.delivered;
-                    errors += s.missing;
-                    first = Some(first.map_or(s.from, |f| f.min(s.from)));
-                    last = last.max(s.until);
-                }
-                Err(e) => return Err(format!("stream: {e}")),
-            }
+            streams.push(
+                w.await
+                    .map_err(|_| "a client actor died")?
+                    .map_err(|e| format!("stream: {e}"))?,
+            );
         }
-        let seconds = last
-            .duration_since(first.unwrap_or(window.from))
-            .as_secs_f64();
-        Ok(RunResult::delivered(
-            delivered,
-            errors,
-            seconds,
-            cpu_seconds() - cpu0,
-        ))
+        Ok(RunResult::of_streams(streams, cpu_seconds() - cpu0))
     }
-}
-
-/// One streaming actor's tally: messages delivered between the two counts, messages sent but
-/// never delivered, and the measured window.
-struct Streamed {
-    delivered: u64,
-    missing: u64,
-    from: Instant,
-    until: Instant,
 }
 
 async fn stream_to(
@@ -431,13 +390,8 @@ async fn gather(
     window: Window,
 ) -> Result<Calls, String> {
     let mut all = Vec::new();
-    let mut errors = 0;
-    let mut end = window.from;
     for w in waits {
-        let (lat, e, done) = w.await.map_err(|_| "a client actor died")?;
-        all.extend(lat);
-        errors += e;
-        end = end.max(done);
+        all.push(w.await.map_err(|_| "a client actor died")?);
     }
-    Ok((all, errors, end))
+    Ok(merge_calls(all, window))
 }

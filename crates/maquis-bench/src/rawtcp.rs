@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinHandle;
 
-use crate::stats::{cpu_seconds, LoadArgs, Mode, RunResult, Window};
+use crate::stats::{cpu_seconds, merge_calls, Calls, LoadArgs, Mode, RunResult, Streamed, Window};
 
 /// Largest frame either side accepts.
 const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -155,9 +155,9 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
         Mode::Rtt => raw.calls(0..load.actors, payload, load).await?,
         Mode::Stream => raw.stream(payload, load).await?,
         Mode::Mixed => {
+            let cpu0 = cpu_seconds();
             let alone = raw.calls(0..load.actors, payload.clone(), load).await?;
             let window = Window::after_warmup(load);
-            let cpu0 = cpu_seconds();
             let bulk_payload = Arc::new(vec![0x42u8; load.bulk_size]);
             let bulk = raw.callers(
                 load.actors..load.actors + bulk,
@@ -167,19 +167,9 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
                 window,
             )?;
             let calls = raw.callers(0..load.actors, payload, load.echo, load.messages, window)?;
-            let (lat, errors, end) = gather(calls, window).await?;
-            let (bulk_lat, bulk_errors, bulk_end) = gather(bulk, window).await?;
-            let cpu = cpu_seconds() - cpu0;
-            let since = |end: Instant| end.duration_since(window.from).as_secs_f64();
-            let mut r = RunResult::from_latencies(lat, errors, since(end), cpu);
-            r.alone = Some(Box::new(alone));
-            r.bulk = Some(Box::new(RunResult::from_latencies(
-                bulk_lat,
-                bulk_errors,
-                since(bulk_end),
-                0.0,
-            )));
-            r
+            let calls = raw.gather(calls, window).await?;
+            let bulk = raw.gather(bulk, window).await?;
+            RunResult::mixed(alone, calls, bulk, window, cpu_seconds() - cpu0)
         }
     };
     println!(
@@ -188,9 +178,6 @@ pub async fn client(args: RawClientArgs) -> Result<(), String> {
     );
     Ok(())
 }
-
-/// What one caller measured: latencies (µs), failed calls, when it stopped.
-type Calls = (Vec<u64>, u64, Instant);
 
 /// A running caller: it hands back its actor index and reply channel with what it measured.
 type Caller = JoinHandle<(usize, mpsc::Receiver<u64>, Calls)>;
@@ -243,14 +230,8 @@ impl Raw {
         let tasks = self.callers(actors, payload, load.echo, load.messages, window)?;
         tokio::time::sleep_until(window.from.into()).await;
         let cpu0 = cpu_seconds();
-        let (lat, errors, end) = self.gather_back(tasks, window).await?;
-        let seconds = end.duration_since(window.from).as_secs_f64();
-        Ok(RunResult::from_latencies(
-            lat,
-            errors,
-            seconds,
-            cpu_seconds() - cpu0,
-        ))
+        let calls = self.gather(tasks, window).await?;
+        Ok(RunResult::of_calls(calls, window, cpu_seconds() - cpu0))
     }
 
     /// Starts one closed-loop caller per actor in `actors`.
@@ -292,16 +273,14 @@ impl Raw {
     }
 
     /// Waits for callers and takes their reply channels back.
-    async fn gather_back(&mut self, tasks: Vec<Caller>, window: Window) -> Result<Calls, String> {
-        let (mut all, mut errors, mut end) = (Vec::new(), 0, window.from);
+    async fn gather(&mut self, tasks: Vec<Caller>, window: Window) -> Result<Calls, String> {
+        let mut all = Vec::new();
         for t in tasks {
-            let (i, rx, (lat, failed, done)) = t.await.map_err(|e| e.to_string())?;
+            let (i, rx, calls) = t.await.map_err(|e| e.to_string())?;
             self.replies[i] = Some(rx);
-            all.extend(lat);
-            errors += failed;
-            end = end.max(done);
+            all.push(calls);
         }
-        Ok((all, errors, end))
+        Ok(merge_calls(all, window))
     }
 
     /// One-way: every actor writes `DATA` frames as fast as its connection takes them; the
@@ -332,43 +311,22 @@ impl Raw {
                 }
                 write_frame(&w, i, COUNT, &[]).await.map_err(io)?;
                 let after = rx.recv().await.ok_or("connection lost")?;
-                Ok::<_, String>((sent, after.saturating_sub(before), from, Instant::now()))
+                Ok::<_, String>(Streamed {
+                    delivered: after.saturating_sub(before),
+                    missing: sent.saturating_sub(after.saturating_sub(before)),
+                    from,
+                    until: Instant::now(),
+                })
             }));
         }
         tokio::time::sleep_until(window.from.into()).await;
         let cpu0 = cpu_seconds();
-        let (mut delivered, mut errors) = (0, 0);
-        let (mut first, mut last) = (None::<Instant>, window.from);
+        let mut streams = Vec::new();
         for t in tasks {
-            let (sent, got, from, until) = t.await.map_err(|e| e.to_string())??;
-            delivered += got;
-            errors += sent.saturating_sub(got);
-            first = Some(first.map_or(from, |f| f.min(from)));
-            last = last.max(until);
+            streams.push(t.await.map_err(|e| e.to_string())??);
         }
-        let seconds = last
-            .duration_since(first.unwrap_or(window.from))
-            .as_secs_f64();
-        Ok(RunResult::delivered(
-            delivered,
-            errors,
-            seconds,
-            cpu_seconds() - cpu0,
-        ))
+        Ok(RunResult::of_streams(streams, cpu_seconds() - cpu0))
     }
-}
-
-/// Waits for callers that keep their reply channels (the bulk and calls of `mixed`, at the
-/// end).
-async fn gather(tasks: Vec<Caller>, window: Window) -> Result<Calls, String> {
-    let (mut all, mut errors, mut end) = (Vec::new(), 0, window.from);
-    for t in tasks {
-        let (_, _, (lat, failed, done)) = t.await.map_err(|e| e.to_string())?;
-        all.extend(lat);
-        errors += failed;
-        end = end.max(done);
-    }
-    Ok((all, errors, end))
 }
 
 async fn read_replies(mut r: OwnedReadHalf, replies: Arc<Vec<mpsc::Sender<u64>>>) {

@@ -69,6 +69,64 @@ impl RunResult {
     }
 }
 
+/// What one caller of `micro` measured: latencies (µs), failed calls, when it stopped.
+pub type Calls = (Vec<u64>, u64, std::time::Instant);
+
+/// Callers' measurements taken together, from an empty total that ends at `window.from`.
+pub fn merge_calls(all: impl IntoIterator<Item = Calls>, window: Window) -> Calls {
+    let mut total: Calls = (Vec::new(), 0, window.from);
+    for (lat, errors, end) in all {
+        total.0.extend(lat);
+        total.1 += errors;
+        total.2 = total.2.max(end);
+    }
+    total
+}
+
+/// One streaming actor of `micro`: messages delivered between the partner's two counts,
+/// messages sent but never delivered, and when it measured.
+pub struct Streamed {
+    /// Delivered in the measured window.
+    pub delivered: u64,
+    /// Sent and never delivered.
+    pub missing: u64,
+    /// When its window started (after the first count).
+    pub from: std::time::Instant,
+    /// When everything it sent had arrived (or it gave up).
+    pub until: std::time::Instant,
+}
+
+impl RunResult {
+    /// Callers' merged measurement over `window`.
+    pub fn of_calls((lat, errors, end): Calls, window: Window, cpu_s: f64) -> Self {
+        let seconds = end.duration_since(window.from).as_secs_f64();
+        RunResult::from_latencies(lat, errors, seconds, cpu_s)
+    }
+
+    /// A `mixed` run: the calls measured beside the transfers in `window`, with the same
+    /// calls measured `alone` before; `cpu_s` is the client's over both phases.
+    pub fn mixed(alone: RunResult, calls: Calls, bulk: Calls, window: Window, cpu_s: f64) -> Self {
+        let mut r = RunResult::of_calls(calls, window, cpu_s);
+        r.alone = Some(Box::new(alone));
+        r.bulk = Some(Box::new(RunResult::of_calls(bulk, window, 0.0)));
+        r
+    }
+
+    /// A `stream` run: what the streaming actors delivered, over the span from the first
+    /// one's start to the last one's end.
+    pub fn of_streams(streams: impl IntoIterator<Item = Streamed>, cpu_s: f64) -> Self {
+        let (mut delivered, mut missing) = (0, 0);
+        let mut span: Option<(std::time::Instant, std::time::Instant)> = None;
+        for s in streams {
+            delivered += s.delivered;
+            missing += s.missing;
+            span = Some(span.map_or((s.from, s.until), |(a, b)| (a.min(s.from), b.max(s.until))));
+        }
+        let seconds = span.map_or(0.0, |(a, b)| b.duration_since(a).as_secs_f64());
+        RunResult::delivered(delivered, missing, seconds, cpu_s)
+    }
+}
+
 /// What the client actors of `micro` do.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
