@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::{
-    agent, clients, clients_agent, debench, debench_agent, micro, rawtcp, ring_agent, ring_bench,
-    teardown,
+    agent, clients, clients_agent, debench, debench_agent, local, local_cell, micro, rawtcp,
+    ring_agent, ring_bench, teardown,
 };
 
 /// Benchmark commands.
@@ -29,6 +29,9 @@ pub enum BenchCommand {
     /// of 10–100-node clusters on loopback, Maquis (full mesh, peer-to-peer) against
     /// Distributed Erlang.
     Debench(debench::DebenchArgs),
+    /// Messaging between actors on one node (one to one, many to one, calls, idle-actor
+    /// memory), against actix, ractor, kameo and a bare tokio channel (no root needed).
+    Local(local::LocalArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -53,6 +56,8 @@ pub enum AgentCommand {
     CsClients(clients_agent::CsClientsArgs),
     /// Several DE-Bench nodes in one process, running the worker loop on `go`.
     DebenchNodes(debench_agent::DebenchNodesArgs),
+    /// One cell of `local` (one system, one workload) in a process of its own.
+    LocalCell(local_cell::LocalCellArgs),
 }
 
 /// Runs a benchmark command.
@@ -87,6 +92,11 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }
+        BenchCommand::Local(args) => {
+            tokio::task::spawn_blocking(move || local::run(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
         BenchCommand::Agent(a) => match a {
             AgentCommand::MicroServer(x) => agent::server(x).await,
             AgentCommand::MicroClient(x) => agent::client(x).await,
@@ -96,6 +106,9 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
             AgentCommand::CsServer(x) => clients_agent::server(x).await,
             AgentCommand::CsClients(x) => clients_agent::clients(x).await,
             AgentCommand::DebenchNodes(x) => debench_agent::debench_nodes(x).await,
+            AgentCommand::LocalCell(x) => tokio::task::spawn_blocking(move || local_cell::run(&x))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string())),
         },
     };
     match r {

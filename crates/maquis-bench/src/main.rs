@@ -12,6 +12,7 @@
 //! cargo run --release -p maquis-bench -- kvs [--quick] [--redis] [--faults] [--out bench/results/kvs] …
 //! cargo run --release -p maquis-bench -- clients [--clients 1024] [--procs 4] …
 //! cargo run --release -p maquis-bench -- debench [--quick] [--sizes 10,40,100] …
+//! cargo run --release -p maquis-bench -- local [--quick] [--out bench/results/local] …
 //! ```
 //!
 //! - `micro` (PARTISAN Fig. 1–4, [`micro`]): closed-loop actor pairs between two emulated hosts,
@@ -24,9 +25,11 @@
 //!   clients join and push state faster than it takes it; loopback only.
 //! - `debench` (DE-Bench Fig. 5–13, [`debench`]): the worker loop of DE-Bench on 10–100-node
 //!   clusters on loopback ([`debench_agent`]), against Distributed Erlang in the same run.
+//! - `local` ([`local`]): messaging between actors on one node, each cell in its own process
+//!   ([`local_cell`]), against actix, ractor and kameo ([`local_peers`]) and a bare tokio channel.
 //!
 //! `micro`, `echo` and `kvs` need root (the link emulator, `maquis netem`, makes network
-//! namespaces); `clients` does not. Each writes `results.json`, `report.md` and plots into its
+//! namespaces); `clients`, `debench` and `local` do not. Each writes `results.json`, `report.md` and plots into its
 //! `--out` directory (by default under `bench/results/`, relative to the working directory);
 //! `--help` after a benchmark's name lists its options.
 //!
@@ -45,6 +48,9 @@ pub mod debench_agent;
 pub mod debench_hist;
 pub mod debench_report;
 pub mod erlang;
+pub mod local;
+pub mod local_cell;
+pub mod local_peers;
 pub mod micro;
 pub mod micro_report;
 pub mod plot;
@@ -104,6 +110,7 @@ mod tests {
             "cs-server",
             "cs-clients",
             "debench-nodes",
+            "local-cell",
         ] {
             let e = Cli::try_parse_from(["maquis-bench", "agent", role, "--help"]).unwrap_err();
             assert_eq!(
