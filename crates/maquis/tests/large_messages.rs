@@ -19,8 +19,11 @@ enum Msg {
     Small(u32),
 }
 
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i % 251) as u8).collect()
+/// The large message's bytes, made once: making 16 MiB byte by byte in a debug build takes
+/// long enough, on a worker thread, to hold up the nodes' heartbeats when tests run side by side.
+fn pattern() -> &'static [u8] {
+    static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BYTES.get_or_init(|| (0..BIG).map(|i| (i % 251) as u8).collect())
 }
 
 /// What the sink reports of each message, in the order they arrive: its id, and whether it
@@ -40,7 +43,7 @@ async fn setup(prefix: &str, part_bytes: usize) -> (Vec<Node>, ActorRef<Msg>, Ar
     let sink = nodes[1].spawn_fn(move |mut inbox: maquis::Inbox<Msg>| async move {
         while let Some(m) = inbox.recv().await {
             let entry = match m {
-                Msg::Big(id, data) => (id, data == pattern(BIG)),
+                Msg::Big(id, data) => (id, data == pattern()),
                 Msg::Small(id) => (id, true),
             };
             let _ = log.send(entry);
@@ -70,9 +73,12 @@ async fn arrivals(seen: &mut Arrivals, n: usize) -> Vec<(u32, bool)> {
 /// parts of `part_bytes`; returns the order they arrived in, and the frames the sender dropped.
 async fn large_then_small(prefix: &str, part_bytes: usize) -> (Vec<(u32, bool)>, u64) {
     let (nodes, r, mut seen) = setup(prefix, part_bytes).await;
-    r.send_with(Msg::Big(1, pattern(BIG)), &SendOpts::default().partition(1))
-        .await
-        .unwrap();
+    r.send_with(
+        Msg::Big(1, pattern().to_vec()),
+        &SendOpts::default().partition(1),
+    )
+    .await
+    .unwrap();
     // The lane's queue (1 MiB) is full of the large message until its first parts are
     // written; this send waits for that, not for the whole message.
     r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
@@ -101,9 +107,13 @@ async fn a_small_message_overtakes_a_large_one_on_its_lane() {
 async fn a_small_message_with_the_same_key_stays_behind() {
     let (nodes, r, mut seen) = setup("lmkeep", 1 << 20).await;
     let opts = SendOpts::default().partition(1);
-    r.send_with(Msg::Big(1, pattern(BIG)), &opts).await.unwrap();
+    r.send_with(Msg::Big(1, pattern().to_vec()), &opts)
+        .await
+        .unwrap();
     r.send_with(Msg::Small(2), &opts).await.unwrap();
-    r.send_with(Msg::Big(3, pattern(BIG)), &opts).await.unwrap();
+    r.send_with(Msg::Big(3, pattern().to_vec()), &opts)
+        .await
+        .unwrap();
     r.send_with(Msg::Small(4), &opts).await.unwrap();
     assert_eq!(
         arrivals(&mut seen, 4).await,

@@ -24,10 +24,18 @@ use super::reliable::Reliable;
 use super::scope::current_actor;
 use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
-use crate::error::LinkError;
+use crate::error::{LinkError, SendError};
 use crate::id::NodeId;
 use crate::router::Router;
 use crate::wire::frame::{ActorHeader, Dest, DownReason, ReplyStatus};
+
+/// A new actor's parts, from [`Actors::add`].
+pub(crate) struct NewActor<M> {
+    pub(crate) id: ActorId,
+    pub(crate) rx: mpsc::Receiver<Delivery<M>>,
+    pub(crate) tx: Arc<dyn ErasedMailbox>,
+    pub(crate) exit: oneshot::Receiver<DownReason>,
+}
 
 /// The actors of one node and the state shared by their refs.
 pub(crate) struct Actors {
@@ -64,24 +72,37 @@ impl Actors {
         &self.router.id
     }
 
-    /// A new actor's id, its mailbox and the signal that tells its task to end (registered).
-    pub(crate) fn add<M: Message>(
-        &self,
-    ) -> (
-        ActorId,
-        mpsc::Receiver<Delivery<M>>,
-        oneshot::Receiver<DownReason>,
-    ) {
+    /// A new actor's id, its mailbox's two ends (the registry keeps another sending end) and
+    /// the signal that tells its task to end (registered).
+    pub(crate) fn add<M: Message>(&self) -> NewActor<M> {
         let id = self.next_actor.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::channel(self.mailbox_capacity);
         let (exit_tx, exit_rx) = oneshot::channel();
-        let mailbox = Mailbox {
+        let mailbox: Arc<dyn ErasedMailbox> = Arc::new(Mailbox {
             tx,
             ty: fingerprint::<M>(),
-        };
-        self.registry
-            .insert(id, Arc::new(mailbox) as Arc<dyn ErasedMailbox>, exit_tx);
-        (id, rx, exit_rx)
+        });
+        let local = mailbox.clone();
+        self.registry.insert(id, mailbox, exit_tx);
+        NewActor {
+            id,
+            rx,
+            tx: local,
+            exit: exit_rx,
+        }
+    }
+
+    /// Local actor `id`'s mailbox, if it takes `M`.
+    pub(crate) fn mailbox_of<M: Message>(
+        &self,
+        id: ActorId,
+    ) -> Result<Arc<dyn ErasedMailbox>, SendError> {
+        let mailbox = self.registry.by_id(id).ok_or(SendError::NoProc)?;
+        if mailbox.as_any().is::<Mailbox<M>>() {
+            Ok(mailbox)
+        } else {
+            Err(SendError::TypeMismatch)
+        }
     }
 
     /// An actor ended: it leaves the registry, its watchers hear why, and the other ends of its

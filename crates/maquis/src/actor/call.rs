@@ -4,7 +4,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -55,6 +55,26 @@ impl PendingCalls {
         let (tx, rx) = oneshot::channel();
         self.lock().insert(id, (target, tx));
         (id, rx)
+    }
+
+    /// Opens a call to a local actor: its id and both ends of its outcome's channel. The
+    /// sending end travels in the [`ReplyTo`], not in the table, unless the request leaves the
+    /// node (then the table adopts it).
+    pub(crate) fn open_local(
+        &self,
+    ) -> (
+        u64,
+        oneshot::Sender<CallOutcome>,
+        oneshot::Receiver<CallOutcome>,
+    ) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        (id, tx, rx)
+    }
+
+    /// Takes over a local call's outcome channel (its `ReplyTo` is leaving the node).
+    fn adopt(&self, id: u64, tx: oneshot::Sender<CallOutcome>) {
+        self.lock().insert(id, (None, tx));
     }
 
     pub(crate) fn cancel(&self, id: u64) {
@@ -115,6 +135,9 @@ pub struct ReplyTo<R> {
     channel: Option<String>,
     partition_key: Option<u64>,
     rt: Weak<Actors>,
+    /// A local call's outcome channel: answered straight through it, not through the table of
+    /// pending calls (handed to the table if this handle is serialized).
+    local: Mutex<Option<oneshot::Sender<CallOutcome>>>,
     /// Answered, or sent on: dropping it fails nothing.
     done: AtomicBool,
     _m: PhantomData<fn(R) -> R>,
@@ -123,6 +146,11 @@ pub struct ReplyTo<R> {
 impl<R> Drop for ReplyTo<R> {
     fn drop(&mut self) {
         if self.done.load(Ordering::Relaxed) {
+            return;
+        }
+        let local = self.local.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tx) = local.take() {
+            let _ = tx.send(CallOutcome::Failed(DROPPED.into()));
             return;
         }
         let Some(rt) = self.rt.upgrade() else {
@@ -159,8 +187,17 @@ struct ReplyWire {
 
 impl<R> Serialize for ReplyTo<R> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // The serialized copy answers (or fails the call) wherever it is decoded.
+        // The serialized copy answers (or fails the call) wherever it is decoded; an answer
+        // that comes back here finds the call in the table.
         self.done.store(true, Ordering::Relaxed);
+        let local = self
+            .local
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let (Some(tx), Some(rt)) = (local, self.rt.upgrade()) {
+            rt.calls.adopt(self.call, tx);
+        }
         ReplyWire {
             node: self.node.clone(),
             call: self.call,
@@ -182,6 +219,7 @@ impl<'de, R> Deserialize<'de> for ReplyTo<R> {
             channel: w.channel,
             partition_key: w.partition_key,
             rt: decode_node(),
+            local: Mutex::new(None),
             done: AtomicBool::new(false),
             _m: PhantomData,
         })
@@ -195,6 +233,7 @@ impl<R: Message> ReplyTo<R> {
         caller: u64,
         opts: &SendOpts,
         rt: &std::sync::Arc<Actors>,
+        local: Option<oneshot::Sender<CallOutcome>>,
     ) -> Self {
         ReplyTo {
             node,
@@ -203,6 +242,7 @@ impl<R: Message> ReplyTo<R> {
             channel: opts.channel.clone(),
             partition_key: opts.partition_key,
             rt: std::sync::Arc::downgrade(rt),
+            local: Mutex::new(local),
             done: AtomicBool::new(false),
             _m: PhantomData,
         }
@@ -223,8 +263,14 @@ impl<R: Message> ReplyTo<R> {
     /// Sends the reply, waiting while the lane's queue is full. It travels on the request's
     /// channel and partition key, so request and reply share a lane. A reply whose caller has
     /// given up (timed out) is dropped on arrival.
-    pub async fn send(self, value: R) -> Result<(), SendError> {
+    pub async fn send(mut self, value: R) -> Result<(), SendError> {
         self.done.store(true, Ordering::Relaxed);
+        let local = self.local.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tx) = local.take() {
+            // The caller may have timed out: then nobody waits, as with a late remote reply.
+            let _ = tx.send(CallOutcome::Local(Box::new(value)));
+            return Ok(());
+        }
         let rt = self.rt.upgrade().ok_or(SendError::NodeStopped)?;
         if rt.router.is_local(&self.node)? {
             rt.calls

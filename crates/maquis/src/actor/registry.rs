@@ -24,10 +24,12 @@ pub(crate) struct RemoteMsg {
     pub call: Option<u64>,
 }
 
-/// What a mailbox carries: a local value, or bytes the actor decodes itself.
+/// What a mailbox carries: a local value, or bytes the actor decodes itself. The remote case is
+/// boxed so that a mailbox slot is the size of the message type (a mailbox's first block of 32
+/// slots is allocated with it, idle or not).
 pub(crate) enum Delivery<M> {
     Local(M),
-    Remote(RemoteMsg),
+    Remote(Box<RemoteMsg>),
 }
 
 /// An actor's mailbox: its sending end and the fingerprint of the type it takes.
@@ -50,7 +52,12 @@ pub(crate) trait ErasedMailbox: Send + Sync {
 
 impl<M: Message> ErasedMailbox for Mailbox<M> {
     fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), ()>> {
-        Box::pin(async move { self.tx.send(Delivery::Remote(msg)).await.map_err(|_| ()) })
+        Box::pin(async move {
+            self.tx
+                .send(Delivery::Remote(Box::new(msg)))
+                .await
+                .map_err(|_| ())
+        })
     }
     fn ty(&self) -> u64 {
         self.ty

@@ -463,7 +463,9 @@ impl Node {
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.spawn_with_exit(move |inbox, exit| {
-            let fut = f(inbox);
+            // Boxed: each wrapper below holds the future it wraps both as its capture and in
+            // its own state, so an unboxed actor future would count four times in every task.
+            let fut = Box::pin(f(inbox));
             async move {
                 tokio::select! {
                     biased;
@@ -484,13 +486,9 @@ impl Node {
         Fut: Future<Output = DownReason> + Send + 'static,
     {
         let actors = &self.inner.actors;
-        let (id, rx, exit) = actors.add::<M>();
+        let crate::actor::NewActor { id, rx, tx, exit } = actors.add::<M>();
         crate::actor::note_spawn(actors, id);
-        let me = ActorRef::new(
-            self.inner.router.id.clone(),
-            Dest::Id(id),
-            Arc::downgrade(actors),
-        );
+        let me = ActorRef::local(self.inner.router.id.clone(), id, Arc::downgrade(actors), tx);
         let fut = f(
             Inbox {
                 rx,
@@ -626,12 +624,16 @@ impl Node {
 
     /// The local actor registered under `name`.
     pub fn whereis<M: Message>(&self, name: &str) -> Option<ActorRef<M>> {
-        let id = self.inner.actors.registry.resolve(name)?;
-        Some(ActorRef::new(
-            self.inner.router.id.clone(),
-            Dest::Id(id),
-            Arc::downgrade(&self.inner.actors),
-        ))
+        let actors = &self.inner.actors;
+        let id = actors.registry.resolve(name)?;
+        let node = self.inner.router.id.clone();
+        let rt = Arc::downgrade(actors);
+        // A ref of another type than the actor takes is still returned: its sends fail with
+        // `TypeMismatch`.
+        Some(match actors.mailbox_of::<M>(id) {
+            Ok(mailbox) => ActorRef::local(node, id, rt, mailbox),
+            Err(_) => ActorRef::new(node, Dest::Id(id), rt),
+        })
     }
 
     /// A ref to the actor registered as `name` on member `node` (this node included).
