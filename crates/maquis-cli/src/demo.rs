@@ -1,5 +1,6 @@
 //! `maquis demo`: a local 3-node full-mesh cluster, an echo workload run once with one
-//! connection per peer and no affinity, and once with 16 lanes and affinity.
+//! connection per peer and no affinity, and once with 16 lanes and affinity; then small calls
+//! beside bulk transfers between two nodes, sharing one connection and on channels of their own.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -25,6 +26,24 @@ pub struct DemoArgs {
     /// Lanes per peer in the parallel configuration.
     #[arg(long, default_value_t = 16)]
     parallelism: u16,
+    /// Bytes of each bulk transfer in the isolation case (0 skips the case).
+    #[arg(long, default_value_t = 8 * 1024 * 1024)]
+    bulk_size: usize,
+}
+
+/// The isolation case: small calls between two nodes while bulk transfers run between them.
+const SMALL_CALLERS: usize = 8;
+const SMALL_SIZE: usize = 1024;
+const BULK_CALLERS: usize = 2;
+/// The bulk channel's lanes in the configuration with channels of their own.
+const BULK_LANES: u16 = 4;
+
+/// A closed-loop load: `actors` callers echoing `size` bytes with `opts`, each from node
+/// `i % n` to node `(i + 1) % n` of the `n` nodes it runs on.
+struct Load {
+    size: usize,
+    actors: usize,
+    opts: SendOpts,
 }
 
 /// One measured cell.
@@ -52,7 +71,12 @@ pub async fn run(args: DemoArgs) -> ExitCode {
     );
     let mut cells = Vec::new();
     for (name, parallelism, affinity) in configs {
-        let nodes = match cluster(parallelism, affinity).await {
+        let config = |i: usize| {
+            Config::new(format!("demo{i}"))
+                .parallelism(parallelism)
+                .affinity(affinity)
+        };
+        let nodes = match cluster(3, config).await {
             Ok(n) => n,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -61,28 +85,104 @@ pub async fn run(args: DemoArgs) -> ExitCode {
         };
         for &size in &args.sizes {
             eprintln!("  running {name}, payload {} ...", human(size));
-            let cell = measure(&nodes, name, size, args.actors, args.seconds).await;
-            cells.push(cell);
+            let load = Load {
+                size,
+                actors: args.actors,
+                opts: SendOpts::default(),
+            };
+            let [stats] = measure(&nodes, [load], args.seconds).await;
+            cells.push(Cell::of(name, size, stats, args.seconds));
         }
         for n in &nodes {
             n.shutdown().await;
         }
     }
     print_table(&cells, &args.sizes);
-    if cells.iter().any(|c| c.errors > 0) {
+    let mut failed = cells.iter().any(|c| c.errors > 0);
+    if args.bulk_size > 0 {
+        match isolation(&args).await {
+            Ok(iso) => {
+                print_isolation(&iso, args.bulk_size);
+                failed |= iso.iter().any(|c| c.small.errors > 0 || c.bulk.errors > 0);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if failed {
         eprintln!("error: some calls failed");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
 }
 
-async fn cluster(parallelism: u16, affinity: bool) -> Result<Vec<Node>, String> {
+/// One configuration of the isolation case: the small calls' and the bulk transfers' results.
+struct Isolated {
+    config: &'static str,
+    small: Cell,
+    bulk: Cell,
+}
+
+/// Two nodes; small calls from the first to the second while bulk transfers run the same way:
+/// once all on one connection per peer, once with the bulk transfers on a channel of their own.
+async fn isolation(args: &DemoArgs) -> Result<Vec<Isolated>, String> {
+    println!(
+        "\nisolation: 2 nodes, {SMALL_CALLERS} actors calling with {} beside {BULK_CALLERS} actors calling with {}, {:.1} s per cell",
+        human(SMALL_SIZE),
+        human(args.bulk_size),
+        args.seconds
+    );
+    let mut out = Vec::new();
+    for (config, own_channel) in [("one channel", false), ("own channels", true)] {
+        eprintln!("  running {config} ...");
+        let nodes = cluster(2, |i| {
+            let c = Config::new(format!("iso{i}")).parallelism(1);
+            if own_channel {
+                c.channel("bulk", Some(BULK_LANES))
+            } else {
+                c
+            }
+        })
+        .await?;
+        let bulk_opts = if own_channel {
+            SendOpts::on("bulk")
+        } else {
+            SendOpts::default()
+        };
+        // Both loads run from node 0 to node 1 only: their actors sit on node 0 (the ring
+        // of two nodes would send every other actor's calls the other way).
+        let from = &nodes[..1];
+        let small = Load {
+            size: SMALL_SIZE,
+            actors: SMALL_CALLERS,
+            opts: SendOpts::default(),
+        };
+        let bulk = Load {
+            size: args.bulk_size,
+            actors: BULK_CALLERS,
+            opts: bulk_opts,
+        };
+        let [s, b] = measure_from(from, &nodes[1], [small, bulk], args.seconds).await;
+        out.push(Isolated {
+            config,
+            small: Cell::of(config, SMALL_SIZE, s, args.seconds),
+            bulk: Cell::of(config, args.bulk_size, b, args.seconds),
+        });
+        for n in &nodes {
+            n.shutdown().await;
+        }
+    }
+    Ok(out)
+}
+
+/// Starts `n` nodes with `config(i)` (a shared cookie and room for large payloads added), joins
+/// them, and waits until every lane between them is connected.
+async fn cluster(n: usize, config: impl Fn(usize) -> Config) -> Result<Vec<Node>, String> {
     let mut nodes = Vec::new();
-    for i in 1..=3 {
-        let mut cfg = Config::new(format!("demo{i}"))
-            .parallelism(parallelism)
-            .affinity(affinity)
-            .cookie("maquis-demo");
+    for i in 1..=n {
+        let mut cfg = config(i).cookie("maquis-demo");
         cfg.transport.lane_queue_bytes = 32 * 1024 * 1024;
         nodes.push(Node::start(cfg).await.map_err(|e| e.to_string())?);
     }
@@ -110,66 +210,102 @@ async fn cluster(parallelism: u16, affinity: bool) -> Result<Vec<Node>, String> 
     }
 }
 
-async fn measure(
-    nodes: &[Node],
-    config: &'static str,
-    size: usize,
-    actors: usize,
+/// What the callers of one load measured: latencies (µs) and failed calls.
+type Stats = (Vec<u64>, u64);
+
+/// Runs the loads together on a ring of `nodes` (each actor calls the next node), for a
+/// warm-up and then `seconds`.
+async fn measure<const L: usize>(nodes: &[Node], loads: [Load; L], seconds: f64) -> [Stats; L] {
+    run_loads(loads, seconds, |i| {
+        let from = nodes[i % nodes.len()].clone();
+        let to = nodes[(i + 1) % nodes.len()].id().name.clone();
+        (from, to)
+    })
+    .await
+}
+
+/// Runs the loads together from the nodes `from` (round robin) to node `to`.
+async fn measure_from<const L: usize>(
+    from: &[Node],
+    to: &Node,
+    loads: [Load; L],
     seconds: f64,
-) -> Cell {
-    let payload = Bytes::from(vec![0xa5u8; size]);
+) -> [Stats; L] {
+    let to = to.id().name.clone();
+    run_loads(loads, seconds, |i| {
+        (from[i % from.len()].clone(), to.clone())
+    })
+    .await
+}
+
+async fn run_loads<const L: usize>(
+    loads: [Load; L],
+    seconds: f64,
+    pair: impl Fn(usize) -> (Node, String),
+) -> [Stats; L] {
     let warmup = Duration::from_millis(500);
     let measured = Duration::from_secs_f64(seconds);
     let start = Instant::now();
-    let mut waits = Vec::new();
-    for i in 0..actors {
-        let node = nodes[i % nodes.len()].clone();
-        let to = nodes[(i + 1) % nodes.len()].id().name.clone();
-        let payload = payload.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        node.clone()
-            .spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
-                let mut lat = Vec::new();
-                let mut errors = 0u64;
-                let opts = SendOpts::default();
-                loop {
-                    let now = Instant::now();
-                    if now >= start + warmup + measured {
-                        break;
-                    }
-                    match echo_once(&node, &to, payload.clone(), Duration::from_secs(30), &opts)
-                        .await
-                    {
-                        Ok(rtt) if now >= start + warmup => lat.push(rtt.as_micros() as u64),
-                        Ok(_) => {}
-                        Err(e) => {
-                            errors += 1;
-                            tracing::warn!(error = %e, "demo call failed");
+    let mut waits: [Vec<tokio::sync::oneshot::Receiver<Stats>>; L] =
+        std::array::from_fn(|_| Vec::new());
+    for (load, waits) in loads.iter().zip(waits.iter_mut()) {
+        let payload = Bytes::from(vec![0xa5u8; load.size]);
+        for i in 0..load.actors {
+            let (node, to) = pair(i);
+            let payload = payload.clone();
+            let opts = load.opts.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            node.clone()
+                .spawn_fn(move |_inbox: maquis::Inbox<()>| async move {
+                    let mut lat = Vec::new();
+                    let mut errors = 0u64;
+                    loop {
+                        let now = Instant::now();
+                        if now >= start + warmup + measured {
+                            break;
+                        }
+                        let call =
+                            echo_once(&node, &to, payload.clone(), Duration::from_secs(30), &opts);
+                        match call.await {
+                            Ok(rtt) if now >= start + warmup => lat.push(rtt.as_micros() as u64),
+                            Ok(_) => {}
+                            Err(e) => {
+                                errors += 1;
+                                tracing::warn!(error = %e, "demo call failed");
+                            }
                         }
                     }
-                }
-                let _ = tx.send((lat, errors));
-            });
-        waits.push(rx);
-    }
-    let mut all = Vec::new();
-    let mut errors = 0;
-    for w in waits {
-        if let Ok((lat, e)) = w.await {
-            all.extend(lat);
-            errors += e;
-        } else {
-            errors += 1;
+                    let _ = tx.send((lat, errors));
+                });
+            waits.push(rx);
         }
     }
-    all.sort_unstable();
-    Cell {
-        config,
-        size,
-        ops_per_s: all.len() as f64 / seconds,
-        p50_us: percentile(&all, 50.0),
-        p99_us: percentile(&all, 99.0),
-        errors,
+    let mut out: [Stats; L] = std::array::from_fn(|_| (Vec::new(), 0));
+    for (waits, (all, errors)) in waits.into_iter().zip(out.iter_mut()) {
+        for w in waits {
+            match w.await {
+                Ok((lat, e)) => {
+                    all.extend(lat);
+                    *errors += e;
+                }
+                Err(_) => *errors += 1,
+            }
+        }
+    }
+    out
+}
+
+impl Cell {
+    fn of(config: &'static str, size: usize, (mut lat, errors): Stats, seconds: f64) -> Cell {
+        lat.sort_unstable();
+        Cell {
+            config,
+            size,
+            ops_per_s: lat.len() as f64 / seconds,
+            p50_us: percentile(&lat, 50.0),
+            p99_us: percentile(&lat, 99.0),
+            errors,
+        }
     }
 }
 
@@ -212,5 +348,36 @@ fn print_table(cells: &[Cell], sizes: &[usize]) {
                 ratio(b.p99_us as f64, a.p99_us as f64)
             );
         }
+    }
+}
+
+fn print_isolation(cells: &[Isolated], bulk_size: usize) {
+    println!();
+    println!(
+        "{:<14} {:>12} {:>12} {:>12} {:>14}",
+        "config",
+        format!("{} p50 ms", human(SMALL_SIZE)),
+        format!("{} p99 ms", human(SMALL_SIZE)),
+        format!("{} ops/s", human(SMALL_SIZE)),
+        format!("{} ops/s", human(bulk_size))
+    );
+    for c in cells {
+        println!(
+            "{:<14} {:>12.3} {:>12.3} {:>12.0} {:>14.1}",
+            c.config,
+            c.small.p50_us as f64 / 1000.0,
+            c.small.p99_us as f64 / 1000.0,
+            c.small.ops_per_s,
+            c.bulk.ops_per_s
+        );
+    }
+    if let [a, b] = cells {
+        let ratio = |x: u64, y: u64| if y > 0 { x as f64 / y as f64 } else { f64::NAN };
+        println!(
+            "{:<14} {:>11.2}x {:>11.2}x   (one channel / own channels: how much lower the small calls' latency is with channels of their own)",
+            "ratio",
+            ratio(a.small.p50_us, b.small.p50_us),
+            ratio(a.small.p99_us, b.small.p99_us)
+        );
     }
 }
