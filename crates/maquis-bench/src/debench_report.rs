@@ -297,16 +297,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     }
     warmups(&mut r, run);
 
-    match crate::plot::run(&a.out, "plot_debench.py", PLOT, &[]) {
-        Ok(pngs) if !pngs.is_empty() => {
-            let _ = writeln!(r, "\n## Plots\n");
-            for p in pngs {
-                let _ = writeln!(r, "![{p}]({p})");
-            }
-        }
-        Ok(_) => {}
-        Err(e) => eprintln!("plots skipped: {e}"),
-    }
+    r.push_str(&crate::plot::section(&a.out, "plot_debench.py", PLOT, &[]));
     std::fs::write(a.out.join("report.md"), r).map_err(|e| e.to_string())
 }
 

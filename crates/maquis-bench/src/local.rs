@@ -373,16 +373,7 @@ fn write_report(
     for line in targets(cells) {
         let _ = writeln!(r, "- {line}");
     }
-    match crate::plot::run(&a.out, "plot_local.py", PLOT_PY, &[]) {
-        Ok(pngs) if !pngs.is_empty() => {
-            let _ = writeln!(r, "\n## Plots\n");
-            for p in pngs {
-                let _ = writeln!(r, "![{p}]({p})");
-            }
-        }
-        Ok(_) => {}
-        Err(e) => eprintln!("plots skipped: {e}"),
-    }
+    r.push_str(&crate::plot::section(&a.out, "plot_local.py", PLOT_PY, &[]));
     std::fs::write(a.out.join("report.md"), r).map_err(|e| e.to_string())
 }
 

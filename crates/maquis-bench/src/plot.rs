@@ -41,3 +41,19 @@ pub fn run(out: &Path, name: &str, script: &str, args: &[&str]) -> Result<Vec<St
         .map(str::to_string)
         .collect())
 }
+
+/// Runs `script` as [`run`] does and returns a report's "Plots" section linking the images it
+/// wrote (empty when it wrote none, or could not run: then it says why on stderr).
+pub fn section(out: &Path, name: &str, script: &str, args: &[&str]) -> String {
+    match run(out, name, script, args) {
+        Ok(pngs) if !pngs.is_empty() => {
+            let links: Vec<String> = pngs.iter().map(|p| format!("![{p}]({p})")).collect();
+            format!("\n## Plots\n\n{}\n", links.join("\n"))
+        }
+        Ok(_) => String::new(),
+        Err(e) => {
+            eprintln!("plots skipped: {e}");
+            String::new()
+        }
+    }
+}
