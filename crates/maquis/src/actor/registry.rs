@@ -134,17 +134,44 @@ impl Watcher {
 
 struct Entry {
     mailbox: std::sync::Arc<dyn ErasedMailbox>,
+    /// Tells the actor's task to end, with the reason its watchers get.
+    exit: Option<oneshot::Sender<DownReason>>,
+    /// Names, watchers and links, made on first use: most actors have none, and an entry of
+    /// the table is as large as its largest.
+    more: Option<Box<More>>,
+}
+
+/// What only some actors have.
+#[derive(Default)]
+struct More {
     names: Vec<String>,
     watchers: HashMap<WatchKey, Watcher>,
     /// The other ends, with a remote one's name as it was given when linking.
     links: HashMap<Link, Option<Dest>>,
-    /// Tells the actor's task to end, with the reason its watchers get.
-    exit: Option<oneshot::Sender<DownReason>>,
 }
 
 impl Entry {
     fn full(&self) -> bool {
-        self.watchers.len() + self.links.len() >= MAX_WATCHERS_PER_ACTOR
+        self.more
+            .as_deref()
+            .is_some_and(|m| m.watchers.len() + m.links.len() >= MAX_WATCHERS_PER_ACTOR)
+    }
+
+    fn more(&mut self) -> &mut More {
+        self.more.get_or_insert_with(Box::default)
+    }
+
+    fn has_link(&self, link: &Link) -> bool {
+        self.more
+            .as_deref()
+            .is_some_and(|m| m.links.contains_key(link))
+    }
+
+    /// Forgets a link; whether there was one.
+    fn unlink(&mut self, link: &Link) -> bool {
+        self.more
+            .as_deref_mut()
+            .is_some_and(|m| m.links.remove(link).is_some())
     }
 }
 
@@ -178,10 +205,8 @@ impl Registry {
             id,
             Entry {
                 mailbox,
-                names: Vec::new(),
-                watchers: HashMap::new(),
-                links: HashMap::new(),
                 exit: Some(exit),
+                more: None,
             },
         );
     }
@@ -193,14 +218,15 @@ impl Registry {
         let Some(entry) = t.actors.remove(&id) else {
             return Removed::default();
         };
-        for n in &entry.names {
+        let more = entry.more.map(|m| *m).unwrap_or_default();
+        for n in &more.names {
             t.names.remove(n);
         }
-        for link in entry.links.keys() {
+        for link in more.links.keys() {
             match link {
                 Link::Local(other) => {
                     if let Some(e) = t.actors.get_mut(other) {
-                        e.links.remove(&Link::Local(id));
+                        e.unlink(&Link::Local(id));
                     }
                 }
                 Link::Remote(key) => {
@@ -209,8 +235,8 @@ impl Registry {
             }
         }
         Removed {
-            watchers: entry.watchers.into_values().collect(),
-            links: entry.links.into_keys().collect(),
+            watchers: more.watchers.into_values().collect(),
+            links: more.links.into_keys().collect(),
         }
     }
 
@@ -221,7 +247,10 @@ impl Registry {
         t.remote_links.clear();
         t.actors
             .drain()
-            .map(|(id, e)| (id, e.watchers.into_values().collect()))
+            .map(|(id, e)| {
+                let watchers = e.more.map(|m| m.watchers.into_values().collect());
+                (id, watchers.unwrap_or_default())
+            })
             .collect()
     }
 
@@ -240,9 +269,7 @@ impl Registry {
         let mut t = self.lock();
         for x in [a, b] {
             let e = t.actors.get(&x).ok_or(LinkRefused::NoProc(x))?;
-            if e.links
-                .contains_key(&Link::Local(if x == a { b } else { a }))
-            {
+            if e.has_link(&Link::Local(if x == a { b } else { a })) {
                 return Ok(());
             }
             if e.full() {
@@ -254,7 +281,7 @@ impl Registry {
         }
         for (x, y) in [(a, b), (b, a)] {
             if let Some(e) = t.actors.get_mut(&x) {
-                e.links.insert(Link::Local(y), None);
+                e.more().links.insert(Link::Local(y), None);
             }
         }
         Ok(())
@@ -266,7 +293,7 @@ impl Registry {
         let mut found = false;
         for (x, y) in [(a, b), (b, a)] {
             if let Some(e) = t.actors.get_mut(&x) {
-                found |= e.links.remove(&Link::Local(y)).is_some();
+                found |= e.unlink(&Link::Local(y));
             }
         }
         found
@@ -284,7 +311,7 @@ impl Registry {
         if e.full() {
             return Err(LinkRefused::Limit);
         }
-        e.links.insert(Link::Remote(key.clone()), Some(peer));
+        e.more().links.insert(Link::Remote(key.clone()), Some(peer));
         t.remote_links.insert(key, id);
         Ok(())
     }
@@ -294,7 +321,7 @@ impl Registry {
         let mut t = self.lock();
         let id = t.remote_links.remove(key)?;
         if let Some(e) = t.actors.get_mut(&id) {
-            e.links.remove(&Link::Remote(key.clone()));
+            e.unlink(&Link::Remote(key.clone()));
         }
         Some(id)
     }
@@ -302,10 +329,10 @@ impl Registry {
     /// The links of actor `id` with actor `peer` on `node` (as it was named when linking).
     pub(crate) fn remote_links_to(&self, id: ActorId, node: &NodeId, peer: &Dest) -> Vec<LinkKey> {
         let t = self.lock();
-        let Some(e) = t.actors.get(&id) else {
+        let Some(m) = t.actors.get(&id).and_then(|e| e.more.as_deref()) else {
             return Vec::new();
         };
-        e.links
+        m.links
             .iter()
             .filter_map(|(l, p)| match l {
                 Link::Remote(key) if &key.node == node && p.as_ref() == Some(peer) => {
@@ -334,7 +361,7 @@ impl Registry {
             };
         }
         let entry = t.actors.get_mut(&id).ok_or(RegisterError::NotLocal)?;
-        entry.names.push(name.to_string());
+        entry.more().names.push(name.to_string());
         t.names.insert(name.to_string(), id);
         Ok(())
     }
@@ -344,8 +371,8 @@ impl Registry {
         let Some(id) = t.names.remove(name) else {
             return false;
         };
-        if let Some(e) = t.actors.get_mut(&id) {
-            e.names.retain(|n| n != name);
+        if let Some(m) = t.actors.get_mut(&id).and_then(|e| e.more.as_deref_mut()) {
+            m.names.retain(|n| n != name);
         }
         true
     }
@@ -364,7 +391,7 @@ impl Registry {
         match self.lock().actors.get_mut(&id) {
             Some(e) if e.full() => Err((w, DownReason::WatcherLimit)),
             Some(e) => {
-                e.watchers.insert(w.key(), w);
+                e.more().watchers.insert(w.key(), w);
                 Ok(())
             }
             None => Err((w, DownReason::NoProc)),
@@ -373,8 +400,9 @@ impl Registry {
 
     /// Removes a watcher.
     pub(crate) fn unwatch(&self, id: ActorId, key: &WatchKey) {
-        if let Some(e) = self.lock().actors.get_mut(&id) {
-            e.watchers.remove(key);
+        let mut t = self.lock();
+        if let Some(m) = t.actors.get_mut(&id).and_then(|e| e.more.as_deref_mut()) {
+            m.watchers.remove(key);
         }
     }
 
@@ -383,8 +411,9 @@ impl Registry {
         let t = self.lock();
         t.actors
             .values()
-            .map(|e| {
-                e.watchers
+            .filter_map(|e| e.more.as_deref())
+            .map(|m| {
+                m.watchers
                     .keys()
                     .filter(|w| matches!(w, WatchKey::Remote(..)))
                     .count()
@@ -403,12 +432,15 @@ impl Registry {
         let mut t = self.lock();
         let mut linked = Vec::new();
         for (id, e) in t.actors.iter_mut() {
-            e.watchers
+            let Some(m) = e.more.as_deref_mut() else {
+                continue;
+            };
+            m.watchers
                 .retain(|w, _| !matches!(w, WatchKey::Remote(n, _) if n == node));
-            let before = e.links.len();
-            e.links
+            let before = m.links.len();
+            m.links
                 .retain(|l, _| !matches!(l, Link::Remote(key) if &key.node == node));
-            if e.links.len() != before {
+            if m.links.len() != before {
                 linked.push(*id);
             }
         }
