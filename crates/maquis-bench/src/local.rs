@@ -40,7 +40,7 @@ pub struct LocalArgs {
     /// Actors spawned in the `idle` cell; default 100,000 (20,000 with --quick).
     #[arg(long)]
     pub actors: Option<usize>,
-    /// Worker threads of each tokio runtime (actix runs its own single-threaded system).
+    /// Worker threads of each tokio runtime (actix and `maquis-1t` run on one thread).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
     /// Systems to run (default: all).
@@ -168,6 +168,7 @@ pub fn run(a: &LocalArgs) -> Result<Vec<Cell>, String> {
         vec![
             System::Tokio,
             System::Maquis,
+            System::Maquis1t,
             System::Actix,
             System::Ractor,
             System::Kameo,
@@ -324,7 +325,8 @@ fn write_report(
          messages/s, or by memory for idle actors), with that run's CPU and latency. One-way cells: \
          every 64th message carries its send time and the receiver records its latency — with a \
          bounded mailbox that full, the latency is the time it waited in the mailbox. actix runs on \
-         its own single-threaded system and its `do_send` does not wait for room; ractor's \
+         its own single-threaded system and its `do_send` does not wait for room (`maquis-1t` is \
+         Maquis on a single-threaded tokio runtime, for that comparison); ractor's \
          mailboxes are unbounded (`cast` never waits); kameo's and Maquis's are bounded (64 and \
          1,024) and senders wait for room; the tokio floor is a bounded channel of 1,024 read by a \
          task. The idle figure is the growth of resident memory per actor spawned, started and \
@@ -406,6 +408,13 @@ pub fn targets(cells: &[Cell]) -> Vec<String> {
                 p.name(),
                 if y > 1.0 { "met" } else { "not met" }
             ));
+            if let Some(one) = median(cells, System::Maquis1t, w, rate) {
+                line.push_str(&format!(
+                    "; on one thread (`maquis-1t`) {:.2}× {}",
+                    one.msgs_per_s / v,
+                    p.name()
+                ));
+            }
         }
         out.push(line);
     }

@@ -36,6 +36,10 @@ pub enum System {
     Tokio,
     /// Maquis actors on one node.
     Maquis,
+    /// Maquis actors on one node, on a single-threaded tokio runtime (as actix runs).
+    #[serde(rename = "maquis-1t")]
+    #[value(name = "maquis-1t")]
+    Maquis1t,
     /// actix (its own single-threaded system; `do_send` does not wait for mailbox room).
     Actix,
     /// ractor (unbounded mailboxes: `cast` never waits).
@@ -50,6 +54,7 @@ impl System {
         match self {
             System::Tokio => "tokio",
             System::Maquis => "maquis",
+            System::Maquis1t => "maquis-1t",
             System::Actix => "actix",
             System::Ractor => "ractor",
             System::Kameo => "kameo",
@@ -101,7 +106,7 @@ pub struct LocalCellArgs {
     /// `idle`: actors spawned.
     #[arg(long, default_value_t = 100_000)]
     pub actors: usize,
-    /// Worker threads of the tokio runtime (actix runs its own single-threaded system).
+    /// Worker threads of the tokio runtime (actix and `maquis-1t` run on one thread).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
 }
@@ -377,6 +382,12 @@ pub fn run(args: &LocalCellArgs) -> Result<(), String> {
     let cpu0 = cpu_seconds();
     let outcome = if a.system == System::Actix {
         local_peers::actix_cell(&a)?
+    } else if a.system == System::Maquis1t {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(maquis_cell(&a))?
     } else {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(a.workers.max(1))
@@ -389,7 +400,7 @@ pub fn run(args: &LocalCellArgs) -> Result<(), String> {
                 System::Maquis => maquis_cell(&a).await,
                 System::Ractor => local_peers::ractor_cell(&a).await,
                 System::Kameo => local_peers::kameo_cell(&a).await,
-                System::Actix => unreachable!("actix runs its own system"),
+                System::Actix | System::Maquis1t => unreachable!("run on their own threads above"),
             }
         })?
     };

@@ -27,7 +27,7 @@ fn small_local_run_measures_every_system_and_workload() {
     );
     let cells: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    assert_eq!(cells.len(), 5 * 4, "five systems, four workloads");
+    assert_eq!(cells.len(), 6 * 4, "six systems, four workloads");
     for c in &cells {
         match c["workload"].as_str().unwrap() {
             "idle" => assert_eq!(c["actors"], 2000, "{c}"),
