@@ -201,24 +201,25 @@ impl Sink {
 }
 
 /// Counts idle actors' first messages and wakes the driver when all have arrived.
-#[derive(Default)]
 pub struct Started {
     count: AtomicUsize,
-    target: AtomicUsize,
+    target: usize,
     all: Notify,
 }
 
 impl Started {
     /// Expects `n` actors.
     pub fn new(n: usize) -> Arc<Started> {
-        let s = Arc::new(Started::default());
-        s.target.store(n, Ordering::Relaxed);
-        s
+        Arc::new(Started {
+            count: AtomicUsize::new(0),
+            target: n,
+            all: Notify::new(),
+        })
     }
 
     /// One actor handled its message.
     pub fn one(&self) {
-        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.target.load(Ordering::Relaxed) {
+        if self.count.fetch_add(1, Ordering::AcqRel) + 1 == self.target {
             self.all.notify_one();
         }
     }
@@ -226,7 +227,7 @@ impl Started {
     /// Waits until every actor has.
     pub async fn wait(&self) {
         // notify_one stores a permit, so a notification before this wait is not lost.
-        if self.count.load(Ordering::Acquire) < self.target.load(Ordering::Relaxed) {
+        if self.count.load(Ordering::Acquire) < self.target {
             self.all.notified().await;
         }
     }

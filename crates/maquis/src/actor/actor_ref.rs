@@ -148,8 +148,7 @@ impl<M: Message> ActorRef<M> {
 
     /// The mailbox of the local actor this ref names, if the ref was made with it.
     fn cached(&self) -> Option<&mpsc::Sender<Delivery<M>>> {
-        let mailbox = self.local.as_ref()?.as_any().downcast_ref::<Mailbox<M>>()?;
-        Some(&mailbox.tx)
+        Mailbox::<M>::sender(self.local.as_deref()?)
     }
 
     /// The same address without its message type (for tables of refs of several types).
@@ -372,13 +371,9 @@ impl<M: Message> ActorRef<M> {
             Dest::Id(id) => *id,
             Dest::Name(n) => rt.registry.resolve(n).ok_or(SendError::NoProc)?,
         };
-        rt.mailbox_of::<M>(id)
-            .map(|mb| {
-                mb.as_any()
-                    .downcast_ref::<Mailbox<M>>()
-                    .map(|mb| mb.tx.clone())
-            })?
-            .ok_or(SendError::TypeMismatch)
+        let mailbox = rt.registry.by_id(id).ok_or(SendError::NoProc)?;
+        let tx = Mailbox::<M>::sender(&*mailbox).ok_or(SendError::TypeMismatch)?;
+        Ok(tx.clone())
     }
 }
 

@@ -24,7 +24,7 @@ use super::reliable::Reliable;
 use super::scope::current_actor;
 use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
-use crate::error::{LinkError, SendError};
+use crate::error::LinkError;
 use crate::id::NodeId;
 use crate::router::Router;
 use crate::wire::frame::{ActorHeader, Dest, DownReason, ReplyStatus};
@@ -33,7 +33,8 @@ use crate::wire::frame::{ActorHeader, Dest, DownReason, ReplyStatus};
 pub(crate) struct NewActor<M> {
     pub(crate) id: ActorId,
     pub(crate) rx: mpsc::Receiver<Delivery<M>>,
-    pub(crate) tx: Arc<dyn ErasedMailbox>,
+    /// The mailbox's sending side, for the actor's first ref.
+    pub(crate) mailbox: Arc<dyn ErasedMailbox>,
     pub(crate) exit: oneshot::Receiver<DownReason>,
 }
 
@@ -82,26 +83,12 @@ impl Actors {
             tx,
             ty: fingerprint::<M>(),
         });
-        let local = mailbox.clone();
-        self.registry.insert(id, mailbox, exit_tx);
+        self.registry.insert(id, mailbox.clone(), exit_tx);
         NewActor {
             id,
             rx,
-            tx: local,
+            mailbox,
             exit: exit_rx,
-        }
-    }
-
-    /// Local actor `id`'s mailbox, if it takes `M`.
-    pub(crate) fn mailbox_of<M: Message>(
-        &self,
-        id: ActorId,
-    ) -> Result<Arc<dyn ErasedMailbox>, SendError> {
-        let mailbox = self.registry.by_id(id).ok_or(SendError::NoProc)?;
-        if mailbox.as_any().is::<Mailbox<M>>() {
-            Ok(mailbox)
-        } else {
-            Err(SendError::TypeMismatch)
         }
     }
 

@@ -40,6 +40,14 @@ pub(crate) struct Mailbox<M> {
     pub(crate) ty: u64,
 }
 
+impl<M: Message> Mailbox<M> {
+    /// The sending end of `mailbox`, if it takes `M`.
+    pub(crate) fn sender(mailbox: &dyn ErasedMailbox) -> Option<&mpsc::Sender<Delivery<M>>> {
+        let typed = mailbox.as_any().downcast_ref::<Mailbox<M>>()?;
+        Some(&typed.tx)
+    }
+}
+
 /// A mailbox seen without its message type (what the network reader needs).
 pub(crate) trait ErasedMailbox: Send + Sync {
     /// Pushes an encoded message, waiting while the mailbox is full; `Err` if the actor stopped.

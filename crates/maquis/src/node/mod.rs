@@ -46,7 +46,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 pub(crate) use control::{Control, Retry};
 pub(crate) use inner::Inner;
 
-use crate::actor::registry::Watcher;
+use crate::actor::registry::{Mailbox, Watcher};
 use crate::actor::{ActorRef, Actors, Message, Monitor, WatchTarget};
 use crate::broadcast::Topic;
 use crate::config::{Config, OverlayConfig, OverlayKind};
@@ -486,9 +486,19 @@ impl Node {
         Fut: Future<Output = DownReason> + Send + 'static,
     {
         let actors = &self.inner.actors;
-        let crate::actor::NewActor { id, rx, tx, exit } = actors.add::<M>();
+        let crate::actor::NewActor {
+            id,
+            rx,
+            mailbox,
+            exit,
+        } = actors.add::<M>();
         crate::actor::note_spawn(actors, id);
-        let me = ActorRef::local(self.inner.router.id.clone(), id, Arc::downgrade(actors), tx);
+        let me = ActorRef::local(
+            self.inner.router.id.clone(),
+            id,
+            Arc::downgrade(actors),
+            mailbox,
+        );
         let fut = f(
             Inbox {
                 rx,
@@ -630,9 +640,9 @@ impl Node {
         let rt = Arc::downgrade(actors);
         // A ref of another type than the actor takes is still returned: its sends fail with
         // `TypeMismatch`.
-        Some(match actors.mailbox_of::<M>(id) {
-            Ok(mailbox) => ActorRef::local(node, id, rt, mailbox),
-            Err(_) => ActorRef::new(node, Dest::Id(id), rt),
+        Some(match actors.registry.by_id(id) {
+            Some(mb) if Mailbox::<M>::sender(&*mb).is_some() => ActorRef::local(node, id, rt, mb),
+            _ => ActorRef::new(node, Dest::Id(id), rt),
         })
     }
 
