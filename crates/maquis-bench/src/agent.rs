@@ -64,6 +64,9 @@ pub struct NodeOpts {
     /// `transport.unsent_bytes` (else the default).
     #[arg(long)]
     pub unsent_bytes: Option<usize>,
+    /// `transport.stripe_bytes` (else the default; 0: lanes picked by key for every frame).
+    #[arg(long)]
+    pub stripe_bytes: Option<usize>,
 }
 
 impl NodeOpts {
@@ -81,6 +84,9 @@ impl NodeOpts {
         }
         if let Some(u) = self.unsent_bytes {
             c.transport.unsent_bytes = u;
+        }
+        if let Some(b) = self.stripe_bytes {
+            c.transport.stripe_bytes = b;
         }
         if let Some(dir) = &self.tls_dir {
             c.transport.tls = true;
@@ -361,7 +367,10 @@ async fn stream_to(
     }
     let before = count().await?;
     let from = Instant::now();
-    while Instant::now() < window.until {
+    // The count waits behind what the warm-up queued: measuring lasts the window's length
+    // from its answer, not to the window's end (which a deep queue could leave behind).
+    let until = from + (window.until - window.from);
+    while Instant::now() < until {
         partner
             .send_with(data(), opts)
             .await

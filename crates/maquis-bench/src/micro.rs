@@ -148,9 +148,12 @@ pub const PARTNERS: usize = 1024;
 /// Unmeasured seconds at the start of every cell (connections warm up, TCP windows open).
 pub const WARMUP_S: f64 = 1.0;
 const COOKIE: &str = "maquis-bench-micro";
-const ALL_CONFIGS: [&str; 5] = ["erlang", "single", "parallel", "affinity", "raw-tcp"];
-/// The configurations that run Maquis nodes (each also exists as `<name>-tls`).
-const MAQUIS_CONFIGS: [&str; 3] = ["single", "parallel", "affinity"];
+const ALL_CONFIGS: [&str; 6] = [
+    "erlang", "single", "parallel", "affinity", "keyed", "raw-tcp",
+];
+/// The configurations that run Maquis nodes (each also exists as `<name>-tls`). `keyed` is
+/// `affinity` without striping: every frame on the lane its key picks, as PARTISAN does.
+const MAQUIS_CONFIGS: [&str; 4] = ["single", "parallel", "affinity", "keyed"];
 /// The suffix of a configuration with TLS on every lane.
 pub const TLS_SUFFIX: &str = "-tls";
 
@@ -535,7 +538,11 @@ impl Setup<'_> {
     /// `-tls` configuration.
     fn maquis_opts(&self, c: &mut Command, config: &str) -> Result<(), String> {
         let (base, tls) = split_tls(config);
-        c.args(["--affinity", if base == "affinity" { "on" } else { "off" }]);
+        let affinity = matches!(base, "affinity" | "keyed");
+        c.args(["--affinity", if affinity { "on" } else { "off" }]);
+        if base == "keyed" {
+            c.args(["--stripe-bytes", "0"]);
+        }
         if let Some(p) = self.part_bytes {
             c.args(["--part-bytes", &p.to_string()]);
         }
@@ -779,6 +786,8 @@ mod tests {
                 "parallel-tls",
                 "affinity",
                 "affinity-tls",
+                "keyed",
+                "keyed-tls",
                 "raw-tcp"
             ]
         );

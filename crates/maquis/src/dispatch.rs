@@ -1,9 +1,15 @@
 //! Dispatch: which lane (channel × index) carries a message.
 //!
-//! With a partition key the lane index is `hash(key) % parallelism`; with affinity on and no key it
-//! is `hash(sender, receiver) % parallelism`, so one sender's messages to one receiver share a lane
-//! and stay in order; with affinity off and no key, lanes are taken round robin and no order is
-//! promised.
+//! With striping (`transport.stripe_bytes` > 0, the default) a channel of several lanes
+//! carries every frame smaller than `stripe_bytes` on its first lane, its ordering lane, and
+//! stripes larger ones over the others ([`crate::transport::stripe`]): one sender's messages to
+//! one receiver, or those of one partition key, stay in order whatever their sizes, and small
+//! messages are batched as on a single connection.
+//!
+//! Without striping, PARTISAN's way: with a partition key the lane index is
+//! `hash(key) % parallelism`; with affinity on and no key it is `hash(sender, receiver) %
+//! parallelism`, so one sender's messages to one receiver share a lane and stay in order; with
+//! affinity off and no key, lanes are taken round robin and no order is promised.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -105,12 +111,14 @@ pub(crate) fn hash_of<K: Hash + ?Sized>(key: &K) -> u64 {
 }
 
 /// Where one message goes: its lane slot, and its order key on that lane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Pick {
     /// The lane slot in the peer's lane table.
     pub slot: usize,
     /// Frames with the same key on a lane stay in order (see `transport::schedule`).
     pub order: u64,
+    /// With striping: the slots a large frame's parts go on (the channel's other lanes).
+    pub stripe: Option<std::ops::Range<usize>>,
 }
 
 /// Maps channels and keys to lane slots in a peer's lane table.
@@ -120,12 +128,14 @@ pub(crate) struct Dispatcher {
     by_name: HashMap<String, usize>,
     round_robin: Vec<AtomicUsize>,
     affinity: bool,
+    striping: bool,
     default_channel: usize,
 }
 
 impl Dispatcher {
-    /// Builds the dispatcher for a channel table (as made by `TransportConfig::channel_specs`).
-    pub(crate) fn new(specs: Vec<ChannelSpec>, affinity: bool) -> Self {
+    /// Builds the dispatcher for a channel table (as made by `TransportConfig::channel_specs`),
+    /// with affinity and striping on or off.
+    pub(crate) fn new(specs: Vec<ChannelSpec>, affinity: bool, striping: bool) -> Self {
         let by_name: HashMap<String, usize> = specs
             .iter()
             .enumerate()
@@ -138,6 +148,7 @@ impl Dispatcher {
             by_name,
             round_robin,
             affinity,
+            striping,
             default_channel,
         }
     }
@@ -190,6 +201,13 @@ impl Dispatcher {
         let order = opts
             .partition_key
             .unwrap_or_else(|| hash_of(&(sender, receiver)));
+        if self.striping && p > 1 {
+            return Pick {
+                slot: spec.offset,
+                order,
+                stripe: Some(spec.offset + 1..spec.offset + p as usize),
+            };
+        }
         let index = if opts.partition_key.is_some() || self.affinity {
             order % p
         } else {
@@ -198,6 +216,7 @@ impl Dispatcher {
         Pick {
             slot: spec.offset + index as usize,
             order,
+            stripe: None,
         }
     }
 
@@ -224,7 +243,26 @@ mod tests {
 
     fn dispatcher(affinity: bool) -> Dispatcher {
         let c = Config::new("x").parallelism(16).channel("vnode", Some(4));
-        Dispatcher::new(c.transport.channel_specs(), affinity)
+        Dispatcher::new(c.transport.channel_specs(), affinity, false)
+    }
+
+    #[test]
+    fn striping_keeps_small_frames_on_the_first_lane() {
+        let c = Config::new("x").parallelism(16).channel("vnode", Some(4));
+        let d = Dispatcher::new(c.transport.channel_specs(), true, true);
+        for s in 0..50 {
+            let p = d.pick(&SendOpts::default(), s, 2);
+            assert_eq!(p.slot, 1, "the default channel's first lane");
+            assert_eq!(p.stripe, Some(2..17));
+            let v = d.pick(&SendOpts::on("vnode").partition(s), 1, 2);
+            assert_eq!((v.slot, v.order), (17, s));
+            assert_eq!(v.stripe, Some(18..21));
+        }
+        // One lane: nothing to stripe over.
+        let c = Config::new("x").channel("one", Some(1));
+        let d = Dispatcher::new(c.transport.channel_specs(), true, true);
+        let p = d.pick(&SendOpts::on("one"), 1, 2);
+        assert_eq!(p.stripe, None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Large messages go in parts: a small message queued behind one on the same lane does not
 //! wait for it to be written, unless it has to stay behind it (the same order key), and the
-//! large message arrives whole.
+//! large message arrives whole. On a channel of several lanes the parts are striped over the
+//! lanes, with the same promises.
 
 mod common;
 
@@ -35,10 +36,20 @@ type Arrivals = mpsc::UnboundedReceiver<(u32, bool)>;
 /// Two nodes with one lane per channel, a lane queue smaller than the large message, and parts
 /// of `part_bytes`; a sink on the second that reports every message as it arrives.
 async fn setup(prefix: &str, part_bytes: usize) -> (Vec<Node>, ActorRef<Msg>, Arrivals) {
+    setup_lanes(prefix, part_bytes, 1, 1 << 20).await
+}
+
+/// As [`setup`], with `lanes` lanes per channel and lane queues of `queue` bytes.
+async fn setup_lanes(
+    prefix: &str,
+    part_bytes: usize,
+    lanes: u16,
+    queue: usize,
+) -> (Vec<Node>, ActorRef<Msg>, Arrivals) {
     let nodes = cluster(prefix, 2, |mut c| {
-        c.transport.lane_queue_bytes = 1 << 20;
+        c.transport.lane_queue_bytes = queue;
         c.transport.part_bytes = part_bytes;
-        c.parallelism(1)
+        c.parallelism(lanes)
     })
     .await;
     let (log, seen) = mpsc::unbounded_channel();
@@ -135,4 +146,74 @@ async fn the_part_size_is_a_setting() {
     // Parts larger than the message: it goes whole, and what is queued behind it waits.
     let (order, _) = large_then_small("lmwhole", 2 * BIG).await;
     assert_eq!(order, vec![(1, true), (2, true)]);
+}
+
+/// Bytes written on each lane of the default channel (the first is its ordering lane).
+fn default_lanes_bytes(node: &Node) -> Vec<u64> {
+    node.status().peers[0]
+        .lanes
+        .iter()
+        .filter(|l| l.channel == "default")
+        .map(|l| l.bytes_out)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn striped_messages_keep_their_order_and_spread_over_the_lanes() {
+    let (nodes, r, mut seen) = setup_lanes("lmstripe", 1 << 20, 4, 1 << 20).await;
+    let opts = SendOpts::default().partition(1);
+    r.send_with(Msg::Big(1, pattern().into()), &opts)
+        .await
+        .unwrap();
+    r.send_with(Msg::Small(2), &opts).await.unwrap();
+    r.send_with(Msg::Big(3, pattern().into()), &opts)
+        .await
+        .unwrap();
+    r.send_with(Msg::Small(4), &opts).await.unwrap();
+    assert_eq!(
+        arrivals(&mut seen, 4).await,
+        vec![(1, true), (2, true), (3, true), (4, true)]
+    );
+    let bytes = default_lanes_bytes(&nodes[0]);
+    assert_eq!(bytes.len(), 4);
+    assert!(
+        bytes[0] < 4096,
+        "the ordering lane carried small frames and commits only: {bytes:?}"
+    );
+    for (i, b) in bytes.iter().enumerate().skip(1) {
+        assert!(
+            *b >= 4 << 20,
+            "lane {i} carried a share of the parts: {bytes:?}"
+        );
+    }
+    let dropped: u64 = nodes[0].status().peers[0]
+        .lanes
+        .iter()
+        .map(|l| l.dropped)
+        .sum();
+    assert_eq!(dropped, 0);
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_message_overtakes_a_striped_one() {
+    // Queues that take the whole message: the send returns before any part is written.
+    let (nodes, r, mut seen) = setup_lanes("lmstover", 1 << 20, 4, 4 * BIG).await;
+    r.send_with(
+        Msg::Big(1, pattern().into()),
+        &SendOpts::default().partition(1),
+    )
+    .await
+    .unwrap();
+    // The large message's commit waits on the ordering lane until its 16 parts are written;
+    // a small message of another key does not wait behind it.
+    r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
+        .await
+        .unwrap();
+    assert_eq!(arrivals(&mut seen, 2).await, vec![(2, true), (1, true)]);
+    for n in &nodes {
+        n.shutdown().await;
+    }
 }

@@ -140,6 +140,30 @@ pub enum Header {
         /// Whether this is the frame's last piece.
         last: bool,
     },
+    /// One piece of a large frame striped over the lanes of its channel (see
+    /// [`super::stripes`]); the payload is the piece, the bytes of the striped frame (its
+    /// length prefix included) from `offset` on.
+    Stripe {
+        /// The striped frame, numbered by its sender (per peer).
+        id: u64,
+        /// Where the piece goes in the striped frame's bytes.
+        offset: u64,
+        /// The striped frame's length in bytes, its length prefix included.
+        total: u64,
+    },
+    /// The place of striped frame `id` in its channel's order, on the channel's ordering lane,
+    /// written once every piece of it has been written: the receiver hands the frame on here.
+    /// No payload.
+    Commit {
+        /// The striped frame.
+        id: u64,
+        /// False when a piece of it was lost on the sender's side: the receiver drops it.
+        ok: bool,
+        /// Every striped frame with a smaller id may have pieces written before the last piece
+        /// of this one: the receiver takes them in even when its table is full, or it could
+        /// wait forever for this one.
+        horizon: u64,
+    },
 }
 
 /// Actor traffic: what a [`Header::Actor`] frame (from a neighbour) or a [`Header::Routed`]
@@ -626,6 +650,10 @@ mod tests {
                 Just(Header::Bye),
                 Just(Header::Broadcast),
                 routed,
+                (any::<u64>(), any::<u64>(), any::<u64>())
+                    .prop_map(|(id, offset, total)| { Header::Stripe { id, offset, total } }),
+                (any::<u64>(), any::<bool>(), any::<u64>())
+                    .prop_map(|(id, ok, horizon)| Header::Commit { id, ok, horizon }),
             ]
             .boxed()
         }

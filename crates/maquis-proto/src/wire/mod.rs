@@ -8,6 +8,7 @@ mod auth;
 pub mod frame;
 pub mod handshake;
 pub mod parts;
+pub mod stripes;
 
 use bytes::BytesMut;
 
@@ -21,6 +22,7 @@ pub use handshake::{
     RejectCode, Transcript, MAGIC, MAX_HANDSHAKE_FRAME, VERSION,
 };
 pub use parts::{Parts, Reassembly, PART_BYTES};
+pub use stripes::{CommitOutcome, PartOutcome, StripeLimits, Stripes};
 
 /// Takes whole messages off the front of a buffer that a byte stream is read into.
 pub trait StreamDecoder {

@@ -257,6 +257,14 @@ pub struct TransportConfig {
     /// one (4 KiB–4 GiB; at `max_frame_bytes` or more, no frame is cut). Only the sender's
     /// setting counts.
     pub part_bytes: usize,
+    /// On a channel of several lanes, a frame of at least this many bytes is striped: cut
+    /// into parts of `part_bytes`, spread over the channel's lanes but its first, and put back
+    /// in order by a small commit on the first lane, which carries every smaller frame of the
+    /// channel (so small messages are batched as on one connection, and one large message
+    /// gets the bandwidth of all the lanes). `0` turns striping off: lanes are picked by key
+    /// for every frame, as PARTISAN does (else at least 4 KiB). Only the sender's setting
+    /// counts.
+    pub stripe_bytes: usize,
     /// How many bytes written to a lane's socket but not yet sent the kernel holds before the
     /// lane's writer waits (`TCP_NOTSENT_LOWAT`, Linux; 0 leaves the kernel's default, which
     /// holds up to the whole send buffer). Less lets a small frame wait less behind a large
@@ -316,6 +324,7 @@ impl Default for TransportConfig {
             node_queue_bytes: 512 * 1024 * 1024,
             max_frame_bytes: crate::wire::frame::DEFAULT_MAX_FRAME,
             part_bytes: crate::wire::PART_BYTES,
+            stripe_bytes: 256 * 1024,
             unsent_bytes: 1024 * 1024,
             heartbeat_interval_ms: 500,
             heartbeat_timeout_ms: 3000,
@@ -370,6 +379,12 @@ impl TransportConfig {
         }
         if self.part_bytes < 4096 || self.part_bytes > (u32::MAX as usize) {
             return Err(invalid("transport.part_bytes", "must be 4 KiB to 4 GiB"));
+        }
+        if self.stripe_bytes != 0 && self.stripe_bytes < 4096 {
+            return Err(invalid(
+                "transport.stripe_bytes",
+                "must be 0 (no striping) or at least 4 KiB",
+            ));
         }
         if self.unsent_bytes > i32::MAX as usize {
             return Err(invalid(

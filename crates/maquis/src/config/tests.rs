@@ -662,3 +662,17 @@ fn part_and_unsent_sizes_are_read_and_checked() {
     let err = c.validate().unwrap_err().to_string();
     assert!(err.starts_with("transport.unsent_bytes:"), "{err}");
 }
+
+#[test]
+fn stripe_size_is_read_and_checked() {
+    let c = Config::default()
+        .apply_vars(vars(&[("MAQUIS_TRANSPORT_STRIPE_BYTES", "0")]))
+        .unwrap();
+    assert_eq!(c.transport.stripe_bytes, 0, "0: no striping");
+    c.validate().unwrap();
+    let mut c = Config::new("n");
+    assert_eq!(c.transport.stripe_bytes, 256 * 1024);
+    c.transport.stripe_bytes = 100;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.starts_with("transport.stripe_bytes:"), "{err}");
+}

@@ -147,8 +147,9 @@ impl Inner {
                     .await;
             }
             Header::Actor(actor) => self.actors.handle_app(&peer.id, actor, payload).await,
-            // The frame decoder puts a frame sent in parts together and hands on the whole.
-            Header::Part { .. } => {}
+            // The frame decoder puts a frame sent in parts together, and the transport a striped
+            // one; they hand on the whole.
+            Header::Part { .. } | Header::Stripe { .. } | Header::Commit { .. } => {}
         }
     }
 }

@@ -160,13 +160,18 @@ impl Node {
         let (events, _) = broadcast::channel(config.node.event_buffer);
         let (router, waiting) = Router::new(
             id.clone(),
-            Dispatcher::new(config.transport.channel_specs(), config.transport.affinity),
+            Dispatcher::new(
+                config.transport.channel_specs(),
+                config.transport.affinity,
+                config.transport.stripe_bytes > 0,
+            ),
             liveness,
             RouterLimits {
                 max_frame_bytes: config.transport.max_frame_bytes,
                 lane_queue_bytes: config.transport.lane_queue_bytes,
                 node_queue_bytes: config.transport.node_queue_bytes,
                 part_bytes: config.transport.part_bytes,
+                stripe_bytes: config.transport.stripe_bytes,
                 hop_limit: config.broadcast.hop_limit,
             },
         );

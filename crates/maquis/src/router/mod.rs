@@ -76,6 +76,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::FutureExt;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -87,6 +88,7 @@ use crate::id::{LaneId, NodeId};
 use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
 use crate::transport::lane::{run_writer, Lane, Unsent, UnsentSink};
+use crate::transport::stripe::{self, StripesIn};
 use crate::transport::{Peer, PeerRefused, QueueBudget};
 use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
 
@@ -154,6 +156,8 @@ pub(crate) struct RouterLimits {
     pub(crate) node_queue_bytes: usize,
     /// Frames larger than this go in parts of this size.
     pub(crate) part_bytes: usize,
+    /// Frames of at least this size are striped over their channel's lanes (0: never).
+    pub(crate) stripe_bytes: usize,
     /// Hops after which a routed frame is dropped.
     pub(crate) hop_limit: u16,
 }
@@ -452,6 +456,8 @@ impl Router {
             rtt_us: Default::default(),
             written_at_tick: Default::default(),
             max_frame: AtomicU64::new(u64::MAX),
+            stripes_out: Default::default(),
+            stripes_in: StripesIn::new(self.limits.max_frame_bytes),
             abort: abort.clone(),
             close: close.clone(),
             changed: Default::default(),
@@ -589,23 +595,6 @@ impl Router {
         ))
     }
 
-    /// The lane, the head and the order key of a frame for `dst` as things are now (no
-    /// waiting).
-    fn route_frame(
-        &self,
-        dst: &NodeId,
-        opts: &SendOpts,
-        sender: u64,
-        receiver: u64,
-        header: ActorHeader,
-        payload_len: usize,
-    ) -> Result<(Arc<Lane>, Bytes, u64), SendError> {
-        let Pick { slot, order } = self.dispatch.pick(opts, sender, receiver);
-        let hop = self.open_hop(dst, slot)?;
-        let (lane, head) = self.frame_to(hop, dst, slot, header, payload_len)?;
-        Ok((lane, head, order))
-    }
-
     /// [`Router::next_hop`], chosen again (up to `CHOICES` times) while the peer chosen turns
     /// out dropped meanwhile: its lane `slot` takes no more frames.
     fn open_hop(&self, dst: &NodeId, slot: usize) -> Result<Hop, SendError> {
@@ -644,7 +633,11 @@ impl Router {
         header: ActorHeader,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let Pick { slot, order } = self.dispatch.pick(opts, sender, receiver);
+        let Pick {
+            slot,
+            order,
+            stripe,
+        } = self.dispatch.pick(opts, sender, receiver);
         let hop = match self.open_hop(dst, slot) {
             Err(SendError::Unreachable(_)) if self.may_wait_for_route(dst) => {
                 let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
@@ -652,8 +645,25 @@ impl Router {
             }
             other => other?,
         };
+        let striped = self.stripe_peer(&hop, stripe, payload.len());
         let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
-        lane.enqueue(head, payload, Some(order)).await
+        match striped {
+            Some((peer, data)) => {
+                let part = self.limits.part_bytes;
+                let frame = (head, payload);
+                Box::pin(stripe::send(
+                    &peer.stripes_out,
+                    &lane,
+                    &peer.lanes[data],
+                    frame,
+                    order,
+                    part,
+                    true,
+                ))
+                .await
+            }
+            None => lane.enqueue(head, payload, Some(order)).await,
+        }
     }
 
     /// Queues a frame for `dst` or fails with `Backpressure` at once.
@@ -666,9 +676,53 @@ impl Router {
         header: ActorHeader,
         payload: Bytes,
     ) -> Result<(), SendError> {
-        let (lane, head, order) =
-            self.route_frame(dst, opts, sender, receiver, header, payload.len())?;
-        lane.try_enqueue(head, payload, Some(order))
+        let Pick {
+            slot,
+            order,
+            stripe,
+        } = self.dispatch.pick(opts, sender, receiver);
+        let hop = self.open_hop(dst, slot)?;
+        let striped = self.stripe_peer(&hop, stripe, payload.len());
+        let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
+        match striped {
+            Some((peer, data)) => {
+                let part = self.limits.part_bytes;
+                let frame = (head, payload);
+                let sent = stripe::send(
+                    &peer.stripes_out,
+                    &lane,
+                    &peer.lanes[data],
+                    frame,
+                    order,
+                    part,
+                    false,
+                );
+                // Without waiting for room, nothing in it waits.
+                sent.now_or_never()
+                    .unwrap_or(Err(SendError::Backpressure("striped frames")))
+            }
+            None => lane.try_enqueue(head, payload, Some(order)),
+        }
+    }
+
+    /// The peer and the lane slots to stripe a frame with `len` bytes of payload over, when it
+    /// is to be striped: large enough, on a channel that stripes, to a peer directly (a frame
+    /// forwarded through other nodes goes whole).
+    fn stripe_peer(
+        &self,
+        hop: &Hop,
+        lanes: Option<std::ops::Range<usize>>,
+        len: usize,
+    ) -> Option<(Arc<Peer>, std::ops::Range<usize>)> {
+        let lanes = lanes?;
+        match hop {
+            Hop::Direct(peer)
+                if self.limits.stripe_bytes > 0 && len >= self.limits.stripe_bytes =>
+            {
+                Some((peer.clone(), lanes))
+            }
+            _ => None,
+        }
     }
 
     /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts).

@@ -330,9 +330,10 @@ mod tests {
             lane_queue_bytes: 1 << 20,
             node_queue_bytes: 1 << 24,
             part_bytes: crate::wire::PART_BYTES,
+            stripe_bytes: 0,
             hop_limit: 16,
         };
-        let dispatch = Dispatcher::new(specs, true);
+        let dispatch = Dispatcher::new(specs, true, false);
         let (router, queues) = Router::new(id("a"), dispatch, Liveness::Membership, limits);
         let router = Arc::new(router);
         router.set_members(Arc::new(vec![id("a"), id("b"), id("c")]));

@@ -70,7 +70,7 @@ use super::{Host, LaneEvent};
 use crate::error::ConnError;
 use crate::id::{LaneId, NodeId};
 use crate::throttle::Throttle;
-use crate::wire::frame::FrameDecoder;
+use crate::wire::frame::{FrameDecoder, Header};
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
 use crate::wire::WireError;
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
@@ -466,6 +466,8 @@ async fn read_loop<H: Host>(
         peer: peer.clone(),
     };
     let mut frames = FramedRead::with_capacity(counted, Codec(decoder), READ_BUFFER);
+    // How long a striped frame's commit waits for its pieces before it is dropped.
+    let patience = Duration::from_millis(inner.config().transport.heartbeat_timeout_ms);
     // One wait for the whole loop: made anew for every frame, it registered with the token
     // and left it again each time.
     let cancelled = info.cancel.cancelled();
@@ -478,21 +480,48 @@ async fn read_loop<H: Host>(
         match next {
             Some(Ok(frame)) => {
                 lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
-                inner.on_frame(&peer, frame).await;
+                let whole = match frame.header {
+                    Header::Stripe { id, offset, total } => {
+                        let kept = tokio::select! {
+                            _ = &mut cancelled => break "closed".to_string(),
+                            r = peer.stripes_in.part(id, offset, total, frame.payload) => r,
+                        };
+                        match kept {
+                            Ok(()) => continue,
+                            Err(e) => break bad_frame(&*inner, &peer, &lane, e),
+                        }
+                    }
+                    Header::Commit { id, ok, horizon } => {
+                        let done = tokio::select! {
+                            _ = &mut cancelled => break "closed".to_string(),
+                            r = peer.stripes_in.commit(id, ok, horizon, patience) => r,
+                        };
+                        match done {
+                            Ok(Some(f)) => f,
+                            Ok(None) => {
+                                inner.counters().stripes_dropped.inc();
+                                continue;
+                            }
+                            Err(e) => break bad_frame(&*inner, &peer, &lane, e),
+                        }
+                    }
+                    _ => frame,
+                };
+                inner.on_frame(&peer, whole).await;
             }
             Some(Err(WireError::Io(e))) if !is_tls_error(&e) => {
                 // The connection ended without a clean close (reset, or TLS cut short): lost,
                 // not bad data.
                 break e.to_string();
             }
-            Some(Err(e)) => {
-                inner.counters().bad_frames.inc();
-                tracing::warn!(peer = %peer.id, lane = %lane.id, error = %e, "bad frame; closing the connection");
-                break e.to_string();
-            }
+            Some(Err(e)) => break bad_frame(&*inner, &peer, &lane, e),
             None => break END_OF_STREAM.to_string(),
         }
     };
+    if reason != END_OF_STREAM {
+        // Pieces of striped frames may have been lost with it.
+        peer.stripes_in.lane_lost();
+    }
     if reason == END_OF_STREAM {
         // The other end closed its side on purpose: the write in progress here still goes out
         // (it reads until it cuts the connection), then the writer lets the connection go.
@@ -510,6 +539,13 @@ async fn read_loop<H: Host>(
             })
             .await;
     }
+}
+
+/// Counts and logs a frame that closes its connection; the reason.
+fn bad_frame<H: Host>(inner: &H, peer: &Peer, lane: &super::lane::Lane, e: WireError) -> String {
+    inner.counters().bad_frames.inc();
+    tracing::warn!(peer = %peer.id, lane = %lane.id, error = %e, "bad frame; closing the connection");
+    e.to_string()
 }
 
 /// Whether a read failed on bad TLS data (a record that does not decrypt, say) rather than

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::schedule::{Round, Schedule};
 use super::stream::WriteHalf;
+use super::stripe::Role;
 use super::watch::{Tokens, Watch, CANCELLED, CLOSING, ENDED};
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
@@ -43,6 +44,8 @@ pub(crate) struct OutFrame {
     /// even when one of them goes in parts; `None` (the runtime's own frames) is in no order
     /// with large frames. See [`super::schedule`].
     pub order: Option<u64>,
+    /// Whether it is a piece or the commit of a striped frame ([`super::stripe`]).
+    pub role: Role,
     permit: OwnedSemaphorePermit,
     node_permit: OwnedSemaphorePermit,
 }
@@ -54,6 +57,18 @@ impl OutFrame {
         for p in [&mut self.permit, &mut self.node_permit] {
             drop(p.split(bytes.min(p.num_permits())));
         }
+    }
+
+    /// The frame went out whole: a piece of a striped frame tells its gate.
+    pub(crate) fn written(&mut self) {
+        if let Role::Part(g) = &mut self.role {
+            g.written();
+        }
+    }
+
+    /// Whether it belongs to a striped frame (such frames go to their peer only).
+    pub(crate) fn is_striped(&self) -> bool {
+        !matches!(self.role, Role::Whole)
     }
 }
 
@@ -203,6 +218,10 @@ pub(crate) struct Lane {
     /// Signalled when a frame is queued while the lane has no connection (a dialer that dials
     /// on demand waits for it).
     demand: Notify,
+    /// Raised, and the writer woken, when the gate of a striped frame's commit queued here
+    /// opens.
+    gate_open: AtomicBool,
+    gates: Notify,
     tx: mpsc::UnboundedSender<OutFrame>,
     budget: Arc<Semaphore>,
     capacity: u32,
@@ -243,6 +262,8 @@ impl Lane {
             state: Mutex::new(LaneState::default()),
             connected: AtomicBool::new(false),
             demand: Notify::new(),
+            gate_open: AtomicBool::new(false),
+            gates: Notify::new(),
             tx,
             budget: Arc::new(Semaphore::new(capacity as usize)),
             capacity,
@@ -272,6 +293,12 @@ impl Lane {
         (self.capacity as u64).saturating_sub(self.budget.available_permits() as u64)
     }
 
+    /// A striped frame's commit queued here may go: wakes the writer.
+    pub(crate) fn gate_opened(&self) {
+        self.gate_open.store(true, Ordering::Release);
+        self.gates.notify_one();
+    }
+
     /// Waits until the lane has a connection or a frame waiting for one.
     pub(crate) async fn wanted(&self) {
         loop {
@@ -293,24 +320,39 @@ impl Lane {
         payload: Bytes,
         order: Option<u64>,
     ) -> Result<(), SendError> {
-        let len = head.len() + payload.len();
-        let size = len.clamp(1, self.capacity as usize) as u32;
-        let closed = |_| SendError::Unreachable(self.id.to_string());
-        let permit = acquire(&self.budget, size).await.map_err(closed)?;
-        let node_permit = acquire(&self.node.sem, self.node.size(len))
+        self.enqueue_role(head, payload, order, Role::Whole, true)
             .await
-            .map_err(closed)?;
-        self.push(head, payload, order, permit, node_permit)
     }
 
-    /// Queues a frame without waiting; used by protocol traffic that must never block.
-    pub(crate) fn try_enqueue(
+    /// Queues a piece or commit of a striped frame, waiting for room when `wait`, else failing
+    /// with `Backpressure`.
+    pub(crate) async fn enqueue_role(
         &self,
         head: Bytes,
         payload: Bytes,
         order: Option<u64>,
+        role: Role,
+        wait: bool,
     ) -> Result<(), SendError> {
         let len = head.len() + payload.len();
+        let size = len.clamp(1, self.capacity as usize) as u32;
+        let (permit, node_permit) = if wait {
+            let closed = |_| SendError::Unreachable(self.id.to_string());
+            let permit = acquire(&self.budget, size).await.map_err(closed)?;
+            let node_permit = acquire(&self.node.sem, self.node.size(len))
+                .await
+                .map_err(closed)?;
+            (permit, node_permit)
+        } else {
+            self.try_permits(len)?
+        };
+        self.push(head, payload, order, role, permit, node_permit)
+    }
+
+    fn try_permits(
+        &self,
+        len: usize,
+    ) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), SendError> {
         let size = len.clamp(1, self.capacity as usize) as u32;
         let permit = self
             .budget
@@ -323,7 +365,18 @@ impl Lane {
             .clone()
             .try_acquire_many_owned(self.node.size(len))
             .map_err(|_| SendError::Backpressure("node queue"))?;
-        self.push(head, payload, order, permit, node_permit)
+        Ok((permit, node_permit))
+    }
+
+    /// Queues a frame without waiting; used by protocol traffic that must never block.
+    pub(crate) fn try_enqueue(
+        &self,
+        head: Bytes,
+        payload: Bytes,
+        order: Option<u64>,
+    ) -> Result<(), SendError> {
+        let (permit, node_permit) = self.try_permits(head.len() + payload.len())?;
+        self.push(head, payload, order, Role::Whole, permit, node_permit)
     }
 
     fn push(
@@ -331,6 +384,7 @@ impl Lane {
         head: Bytes,
         payload: Bytes,
         order: Option<u64>,
+        role: Role,
         permit: OwnedSemaphorePermit,
         node_permit: OwnedSemaphorePermit,
     ) -> Result<(), SendError> {
@@ -339,6 +393,7 @@ impl Lane {
                 head,
                 payload,
                 order,
+                role,
                 permit,
                 node_permit,
             })
@@ -493,6 +548,7 @@ pub(crate) async fn run_writer(
             tokio::select! {
                 biased;
                 raised = watch.raised(mask) => raised,
+                _ = lane.gates.notified() => 0,
                 next = task.conn_rx.recv() => {
                     conn = next.map(watched);
                     schedule.lost(None);
@@ -532,7 +588,8 @@ pub(crate) async fn run_writer(
             writer, max_frame, ..
         } = c;
         drop_too_large(&lane, &mut incoming, *max_frame);
-        schedule.fill(&mut incoming, &mut round);
+        let opened = lane.gate_open.swap(false, Ordering::AcqRel);
+        schedule.fill(&mut incoming, &mut round, opened);
         if round.is_empty() {
             continue;
         }
@@ -546,6 +603,7 @@ pub(crate) async fn run_writer(
         };
         match written {
             Ok(bytes) => {
+                round.frames.iter_mut().for_each(OutFrame::written);
                 let done = schedule.written(&round).map_or(0, |_| 1);
                 lane.metrics.msgs_out.fetch_add(n + done, Ordering::Relaxed);
                 lane.metrics
@@ -568,6 +626,12 @@ pub(crate) async fn run_writer(
     while let Ok(f) = task.rx.try_recv() {
         left.push(f);
     }
+    // Pieces and commits of striped frames make sense to this peer only.
+    let before = left.len();
+    left.retain(|f| !f.is_striped());
+    lane.metrics
+        .dropped
+        .fetch_add((before - left.len()) as u64, Ordering::Relaxed);
     let n = left.len() as u64;
     if n > 0 {
         let handed = unsent.is_some_and(|sink| {
@@ -698,6 +762,7 @@ pub(crate) mod testing {
             head: Bytes::from_static(&[0, 0, 0, 0, 0, 0]),
             payload: Bytes::from(payload),
             order,
+            role: Role::Whole,
             permit: sem.clone().try_acquire_owned().expect("a fresh semaphore"),
             node_permit: sem.try_acquire_owned().expect("a fresh semaphore"),
         }

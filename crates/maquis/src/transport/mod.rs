@@ -13,7 +13,10 @@
 //! a time (plain or TLS, `stream::Stream`), used in both directions; its outbound queue and writer task outlive connections, so
 //! frames queued while it is down wait for the next connection. The writer (`lane::run_writer`)
 //! takes up to 256 frames at once and writes them with vectored writes: headers and payloads up to
-//! 16 KiB are copied into one buffer, larger payloads are written from their own.
+//! 16 KiB are copied into one buffer, larger payloads are written from their own. With striping
+//! (`transport.stripe_bytes`), a channel's first lane carries its small frames and the commits
+//! of its large ones, whose parts go over its other lanes ([`stripe`]); readers put them back
+//! together per peer and hand the frame on at its commit.
 //!
 //! # Who dials
 //!
@@ -56,6 +59,7 @@ pub(crate) mod listener;
 pub(crate) mod peer;
 pub(crate) mod schedule;
 pub(crate) mod stream;
+pub(crate) mod stripe;
 pub(crate) mod watch;
 
 use std::future::Future;

@@ -7,6 +7,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::lane::Lane;
+use super::stripe::{StripesIn, StripesOut};
 use crate::id::NodeId;
 
 /// Why a node gets no peer entry (its connection is refused).
@@ -50,6 +51,10 @@ pub(crate) struct Peer {
     /// The largest frame the peer accepts, as its last handshake said (`u64::MAX` until one
     /// has completed: then only this node's own limit applies).
     pub max_frame: AtomicU64,
+    /// Striped frames sent to it.
+    pub stripes_out: StripesOut,
+    /// Striped frames from it being put together.
+    pub stripes_in: StripesIn,
     /// Aborts everything (frames queued are dropped).
     pub abort: CancellationToken,
     /// Closes gracefully (frames queued are written first).

@@ -11,6 +11,10 @@
 //! too, in queue order. Frames without a key (the runtime's own) are in no order with large
 //! frames. One frame is in parts at a time; the next large frame waits for its turn.
 //!
+//! The commit of a frame striped over other lanes ([`super::stripe`]) is held the same way
+//! until its gate opens (every piece written or dropped), with the frames of its key behind
+//! it; the writer is woken when a gate opens and the held frames are placed again.
+//!
 //! Nothing here does I/O: the writer asks for a [`Round`] (what to write next), writes it, and
 //! says how the write went.
 
@@ -20,6 +24,7 @@ use bytes::Bytes;
 use maquis_proto::wire::Parts;
 
 use super::lane::OutFrame;
+use super::stripe::Role;
 
 /// The most parts of a frame in one write when no other frame is waiting.
 const PARTS_ALONE: usize = 4;
@@ -91,8 +96,12 @@ impl Schedule {
     }
 
     /// Fills `round` with the next write: the frames let go, then `incoming` (newly queued,
-    /// emptied), each written now or held, then the next part of the frame in parts.
-    pub(crate) fn fill(&mut self, incoming: &mut Vec<OutFrame>, round: &mut Round) {
+    /// emptied), each written now or held, then the next part of the frame in parts. `opened`:
+    /// a gate of a commit held here may have opened since the last write.
+    pub(crate) fn fill(&mut self, incoming: &mut Vec<OutFrame>, round: &mut Round, opened: bool) {
+        if opened && !self.held.is_empty() {
+            self.let_go();
+        }
         while let Some(f) = self.ready.pop_front() {
             if let Some(f) = self.place(f) {
                 round.frames.push(f);
@@ -167,15 +176,26 @@ impl Schedule {
 
     /// Where frame `f` goes: returned to be written now, or kept (held, or as the frame in
     /// parts).
-    fn place(&mut self, f: OutFrame) -> Option<OutFrame> {
-        let blocked = f.order.is_some_and(|k| {
-            self.held_keys.contains_key(&k)
-                || self
-                    .large
-                    .as_ref()
-                    .is_some_and(|l| l.frame.order == Some(k))
-        });
-        let large = Parts::needed(f.head.len(), f.payload.len(), self.part);
+    fn place(&mut self, mut f: OutFrame) -> Option<OutFrame> {
+        let gated = match &f.role {
+            Role::Commit { gate, .. } if gate.is_open() => {
+                f.head = gate.commit_head();
+                false
+            }
+            Role::Commit { .. } => true,
+            _ => false,
+        };
+        let blocked = gated
+            || f.order.is_some_and(|k| {
+                self.held_keys.contains_key(&k)
+                    || self
+                        .large
+                        .as_ref()
+                        .is_some_and(|l| l.frame.order == Some(k))
+            });
+        // A piece of a striped frame is at most a part already.
+        let large = matches!(f.role, Role::Whole)
+            && Parts::needed(f.head.len(), f.payload.len(), self.part);
         if blocked || (large && self.large.is_some()) {
             if let Some(k) = f.order {
                 *self.held_keys.entry(k).or_default() += 1;
@@ -223,7 +243,7 @@ mod tests {
         let mut out = Vec::new();
         let mut round = Round::default();
         loop {
-            s.fill(&mut incoming, &mut round);
+            s.fill(&mut incoming, &mut round, false);
             if round.is_empty() {
                 return out;
             }
@@ -240,7 +260,7 @@ mod tests {
         let mut s = Schedule::new(PART);
         let mut round = Round::default();
         // Frame 1 is 1,006 bytes: eleven parts. Alone, several go in one write.
-        s.fill(&mut vec![frame(1, Some(1), 1000)], &mut round);
+        s.fill(&mut vec![frame(1, Some(1), 1000)], &mut round, false);
         assert_eq!(ids(&round), (vec![], true));
         assert_eq!(round.part_len, PARTS_ALONE * PART);
         assert!(s.written(&round).is_none());
@@ -248,6 +268,7 @@ mod tests {
         s.fill(
             &mut vec![frame(2, Some(2), 10), frame(3, None, 10)],
             &mut round,
+            false,
         );
         assert_eq!(ids(&round), (vec![2, 3], true), "other keys overtake");
         assert_eq!(round.part_len, PART, "one part beside other frames");
@@ -297,13 +318,13 @@ mod tests {
     fn a_lost_connection_restarts_the_frame_unless_its_end_may_have_arrived() {
         let mut s = Schedule::new(PART);
         let mut round = Round::default();
-        s.fill(&mut vec![frame(1, Some(1), 1000)], &mut round);
+        s.fill(&mut vec![frame(1, Some(1), 1000)], &mut round, false);
         assert!(!round.last_part);
         s.written(&round);
         round.clear();
         // Lost between writes: the frame goes again from its first part.
         assert!(s.lost(None).is_none());
-        s.fill(&mut vec![], &mut round);
+        s.fill(&mut vec![], &mut round, false);
         assert!(!round.last_part);
         assert_eq!(round.part_len, PARTS_ALONE * PART, "from its first byte");
         round.clear();
@@ -316,12 +337,60 @@ mod tests {
         s.fill(
             &mut vec![frame(1, Some(1), 150), frame(2, Some(1), 10)],
             &mut round,
+            false,
         );
         assert!(round.last_part, "both parts in one write");
         let dropped = s.lost(Some(&round)).expect("handed back");
         assert_eq!(dropped.payload[0], 1);
         round.clear();
         assert_eq!(run(&mut s, vec![]), vec![2]);
+    }
+
+    #[test]
+    fn a_commit_waits_for_its_pieces_with_its_key_behind_it() {
+        use crate::id::LaneId;
+        use crate::transport::lane::Lane;
+        use crate::transport::stripe::testing::{commit, gate};
+        use maquis_proto::wire::{decode_head, Header};
+
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        for (pieces_written, ok) in [(true, true), (false, false)] {
+            let mut s = Schedule::new(PART);
+            let mut round = Round::default();
+            let (g, mut guards) = gate(7, 2, &lane);
+            let mut c = frame(1, Some(1), 10);
+            c.role = commit(&g);
+            s.fill(
+                &mut vec![c, frame(2, Some(1), 10), frame(3, Some(2), 10)],
+                &mut round,
+                false,
+            );
+            assert_eq!(ids(&round), (vec![3], false), "other keys go by");
+            round.clear();
+            let mut first = guards.pop().unwrap();
+            first.written();
+            drop(first);
+            s.fill(&mut vec![frame(4, Some(1), 10)], &mut round, true);
+            assert!(round.is_empty(), "one piece is still out");
+            // The last piece goes: written, or dropped unwritten.
+            let mut last = guards.pop().unwrap();
+            if pieces_written {
+                last.written();
+            }
+            drop(last);
+            assert!(g.is_open());
+            s.fill(&mut vec![], &mut round, true);
+            assert_eq!(ids(&round), (vec![1, 2, 4], false));
+            let header = decode_head(&round.frames[0].head).unwrap();
+            assert_eq!(
+                header,
+                Header::Commit {
+                    id: 7,
+                    ok,
+                    horizon: 9
+                }
+            );
+        }
     }
 
     #[test]
@@ -335,6 +404,7 @@ mod tests {
                 frame(3, Some(2), 300),
             ],
             &mut round,
+            false,
         );
         let all: Vec<u8> = s.take_all().iter().map(|f| f.payload[0]).collect();
         assert_eq!(all, vec![1, 2, 3]);

@@ -1,0 +1,436 @@
+//! Large frames striped over a channel's lanes: the sender's pieces and commits, and the
+//! receiver's table (the wire and the table's rules: [`maquis_proto::wire::stripes`]).
+//!
+//! The sender ([`send`]) queues the frame's commit on the channel's ordering lane first, where
+//! it holds the place of its order key (the lane's [`super::schedule`] keeps it, and the frames
+//! of its key behind it, until its [`Gate`] opens), then each piece on the least loaded of the
+//! channel's other lanes. Every piece carries a [`PartGuard`]: written, or dropped unwritten,
+//! it tells the gate; when all have, the gate opens and the ordering lane's writer is woken to
+//! write the commit (`ok: false` if a piece was dropped, so the receiver drops the frame).
+//! At most [`MAX_UNCOMMITTED`] striped frames per peer have their commit unwritten; more
+//! senders wait (or get `Backpressure`).
+//!
+//! The receiver ([`StripesIn`]) keeps the pieces per peer; a reader that must wait (a piece of
+//! a new frame while the table is full, a commit whose pieces are not all in) waits for the
+//! table to change, for its connection to end, or, for a commit, at most the heartbeat
+//! timeout.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use maquis_proto::wire::{
+    encode_head, CommitOutcome, Frame, Header, PartOutcome, StripeLimits, Stripes, WireError,
+};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::lane::Lane;
+use crate::error::SendError;
+
+/// Striped frames per peer whose commit is not written yet; more wait.
+pub(crate) const MAX_UNCOMMITTED: usize = 16;
+/// Open striped frames per peer before a piece of a new one waits at the receiver.
+const SOFT_OPEN: usize = 16;
+
+/// What a queued frame is to striping.
+#[derive(Default)]
+pub(crate) enum Role {
+    /// A frame of its own.
+    #[default]
+    Whole,
+    /// A piece of a striped frame.
+    Part(PartGuard),
+    /// The commit of a striped frame: written when its gate opens. Held until then, its
+    /// permit counts among the peer's uncommitted frames.
+    Commit {
+        /// Opens when the pieces are out.
+        gate: Arc<Gate>,
+        /// Given back when the commit is written or dropped.
+        _permit: OwnedSemaphorePermit,
+    },
+}
+
+/// Opens when every piece of a striped frame has been written or dropped.
+pub(crate) struct Gate {
+    id: u64,
+    /// Pieces not yet written or dropped, plus one held by the sender until it has queued
+    /// them all.
+    left: AtomicUsize,
+    failed: AtomicBool,
+    horizon: AtomicU64,
+    /// The ordering lane, woken when the gate opens.
+    lane: Arc<Lane>,
+}
+
+impl Gate {
+    /// Whether every piece has been written or dropped.
+    pub(crate) fn is_open(&self) -> bool {
+        self.left.load(Ordering::Acquire) == 0
+    }
+
+    fn piece_done(&self, written: bool) {
+        if !written {
+            self.failed.store(true, Ordering::Release);
+        }
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.lane.gate_opened();
+        }
+    }
+
+    /// The commit's frame head, once the gate is open: `ok` unless a piece was dropped.
+    pub(crate) fn commit_head(&self) -> Bytes {
+        let header = Header::Commit {
+            id: self.id,
+            ok: !self.failed.load(Ordering::Acquire),
+            horizon: self.horizon.load(Ordering::Acquire),
+        };
+        let mut buf = BytesMut::with_capacity(32);
+        // A commit is a few integers and no payload: it always encodes.
+        let _ = encode_head(&header, 0, usize::MAX, &mut buf);
+        buf.freeze()
+    }
+}
+
+/// A piece's hold on its gate: released as written by [`PartGuard::written`], else as dropped
+/// when the piece is dropped unwritten.
+pub(crate) struct PartGuard {
+    gate: Arc<Gate>,
+    written: bool,
+}
+
+impl PartGuard {
+    /// The piece went out whole.
+    pub(crate) fn written(&mut self) {
+        self.written = true;
+    }
+}
+
+impl Drop for PartGuard {
+    fn drop(&mut self) {
+        self.gate.piece_done(self.written);
+    }
+}
+
+/// The sender's striping state for one peer.
+pub(crate) struct StripesOut {
+    next: AtomicU64,
+    uncommitted: Arc<Semaphore>,
+    turn: AtomicUsize,
+}
+
+impl Default for StripesOut {
+    fn default() -> Self {
+        StripesOut {
+            next: AtomicU64::new(0),
+            uncommitted: Arc::new(Semaphore::new(MAX_UNCOMMITTED)),
+            turn: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Sends the frame `head` + `payload` striped: its commit on `ordering` with order key
+/// `order`, its pieces of at most `piece` bytes over `data`. Waits for room when `wait`, else
+/// fails with `Backpressure` (pieces already queued are then dropped, and so is the frame).
+pub(crate) async fn send(
+    out: &StripesOut,
+    ordering: &Arc<Lane>,
+    data: &[Arc<Lane>],
+    frame: (Bytes, Bytes),
+    order: u64,
+    piece: usize,
+    wait: bool,
+) -> Result<(), SendError> {
+    let (head, payload) = frame;
+    let permit = if wait {
+        out.uncommitted
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| SendError::Unreachable("peer closed".into()))?
+    } else {
+        out.uncommitted
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| SendError::Backpressure("striped frames"))?
+    };
+    let total = head.len() + payload.len();
+    let piece = piece.max(head.len() + 1);
+    let n = total.div_ceil(piece);
+    let id = out.next.fetch_add(1, Ordering::Relaxed);
+    let gate = Arc::new(Gate {
+        id,
+        left: AtomicUsize::new(n + 1),
+        failed: AtomicBool::new(false),
+        horizon: AtomicU64::new(0),
+        lane: ordering.clone(),
+    });
+    // The sender's own hold: the gate cannot open before the horizon is known.
+    let mine = PartGuard {
+        gate: gate.clone(),
+        written: true,
+    };
+    let mut guards: Vec<PartGuard> = (0..n)
+        .map(|_| PartGuard {
+            gate: gate.clone(),
+            written: false,
+        })
+        .collect();
+    let commit = Role::Commit {
+        gate: gate.clone(),
+        _permit: permit,
+    };
+    ordering
+        .enqueue_role(Bytes::new(), Bytes::new(), Some(order), commit, wait)
+        .await?;
+    let total64 = total as u64;
+    let mut sent = Ok(());
+    for i in 0..n {
+        let start = i * piece;
+        let end = (start + piece).min(total);
+        let guard = guards.pop().expect("one guard per piece");
+        // The first piece carries the frame's head; the others are slices of its payload.
+        let (inner, body) = if start == 0 {
+            (head.clone(), payload.slice(..end - head.len()))
+        } else {
+            (
+                Bytes::new(),
+                payload.slice(start - head.len()..end - head.len()),
+            )
+        };
+        let header = Header::Stripe {
+            id,
+            offset: start as u64,
+            total: total64,
+        };
+        let mut h = BytesMut::with_capacity(32 + inner.len());
+        if encode_head(&header, end - start, usize::MAX, &mut h).is_err() {
+            sent = Err(SendError::TooLarge {
+                len: end - start,
+                max: piece,
+            });
+            break;
+        }
+        h.extend_from_slice(&inner);
+        let lane = least_loaded(out, data);
+        if let Err(e) = lane
+            .enqueue_role(h.freeze(), body, None, Role::Part(guard), wait)
+            .await
+        {
+            sent = Err(e);
+            break;
+        }
+    }
+    // Pieces never queued count as dropped (their guards go now).
+    drop(guards);
+    gate.horizon
+        .store(out.next.load(Ordering::Relaxed), Ordering::Release);
+    drop(mine);
+    sent
+}
+
+/// The data lane with the fewest bytes queued, looking from a turn that moves on each time
+/// (ties go round).
+fn least_loaded<'a>(out: &StripesOut, data: &'a [Arc<Lane>]) -> &'a Arc<Lane> {
+    let start = out.turn.fetch_add(1, Ordering::Relaxed);
+    let n = data.len();
+    (0..n)
+        .map(|i| &data[(start + i) % n])
+        .min_by_key(|l| l.queued_bytes())
+        .expect("a striped channel has data lanes")
+}
+
+/// The receiver's striping state for one peer: the table and the wake-ups of the readers
+/// waiting on it.
+pub(crate) struct StripesIn {
+    table: Mutex<Stripes>,
+    changed: Notify,
+}
+
+impl StripesIn {
+    /// A table for frames of at most `max_frame` bytes.
+    pub(crate) fn new(max_frame: usize) -> Self {
+        StripesIn {
+            table: Mutex::new(Stripes::new(StripeLimits {
+                max_frame,
+                soft: SOFT_OPEN,
+                hard: SOFT_OPEN + MAX_UNCOMMITTED + 1,
+            })),
+            changed: Notify::new(),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Stripes> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes in a piece, waiting while the table is full.
+    pub(crate) async fn part(
+        &self,
+        id: u64,
+        offset: u64,
+        total: u64,
+        piece: Bytes,
+    ) -> Result<(), WireError> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let out = self.table().part(id, offset, total, piece.clone())?;
+            match out {
+                PartOutcome::Wait => changed.await,
+                PartOutcome::Complete => {
+                    self.changed.notify_waiters();
+                    return Ok(());
+                }
+                PartOutcome::Kept | PartOutcome::Dropped => return Ok(()),
+            }
+        }
+    }
+
+    /// Takes in a commit: the frame to hand on, once its pieces are in; `None` if it was
+    /// dropped (or given up on after `patience`).
+    pub(crate) async fn commit(
+        &self,
+        id: u64,
+        ok: bool,
+        horizon: u64,
+        patience: Duration,
+    ) -> Result<Option<Frame>, WireError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut waiting = false;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let out = self.table().commit(id, ok, horizon)?;
+            match out {
+                CommitOutcome::Deliver(f) => {
+                    self.changed.notify_waiters();
+                    return Ok(Some(*f));
+                }
+                CommitOutcome::Dropped => {
+                    self.changed.notify_waiters();
+                    return Ok(None);
+                }
+                CommitOutcome::Pending if !waiting => {
+                    // Readers of new frames' pieces may now come in (below its horizon). The
+                    // wake-up reaches this iteration's own wait too, which is not awaited: the
+                    // next iteration waits anew.
+                    waiting = true;
+                    self.changed.notify_waiters();
+                }
+                CommitOutcome::Pending => {
+                    tokio::select! {
+                        _ = &mut changed => {}
+                        _ = tokio::time::sleep_until(deadline) => {
+                            self.table().give_up(id);
+                            self.changed.notify_waiters();
+                            tracing::debug!(id, "striped frame dropped: its pieces did not come");
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A connection of the peer ended: the frames open are dropped (counted when their
+    /// commits arrive).
+    pub(crate) fn lane_lost(&self) {
+        self.table().lane_lost();
+        self.changed.notify_waiters();
+    }
+}
+
+/// Gates and commits for the tests of the lane's schedule.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A gate of `pieces` pieces for the ordering lane `lane` (horizon 9), and the pieces'
+    /// guards.
+    pub(crate) fn gate(id: u64, pieces: usize, lane: &Arc<Lane>) -> (Arc<Gate>, Vec<PartGuard>) {
+        let gate = Arc::new(Gate {
+            id,
+            left: AtomicUsize::new(pieces),
+            failed: AtomicBool::new(false),
+            horizon: AtomicU64::new(9),
+            lane: lane.clone(),
+        });
+        let guards = (0..pieces)
+            .map(|_| PartGuard {
+                gate: gate.clone(),
+                written: false,
+            })
+            .collect();
+        (gate, guards)
+    }
+
+    /// The commit role of `gate`.
+    pub(crate) fn commit(gate: &Arc<Gate>) -> Role {
+        let permit = Arc::new(Semaphore::new(1))
+            .try_acquire_owned()
+            .expect("a fresh semaphore");
+        Role::Commit {
+            gate: gate.clone(),
+            _permit: permit,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use maquis_proto::wire::{encode_frame, ActorHeader, Dest};
+
+    fn frame(n: usize) -> Bytes {
+        let header = Header::Actor(ActorHeader::Send {
+            to: Dest::Id(3),
+            incarnation: 0,
+            call: None,
+            ty: 0,
+        });
+        let bytes = encode_frame(&header, &vec![7u8; n], usize::MAX).unwrap();
+        Bytes::from(bytes.to_vec())
+    }
+
+    /// A commit read before its pieces waits for them, then hands the frame on.
+    #[tokio::test]
+    async fn a_commit_waits_for_its_last_piece() {
+        let s = Arc::new(StripesIn::new(1 << 20));
+        let whole = frame(1000);
+        let total = whole.len() as u64;
+        s.part(1, 0, total, whole.slice(..100)).await.unwrap();
+        let waiting = tokio::spawn({
+            let s = s.clone();
+            async move { s.commit(1, true, 2, Duration::from_secs(60)).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        s.part(1, 100, total, whole.slice(100..)).await.unwrap();
+        let f = waiting.await.unwrap().unwrap().expect("delivered");
+        assert_eq!(f.payload.len(), 1000);
+    }
+
+    /// A commit whose pieces never come is dropped after the patience given, and a waiting
+    /// reader yields meanwhile (with time paused, a reader that spun would stop the clock and
+    /// this test would never end).
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_gives_up_on_pieces_that_never_come() {
+        let s = StripesIn::new(1 << 20);
+        let whole = frame(1000);
+        s.part(4, 0, whole.len() as u64, whole.slice(..100))
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let got = s.commit(4, true, 5, Duration::from_secs(3)).await.unwrap();
+        assert!(got.is_none());
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        // Its late piece is dropped, and the table is empty.
+        s.part(4, 100, whole.len() as u64, whole.slice(100..))
+            .await
+            .unwrap();
+        assert_eq!(s.table().open(), 0);
+    }
+}
