@@ -22,8 +22,8 @@
 //!
 //! A striped frame obeys the receiver's frame limit (checked on `total` before any piece is
 //! kept), its pieces may not overlap or run past `total`, and memory grows only with the bytes
-//! that arrived (pieces are kept as they were read and joined once, at the end; a frame of one
-//! piece is never copied). At most `soft` frames are open at once: a piece of a new frame waits
+//! that arrived (pieces are kept as they were read and joined once, at the end, by the caller
+//! and outside its lock on the table; a frame of one piece is never copied). At most `soft` frames are open at once: a piece of a new frame waits
 //! ([`PartOutcome::Wait`]) until one is handed on, except a frame below the horizon of a commit
 //! that is waiting for its pieces (its pieces may be queued ahead of the missing one), which is
 //! let in up to `hard` open frames; past that the stream is hostile or corrupt (an error). A
@@ -76,13 +76,62 @@ pub enum PartOutcome {
 /// What became of a commit.
 #[derive(Debug, PartialEq)]
 pub enum CommitOutcome {
-    /// The frame, to be handed on now.
-    Deliver(Box<Frame>),
+    /// The frame's pieces, to be joined ([`Assembled`]) and handed on now.
+    Deliver(Assembled),
     /// Some pieces have not arrived: offer the commit again when they have (or give up).
     Pending,
     /// The frame was dropped (its sender lost a piece, or it was sent before a lost
     /// connection).
     Dropped,
+}
+
+/// The pieces of a striped frame, all in, in order: joined and decoded by
+/// [`Assembled::into_frame`], or piece by piece by a caller that wants to do the copying in
+/// steps (outside any lock it holds on the table).
+#[derive(Debug, PartialEq)]
+pub struct Assembled {
+    total: usize,
+    pieces: Vec<Bytes>,
+}
+
+impl Assembled {
+    /// The frame's length in bytes, its length prefix included.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// The pieces, in order.
+    pub fn into_pieces(self) -> Vec<Bytes> {
+        self.pieces
+    }
+
+    /// Joins the pieces (a frame of one piece is not copied) and decodes the frame.
+    pub fn into_frame(self) -> Result<Frame, WireError> {
+        let whole = if self.pieces.len() == 1 {
+            self.pieces.into_iter().next().expect("one piece")
+        } else {
+            let mut buf = BytesMut::with_capacity(self.total);
+            for p in self.pieces {
+                buf.extend_from_slice(&p);
+            }
+            buf.freeze()
+        };
+        decode_striped(whole)
+    }
+}
+
+/// Decodes the bytes of a striped frame, which may not be a part, piece or commit itself.
+pub fn decode_striped(whole: Bytes) -> Result<Frame, WireError> {
+    let frame = decode_whole(whole)?;
+    if matches!(
+        frame.header,
+        Header::Part { .. } | Header::Stripe { .. } | Header::Commit { .. }
+    ) {
+        return Err(WireError::BadHeader(
+            "a part, piece or commit inside a striped frame".into(),
+        ));
+    }
+    Ok(frame)
 }
 
 /// One striped frame being put together.
@@ -236,25 +285,10 @@ impl Stripes {
         }
         self.stop_waiting(id);
         let open = self.open.remove(&id).expect("complete above");
-        let whole = if open.pieces.len() == 1 {
-            open.pieces.into_values().next().expect("one piece")
-        } else {
-            let mut buf = BytesMut::with_capacity(open.total);
-            for p in open.pieces.into_values() {
-                buf.extend_from_slice(&p);
-            }
-            buf.freeze()
-        };
-        let frame = decode_whole(whole)?;
-        if matches!(
-            frame.header,
-            Header::Part { .. } | Header::Stripe { .. } | Header::Commit { .. }
-        ) {
-            return Err(WireError::BadHeader(
-                "a part, piece or commit inside a striped frame".into(),
-            ));
-        }
-        Ok(CommitOutcome::Deliver(Box::new(frame)))
+        Ok(CommitOutcome::Deliver(Assembled {
+            total: open.total,
+            pieces: open.pieces.into_values().collect(),
+        }))
     }
 
     fn stop_waiting(&mut self, id: u64) {
@@ -311,7 +345,7 @@ mod tests {
 
     fn deliver(s: &mut Stripes, id: u64) -> Frame {
         match s.commit(id, true, id + 1).unwrap() {
-            CommitOutcome::Deliver(f) => *f,
+            CommitOutcome::Deliver(a) => a.into_frame().unwrap(),
             other => panic!("not delivered: {other:?}"),
         }
     }
@@ -471,6 +505,9 @@ mod tests {
         .unwrap();
         let inner = Bytes::from(inner.to_vec());
         s.part(2, 0, inner.len() as u64, inner).unwrap();
-        assert!(s.commit(2, true, 3).is_err());
+        let CommitOutcome::Deliver(a) = s.commit(2, true, 3).unwrap() else {
+            panic!("complete");
+        };
+        assert!(a.into_frame().is_err());
     }
 }

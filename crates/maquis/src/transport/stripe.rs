@@ -20,8 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use maquis_proto::wire::stripes::decode_striped;
 use maquis_proto::wire::{
-    encode_head, CommitOutcome, Frame, Header, PartOutcome, StripeLimits, Stripes, WireError,
+    encode_head, Assembled, CommitOutcome, Frame, Header, PartOutcome, StripeLimits, Stripes,
+    WireError,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
@@ -240,6 +242,23 @@ fn least_loaded<'a>(out: &StripesOut, data: &'a [Arc<Lane>]) -> &'a Arc<Lane> {
         .expect("a striped channel has data lanes")
 }
 
+/// Joins a striped frame's pieces and decodes it. The copying (megabytes) is done a piece at a
+/// time, letting other tasks run in between, and never under the table's lock: a worker thread
+/// held for the whole copy delays every other lane's frames.
+async fn join(assembled: Assembled) -> Result<Frame, WireError> {
+    let total = assembled.total();
+    let mut pieces = assembled.into_pieces();
+    if pieces.len() == 1 {
+        return decode_striped(pieces.remove(0));
+    }
+    let mut buf = BytesMut::with_capacity(total);
+    for p in pieces {
+        buf.extend_from_slice(&p);
+        tokio::task::yield_now().await;
+    }
+    decode_striped(buf.freeze())
+}
+
 /// The receiver's striping state for one peer: the table and the wake-ups of the readers
 /// waiting on it.
 pub(crate) struct StripesIn {
@@ -305,9 +324,9 @@ impl StripesIn {
             changed.as_mut().enable();
             let out = self.table().commit(id, ok, horizon)?;
             match out {
-                CommitOutcome::Deliver(f) => {
+                CommitOutcome::Deliver(assembled) => {
                     self.changed.notify_waiters();
-                    return Ok(Some(*f));
+                    return join(assembled).await.map(Some);
                 }
                 CommitOutcome::Dropped => {
                     self.changed.notify_waiters();
