@@ -163,6 +163,9 @@ pub enum Header {
         /// of this one: the receiver takes them in even when its table is full, or it could
         /// wait forever for this one.
         horizon: u64,
+        /// The striped frame's hold key ([`super::stripes::hold_key`]): while it waits for its
+        /// pieces, the frames behind it with another key go on. `None`: all wait.
+        hold: Option<u64>,
     },
 }
 
@@ -652,8 +655,18 @@ mod tests {
                 routed,
                 (any::<u64>(), any::<u64>(), any::<u64>())
                     .prop_map(|(id, offset, total)| { Header::Stripe { id, offset, total } }),
-                (any::<u64>(), any::<bool>(), any::<u64>())
-                    .prop_map(|(id, ok, horizon)| Header::Commit { id, ok, horizon }),
+                (
+                    any::<u64>(),
+                    any::<bool>(),
+                    any::<u64>(),
+                    any::<Option<u64>>()
+                )
+                    .prop_map(|(id, ok, horizon, hold)| Header::Commit {
+                        id,
+                        ok,
+                        horizon,
+                        hold
+                    }),
             ]
             .boxed()
         }

@@ -22,7 +22,10 @@ pub use handshake::{
     RejectCode, Transcript, MAGIC, MAX_HANDSHAKE_FRAME, VERSION,
 };
 pub use parts::{Parts, Reassembly, PART_BYTES};
-pub use stripes::{Assembled, CommitOutcome, PartOutcome, StripeLimits, Stripes};
+pub use stripes::{
+    actor_hold_key, hold_key, Assembled, CommitOutcome, Held, OrderingQueue, PartOutcome,
+    StripeLimits, Stripes,
+};
 
 /// Takes whole messages off the front of a buffer that a byte stream is read into.
 pub trait StreamDecoder {

@@ -41,6 +41,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use super::frame::{ActorHeader, Dest};
+
 use bytes::{Bytes, BytesMut};
 
 use super::frame::{decode_whole, Frame, Header};
@@ -291,6 +293,11 @@ impl Stripes {
         }))
     }
 
+    /// Whether the commit of frame `id` waits for pieces.
+    pub fn is_waiting(&self, id: u64) -> bool {
+        self.waiting.iter().any(|&(w, _)| w == id)
+    }
+
     fn stop_waiting(&mut self, id: u64) {
         self.waiting.retain(|&(w, _)| w != id);
     }
@@ -311,6 +318,175 @@ impl Stripes {
         self.open.clear();
         self.floor = self.floor.max(self.seen);
         n
+    }
+}
+
+/// The key that orders a frame on an ordering lane while a striped frame before it waits for
+/// its pieces: the destination of an application message (an actor id, or a name), or the call
+/// a reply answers. Frames with another key, or none of these, are in no order with it that
+/// the runtime promises; `None` (watches, links, exits, acknowledged messages, protocol
+/// frames): the frame waits for everything before it. The same on every node (FNV-1a over the
+/// kind and the value).
+pub fn hold_key(header: &Header) -> Option<u64> {
+    match header {
+        Header::Actor(actor) | Header::Routed { actor, .. } => actor_hold_key(actor),
+        _ => None,
+    }
+}
+
+/// [`hold_key`] of a frame carrying `actor`.
+pub fn actor_hold_key(actor: &ActorHeader) -> Option<u64> {
+    match actor {
+        ActorHeader::Send {
+            to: Dest::Id(id), ..
+        } => Some(fnv(0, &id.to_be_bytes())),
+        ActorHeader::Send {
+            to: Dest::Name(n), ..
+        } => Some(fnv(1, n.as_bytes())),
+        ActorHeader::Reply { call, .. } => Some(fnv(2, &call.to_be_bytes())),
+        _ => None,
+    }
+}
+
+fn fnv(kind: u8, bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in std::iter::once(&kind).chain(bytes) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// What waits on an ordering lane: a commit whose frame is not complete yet, or a frame behind
+/// one with its key.
+#[derive(Debug)]
+pub enum Held {
+    /// A striped frame's commit.
+    Commit {
+        /// The striped frame.
+        id: u64,
+        /// False when its sender lost a piece.
+        ok: bool,
+        /// See [`Header::Commit`].
+        horizon: u64,
+        /// Its hold key.
+        hold: Option<u64>,
+    },
+    /// A frame that may not overtake what is before it.
+    Frame(Frame),
+}
+
+/// The frames of one ordering lane that wait behind striped frames still missing pieces
+/// (without I/O: the reader feeds every frame it reads to [`OrderingQueue::admit`], and hands on
+/// what [`OrderingQueue::front`] says is ready). A commit waits for its pieces; a frame waits if a
+/// commit or frame before it in the queue has its hold key ([`hold_key`]), or if it or one of
+/// them has none; the others go on at once, so small messages to other actors do not wait
+/// for a large one's last piece. Bounded: at most `max_frames` frames and `max_bytes` of
+/// payload wait; when [`OrderingQueue::is_full`], the reader stops reading until the front is
+/// handed on.
+#[derive(Debug)]
+pub struct OrderingQueue {
+    queue: VecDeque<Held>,
+    /// Keys in the queue, with how many items have each.
+    keys: HashMap<u64, usize>,
+    /// Items in the queue without a key.
+    barriers: usize,
+    bytes: usize,
+    max_frames: usize,
+    max_bytes: usize,
+}
+
+impl OrderingQueue {
+    /// An empty queue bounded by `max_frames` frames and `max_bytes` of payload.
+    pub fn new(max_frames: usize, max_bytes: usize) -> Self {
+        OrderingQueue {
+            queue: VecDeque::new(),
+            keys: HashMap::new(),
+            barriers: 0,
+            bytes: 0,
+            max_frames,
+            max_bytes,
+        }
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Whether the reader should stop reading until the front is handed on.
+    pub fn is_full(&self) -> bool {
+        self.queue.len() >= self.max_frames || self.bytes >= self.max_bytes
+    }
+
+    /// Takes a frame read on the lane: returned to be handed on now, or kept (a commit always
+    /// is; the reader then looks at [`OrderingQueue::front`]).
+    pub fn admit(&mut self, frame: Frame) -> Option<Frame> {
+        let (key, held) = match frame.header {
+            Header::Commit {
+                id,
+                ok,
+                horizon,
+                hold,
+            } => (
+                hold,
+                Held::Commit {
+                    id,
+                    ok,
+                    horizon,
+                    hold,
+                },
+            ),
+            _ if self.queue.is_empty() => return Some(frame),
+            _ => {
+                let key = hold_key(&frame.header);
+                let free = self.barriers == 0 && key.is_some_and(|k| !self.keys.contains_key(&k));
+                if free {
+                    return Some(frame);
+                }
+                (key, Held::Frame(frame))
+            }
+        };
+        match key {
+            Some(k) => *self.keys.entry(k).or_default() += 1,
+            None => self.barriers += 1,
+        }
+        if let Held::Frame(f) = &held {
+            self.bytes += f.payload.len();
+        }
+        self.queue.push_back(held);
+        None
+    }
+
+    /// What waits at the front.
+    pub fn front(&self) -> Option<&Held> {
+        self.queue.front()
+    }
+
+    /// Takes the front away (handed on, or dropped).
+    pub fn pop(&mut self) -> Option<Held> {
+        let held = self.queue.pop_front()?;
+        let key = match &held {
+            Held::Frame(f) => {
+                self.bytes -= f.payload.len();
+                hold_key(&f.header)
+            }
+            Held::Commit { hold, .. } => *hold,
+        };
+        match key {
+            Some(k) => self.forget(k),
+            None => self.barriers -= 1,
+        }
+        Some(held)
+    }
+
+    fn forget(&mut self, k: u64) {
+        if let Some(n) = self.keys.get_mut(&k) {
+            *n -= 1;
+            if *n == 0 {
+                self.keys.remove(&k);
+            }
+        }
     }
 }
 
@@ -471,6 +647,110 @@ mod tests {
         );
     }
 
+    fn send_to(id: u64, tag: u8) -> Frame {
+        Frame {
+            header: Header::Actor(ActorHeader::Send {
+                to: Dest::Id(id),
+                incarnation: 0,
+                call: None,
+                ty: 0,
+            }),
+            payload: Bytes::from(vec![tag]),
+        }
+    }
+
+    fn commit_for(id: u64, hold: Option<u64>) -> Frame {
+        Frame {
+            header: Header::Commit {
+                id,
+                ok: true,
+                horizon: id + 1,
+                hold,
+            },
+            payload: Bytes::new(),
+        }
+    }
+
+    fn tag(f: &Frame) -> u8 {
+        f.payload[0]
+    }
+
+    #[test]
+    fn frames_of_other_keys_pass_a_waiting_commit_and_its_own_wait() {
+        let mut o = OrderingQueue::new(8, 1 << 20);
+        let to = |id| hold_key(&send_to(id, 0).header);
+        assert_eq!(
+            o.admit(send_to(1, 1)).map(|f| tag(&f)),
+            Some(1),
+            "nothing waits"
+        );
+        assert!(o.admit(commit_for(5, to(1))).is_none());
+        // To actor 1: behind the commit. To actor 2: on at once.
+        assert!(o.admit(send_to(1, 2)).is_none());
+        assert_eq!(o.admit(send_to(2, 3)).map(|f| tag(&f)), Some(3));
+        // A frame without a key waits, and so does everything after it.
+        let monitor = Frame {
+            header: Header::Actor(ActorHeader::Monitor {
+                watch: 1,
+                target: Dest::Id(2),
+            }),
+            payload: Bytes::from(vec![4]),
+        };
+        assert!(o.admit(monitor).is_none());
+        assert!(o.admit(send_to(3, 5)).is_none());
+        assert!(matches!(o.front(), Some(Held::Commit { id: 5, .. })));
+        let order: Vec<u8> = std::iter::from_fn(|| o.pop())
+            .filter_map(|h| match h {
+                Held::Frame(f) => Some(tag(&f)),
+                Held::Commit { .. } => None,
+            })
+            .collect();
+        assert_eq!(order, vec![2, 4, 5]);
+        assert!(o.is_empty());
+        assert_eq!(
+            o.admit(send_to(1, 6)).map(|f| tag(&f)),
+            Some(6),
+            "all let go"
+        );
+        // A commit without a key holds everything.
+        assert!(o.admit(commit_for(6, None)).is_none());
+        assert!(o.admit(send_to(9, 7)).is_none());
+    }
+
+    #[test]
+    fn a_full_queue_says_so() {
+        let mut o = OrderingQueue::new(2, 1 << 20);
+        o.admit(commit_for(1, None));
+        assert!(!o.is_full());
+        o.admit(send_to(1, 1));
+        assert!(o.is_full());
+        o.pop();
+        o.pop();
+        assert!(!o.is_full() && o.is_empty());
+    }
+
+    #[test]
+    fn hold_keys_tell_ids_names_and_calls_apart() {
+        let name = Header::Actor(ActorHeader::Send {
+            to: Dest::Name("a".into()),
+            incarnation: 0,
+            call: Some(3),
+            ty: 0,
+        });
+        let reply = Header::Actor(ActorHeader::Reply {
+            call: 97,
+            status: crate::wire::ReplyStatus::Ok,
+            ty: 0,
+        });
+        let id = hold_key(&send_to(97, 0).header);
+        assert!(id.is_some());
+        assert_ne!(hold_key(&name), id);
+        assert_ne!(hold_key(&reply), id);
+        assert_eq!(hold_key(&Header::Bye), None);
+        // The same on every node: a fixed function of the value.
+        assert_eq!(hold_key(&send_to(97, 0).header), id);
+    }
+
     #[test]
     fn bad_pieces_are_errors() {
         let mut s = Stripes::new(limits());
@@ -498,6 +778,7 @@ mod tests {
                 id: 1,
                 ok: true,
                 horizon: 2,
+                hold: None,
             },
             b"",
             usize::MAX,

@@ -646,6 +646,9 @@ impl Router {
             other => other?,
         };
         let striped = self.stripe_peer(&hop, stripe, payload.len());
+        let hold = striped
+            .as_ref()
+            .and_then(|_| crate::wire::actor_hold_key(&header));
         let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
         match striped {
             Some((peer, data)) => {
@@ -656,7 +659,7 @@ impl Router {
                     &lane,
                     &peer.lanes[data],
                     frame,
-                    order,
+                    (order, hold),
                     part,
                     true,
                 ))
@@ -683,6 +686,9 @@ impl Router {
         } = self.dispatch.pick(opts, sender, receiver);
         let hop = self.open_hop(dst, slot)?;
         let striped = self.stripe_peer(&hop, stripe, payload.len());
+        let hold = striped
+            .as_ref()
+            .and_then(|_| crate::wire::actor_hold_key(&header));
         let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
         match striped {
             Some((peer, data)) => {
@@ -693,7 +699,7 @@ impl Router {
                     &lane,
                     &peer.lanes[data],
                     frame,
-                    order,
+                    (order, hold),
                     part,
                     false,
                 );

@@ -66,6 +66,7 @@ use crate::wire::StreamDecoder;
 use super::lane::{ConnInfo, Offer};
 use super::peer::{Peer, PeerRefused};
 use super::stream::{ReadHalf, Stream};
+use super::stripe::{assemble, Tried};
 use super::{Host, LaneEvent};
 use crate::error::ConnError;
 use crate::id::{LaneId, NodeId};
@@ -74,6 +75,7 @@ use crate::wire::frame::{FrameDecoder, Header};
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
 use crate::wire::WireError;
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
+use crate::wire::{Held, OrderingQueue};
 
 /// Why a reader ended when the other end closed its side cleanly.
 const END_OF_STREAM: &str = "end of stream";
@@ -472,42 +474,39 @@ async fn read_loop<H: Host>(
     // and left it again each time.
     let cancelled = info.cancel.cancelled();
     tokio::pin!(cancelled);
+    // Frames behind striped frames still missing pieces (commits come on ordering lanes).
+    let mut ordering = OrderingQueue::new(HELD_FRAMES, HELD_BYTES);
+    let mut front = Front::default();
     let reason = loop {
+        if let Err(e) = hand_on_front(&*inner, &peer, &mut ordering, &mut front, patience).await {
+            break bad_frame(&*inner, &peer, &lane, e);
+        }
+        let waiting = front.deadline.is_some();
         let next = tokio::select! {
             _ = &mut cancelled => break "closed".to_string(),
-            f = frames.next() => f,
+            f = frames.next(), if !ordering.is_full() => f,
+            _ = peer.stripes_in.changed_since(front.seen), if waiting => continue,
+            _ = sleep_until(front.deadline), if waiting => {
+                give_up_front(&*inner, &peer, &mut ordering, &mut front);
+                continue;
+            }
         };
         match next {
             Some(Ok(frame)) => {
                 lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
-                let whole = match frame.header {
-                    Header::Stripe { id, offset, total } => {
-                        let kept = tokio::select! {
-                            _ = &mut cancelled => break "closed".to_string(),
-                            r = peer.stripes_in.part(id, offset, total, frame.payload) => r,
-                        };
-                        match kept {
-                            Ok(()) => continue,
-                            Err(e) => break bad_frame(&*inner, &peer, &lane, e),
-                        }
+                if let Header::Stripe { id, offset, total } = frame.header {
+                    let kept = tokio::select! {
+                        _ = &mut cancelled => break "closed".to_string(),
+                        r = peer.stripes_in.part(id, offset, total, frame.payload) => r,
+                    };
+                    match kept {
+                        Ok(()) => continue,
+                        Err(e) => break bad_frame(&*inner, &peer, &lane, e),
                     }
-                    Header::Commit { id, ok, horizon } => {
-                        let done = tokio::select! {
-                            _ = &mut cancelled => break "closed".to_string(),
-                            r = peer.stripes_in.commit(id, ok, horizon, patience) => r,
-                        };
-                        match done {
-                            Ok(Some(f)) => f,
-                            Ok(None) => {
-                                inner.counters().stripes_dropped.inc();
-                                continue;
-                            }
-                            Err(e) => break bad_frame(&*inner, &peer, &lane, e),
-                        }
-                    }
-                    _ => frame,
-                };
-                inner.on_frame(&peer, whole).await;
+                }
+                if let Some(now) = ordering.admit(frame) {
+                    inner.on_frame(&peer, now).await;
+                }
             }
             Some(Err(WireError::Io(e))) if !is_tls_error(&e) => {
                 // The connection ended without a clean close (reset, or TLS cut short): lost,
@@ -518,6 +517,26 @@ async fn read_loop<H: Host>(
             None => break END_OF_STREAM.to_string(),
         }
     };
+    // What was read and waits is handed on: after a clean end, the striped frames still
+    // missing pieces get their patience (their pieces come on other connections); otherwise
+    // they are given up.
+    while !ordering.is_empty() {
+        if hand_on_front(&*inner, &peer, &mut ordering, &mut front, patience)
+            .await
+            .is_err()
+        {
+            break;
+        }
+        if front.deadline.is_some() {
+            if reason == END_OF_STREAM {
+                tokio::select! {
+                    _ = peer.stripes_in.changed_since(front.seen) => continue,
+                    _ = sleep_until(front.deadline) => {}
+                }
+            }
+            give_up_front(&*inner, &peer, &mut ordering, &mut front);
+        }
+    }
     if reason != END_OF_STREAM {
         // Pieces of striped frames may have been lost with it.
         peer.stripes_in.lane_lost();
@@ -539,6 +558,85 @@ async fn read_loop<H: Host>(
             })
             .await;
     }
+}
+
+/// Frames and their payload bytes an ordering lane's reader keeps behind striped frames that
+/// miss pieces before it stops reading.
+const HELD_FRAMES: usize = 4096;
+const HELD_BYTES: usize = 4 << 20;
+
+/// The state of the commit at the front of an ordering lane's queue.
+#[derive(Default)]
+struct Front {
+    /// The table's generation when it was last tried.
+    seen: u64,
+    /// When it is given up on, while it waits for pieces.
+    deadline: Option<tokio::time::Instant>,
+}
+
+/// Waits until `deadline` (never when there is none).
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Hands on what is ready at the front of `ordering`: frames let go, and striped frames whose
+/// pieces are in; stops at a commit still missing pieces (its deadline set).
+async fn hand_on_front<H: Host>(
+    inner: &H,
+    peer: &Arc<Peer>,
+    ordering: &mut OrderingQueue,
+    front: &mut Front,
+    patience: Duration,
+) -> Result<(), WireError> {
+    loop {
+        let (id, ok, horizon) = match ordering.front() {
+            None => {
+                front.deadline = None;
+                return Ok(());
+            }
+            Some(Held::Frame(_)) => {
+                if let Some(Held::Frame(f)) = ordering.pop() {
+                    inner.on_frame(peer, f).await;
+                }
+                continue;
+            }
+            Some(&Held::Commit {
+                id, ok, horizon, ..
+            }) => (id, ok, horizon),
+        };
+        front.seen = peer.stripes_in.generation();
+        match peer.stripes_in.try_commit(id, ok, horizon)? {
+            Tried::Pending => {
+                front
+                    .deadline
+                    .get_or_insert_with(|| tokio::time::Instant::now() + patience);
+                return Ok(());
+            }
+            Tried::Dropped => {
+                ordering.pop();
+                front.deadline = None;
+                inner.counters().stripes_dropped.inc();
+            }
+            Tried::Ready(a) => {
+                ordering.pop();
+                front.deadline = None;
+                let f = assemble(a).await?;
+                inner.on_frame(peer, f).await;
+            }
+        }
+    }
+}
+
+/// The commit at the front waited its patience out: its frame is dropped (and counted).
+fn give_up_front<H: Host>(inner: &H, peer: &Peer, ordering: &mut OrderingQueue, front: &mut Front) {
+    if let Some(Held::Commit { id, .. }) = ordering.pop() {
+        peer.stripes_in.give_up(id);
+        inner.counters().stripes_dropped.inc();
+    }
+    front.deadline = None;
 }
 
 /// Counts and logs a frame that closes its connection; the reason.

@@ -387,7 +387,8 @@ mod tests {
                 Header::Commit {
                     id: 7,
                     ok,
-                    horizon: 9
+                    horizon: 9,
+                    hold: None
                 }
             );
         }

@@ -17,7 +17,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use maquis_proto::wire::stripes::decode_striped;
@@ -61,6 +60,7 @@ pub(crate) struct Gate {
     left: AtomicUsize,
     failed: AtomicBool,
     horizon: AtomicU64,
+    hold: Option<u64>,
     /// The ordering lane, woken when the gate opens.
     lane: Arc<Lane>,
 }
@@ -86,6 +86,7 @@ impl Gate {
             id: self.id,
             ok: !self.failed.load(Ordering::Acquire),
             horizon: self.horizon.load(Ordering::Acquire),
+            hold: self.hold,
         };
         let mut buf = BytesMut::with_capacity(32);
         // A commit is a few integers and no payload: it always encodes.
@@ -132,18 +133,20 @@ impl Default for StripesOut {
 }
 
 /// Sends the frame `head` + `payload` striped: its commit on `ordering` with order key
-/// `order`, its pieces of at most `piece` bytes over `data`. Waits for room when `wait`, else
+/// `order` and hold key `hold` ([`maquis_proto::wire::hold_key`] of its header), its pieces of
+/// at most `piece` bytes over `data`. Waits for room when `wait`, else
 /// fails with `Backpressure` (pieces already queued are then dropped, and so is the frame).
 pub(crate) async fn send(
     out: &StripesOut,
     ordering: &Arc<Lane>,
     data: &[Arc<Lane>],
     frame: (Bytes, Bytes),
-    order: u64,
+    keys: (u64, Option<u64>),
     piece: usize,
     wait: bool,
 ) -> Result<(), SendError> {
     let (head, payload) = frame;
+    let (order, hold) = keys;
     let permit = if wait {
         out.uncommitted
             .clone()
@@ -165,6 +168,7 @@ pub(crate) async fn send(
         left: AtomicUsize::new(n + 1),
         failed: AtomicBool::new(false),
         horizon: AtomicU64::new(0),
+        hold,
         lane: ordering.clone(),
     });
     // The sender's own hold: the gate cannot open before the horizon is known.
@@ -245,7 +249,7 @@ fn least_loaded<'a>(out: &StripesOut, data: &'a [Arc<Lane>]) -> &'a Arc<Lane> {
 /// Joins a striped frame's pieces and decodes it. The copying (megabytes) is done a piece at a
 /// time, letting other tasks run in between, and never under the table's lock: a worker thread
 /// held for the whole copy delays every other lane's frames.
-async fn join(assembled: Assembled) -> Result<Frame, WireError> {
+pub(crate) async fn assemble(assembled: Assembled) -> Result<Frame, WireError> {
     let total = assembled.total();
     let mut pieces = assembled.into_pieces();
     if pieces.len() == 1 {
@@ -259,11 +263,22 @@ async fn join(assembled: Assembled) -> Result<Frame, WireError> {
     decode_striped(buf.freeze())
 }
 
-/// The receiver's striping state for one peer: the table and the wake-ups of the readers
-/// waiting on it.
+/// The receiver's striping state for one peer: the table, and the wake-ups of the readers
+/// waiting on it (a generation that moves with every change that may let one go on).
 pub(crate) struct StripesIn {
     table: Mutex<Stripes>,
+    generation: AtomicU64,
     changed: Notify,
+}
+
+/// What a commit tried now came to.
+pub(crate) enum Tried {
+    /// The frame's pieces, to be joined and handed on.
+    Ready(Assembled),
+    /// The frame was dropped (its sender lost a piece, or a connection was lost).
+    Dropped,
+    /// Pieces are missing: try again once the table has changed.
+    Pending,
 }
 
 impl StripesIn {
@@ -275,12 +290,37 @@ impl StripesIn {
                 soft: SOFT_OPEN,
                 hard: SOFT_OPEN + MAX_UNCOMMITTED + 1,
             })),
+            generation: AtomicU64::new(0),
             changed: Notify::new(),
         }
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Stripes> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    /// The table's generation now: read it before trying, then wait with
+    /// [`StripesIn::changed_since`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Returns once the table has changed since generation `seen`.
+    pub(crate) async fn changed_since(&self, seen: u64) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.generation() != seen {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Takes in a piece, waiting while the table is full.
@@ -292,14 +332,12 @@ impl StripesIn {
         piece: Bytes,
     ) -> Result<(), WireError> {
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
+            let seen = self.generation();
             let out = self.table().part(id, offset, total, piece.clone())?;
             match out {
-                PartOutcome::Wait => changed.await,
+                PartOutcome::Wait => self.changed_since(seen).await,
                 PartOutcome::Complete => {
-                    self.changed.notify_waiters();
+                    self.bump();
                     return Ok(());
                 }
                 PartOutcome::Kept | PartOutcome::Dropped => return Ok(()),
@@ -307,58 +345,45 @@ impl StripesIn {
         }
     }
 
-    /// Takes in a commit: the frame to hand on, once its pieces are in; `None` if it was
-    /// dropped (or given up on after `patience`).
-    pub(crate) async fn commit(
-        &self,
-        id: u64,
-        ok: bool,
-        horizon: u64,
-        patience: Duration,
-    ) -> Result<Option<Frame>, WireError> {
-        let deadline = tokio::time::Instant::now() + patience;
-        let mut waiting = false;
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let out = self.table().commit(id, ok, horizon)?;
-            match out {
-                CommitOutcome::Deliver(assembled) => {
-                    self.changed.notify_waiters();
-                    return join(assembled).await.map(Some);
-                }
-                CommitOutcome::Dropped => {
-                    self.changed.notify_waiters();
-                    return Ok(None);
-                }
-                CommitOutcome::Pending if !waiting => {
-                    // Readers of new frames' pieces may now come in (below its horizon). The
-                    // wake-up reaches this iteration's own wait too, which is not awaited: the
-                    // next iteration waits anew.
-                    waiting = true;
-                    self.changed.notify_waiters();
-                }
-                CommitOutcome::Pending => {
-                    tokio::select! {
-                        _ = &mut changed => {}
-                        _ = tokio::time::sleep_until(deadline) => {
-                            self.table().give_up(id);
-                            self.changed.notify_waiters();
-                            tracing::debug!(id, "striped frame dropped: its pieces did not come");
-                            return Ok(None);
-                        }
-                    }
-                }
+    /// Tries a commit now (see [`Tried`]).
+    pub(crate) fn try_commit(&self, id: u64, ok: bool, horizon: u64) -> Result<Tried, WireError> {
+        let (out, waiting_before) = {
+            let mut t = self.table();
+            let before = t.is_waiting(id);
+            (t.commit(id, ok, horizon)?, before)
+        };
+        Ok(match out {
+            CommitOutcome::Deliver(a) => {
+                self.bump();
+                Tried::Ready(a)
             }
-        }
+            CommitOutcome::Dropped => {
+                self.bump();
+                Tried::Dropped
+            }
+            CommitOutcome::Pending => {
+                // A commit that starts waiting may let readers of new frames' pieces in (below
+                // its horizon).
+                if !waiting_before {
+                    self.bump();
+                }
+                Tried::Pending
+            }
+        })
+    }
+
+    /// The wait for frame `id`'s pieces is over: it is dropped.
+    pub(crate) fn give_up(&self, id: u64) {
+        self.table().give_up(id);
+        self.bump();
+        tracing::debug!(id, "striped frame dropped: its pieces did not come");
     }
 
     /// A connection of the peer ended: the frames open are dropped (counted when their
     /// commits arrive).
     pub(crate) fn lane_lost(&self) {
         self.table().lane_lost();
-        self.changed.notify_waiters();
+        self.bump();
     }
 }
 
@@ -375,6 +400,7 @@ pub(crate) mod testing {
             left: AtomicUsize::new(pieces),
             failed: AtomicBool::new(false),
             horizon: AtomicU64::new(9),
+            hold: None,
             lane: lane.clone(),
         });
         let guards = (0..pieces)
@@ -402,6 +428,7 @@ pub(crate) mod testing {
 mod tests {
     use super::*;
     use maquis_proto::wire::{encode_frame, ActorHeader, Dest};
+    use std::time::Duration;
 
     fn frame(n: usize) -> Bytes {
         let header = Header::Actor(ActorHeader::Send {
@@ -414,6 +441,27 @@ mod tests {
         Bytes::from(bytes.to_vec())
     }
 
+    /// Waits for a commit as an ordering lane's reader does: tries, and waits for the table
+    /// to change, up to `patience`.
+    async fn commit(s: &StripesIn, id: u64, patience: Duration) -> Option<Frame> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let seen = s.generation();
+            match s.try_commit(id, true, id + 1).unwrap() {
+                Tried::Ready(a) => return Some(assemble(a).await.unwrap()),
+                Tried::Dropped => return None,
+                Tried::Pending => {}
+            }
+            tokio::select! {
+                _ = s.changed_since(seen) => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    s.give_up(id);
+                    return None;
+                }
+            }
+        }
+    }
+
     /// A commit read before its pieces waits for them, then hands the frame on.
     #[tokio::test]
     async fn a_commit_waits_for_its_last_piece() {
@@ -423,12 +471,12 @@ mod tests {
         s.part(1, 0, total, whole.slice(..100)).await.unwrap();
         let waiting = tokio::spawn({
             let s = s.clone();
-            async move { s.commit(1, true, 2, Duration::from_secs(60)).await }
+            async move { commit(&s, 1, Duration::from_secs(60)).await }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
         s.part(1, 100, total, whole.slice(100..)).await.unwrap();
-        let f = waiting.await.unwrap().unwrap().expect("delivered");
+        let f = waiting.await.unwrap().expect("delivered");
         assert_eq!(f.payload.len(), 1000);
     }
 
@@ -443,8 +491,7 @@ mod tests {
             .await
             .unwrap();
         let started = tokio::time::Instant::now();
-        let got = s.commit(4, true, 5, Duration::from_secs(3)).await.unwrap();
-        assert!(got.is_none());
+        assert!(commit(&s, 4, Duration::from_secs(3)).await.is_none());
         assert_eq!(started.elapsed(), Duration::from_secs(3));
         // Its late piece is dropped, and the table is empty.
         s.part(4, 100, whole.len() as u64, whole.slice(100..))
