@@ -60,6 +60,19 @@ pub enum AgentCommand {
     LocalCell(local_cell::LocalCellArgs),
 }
 
+/// Where a `--quick` run writes when `--out` is left at the full run's directory: under
+/// `target/` (not in the tree), so that a short run does not replace the committed full one.
+fn quick_out(out: &mut std::path::PathBuf, quick: bool, name: &str) {
+    if quick && *out == std::path::Path::new("bench/results").join(name) {
+        *out = quick_dir(name);
+    }
+}
+
+/// The directory of a `--quick` run of `name` without `--out`.
+pub fn quick_dir(name: &str) -> std::path::PathBuf {
+    std::path::Path::new("target/bench-quick").join(name)
+}
+
 /// Runs a benchmark command.
 pub async fn run(cmd: BenchCommand) -> ExitCode {
     if !matches!(cmd, BenchCommand::Agent(_)) {
@@ -69,7 +82,8 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
         }
     }
     let r = match cmd {
-        BenchCommand::Micro(args) => {
+        BenchCommand::Micro(mut args) => {
+            quick_out(&mut args.out, args.quick, "micro");
             tokio::task::spawn_blocking(move || micro::run(&args).map(|_| ()))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
@@ -87,12 +101,14 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Clients(args) => tokio::task::spawn_blocking(move || clients::run(&args))
             .await
             .unwrap_or_else(|e| Err(e.to_string())),
-        BenchCommand::Debench(args) => {
+        BenchCommand::Debench(mut args) => {
+            quick_out(&mut args.out, args.quick, "debench");
             tokio::task::spawn_blocking(move || debench::run(&args).map(|_| ()))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }
-        BenchCommand::Local(args) => {
+        BenchCommand::Local(mut args) => {
+            quick_out(&mut args.out, args.quick, "local");
             tokio::task::spawn_blocking(move || local::run(&args).map(|_| ()))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))

@@ -75,7 +75,7 @@ pub struct DebenchArgs {
     /// Maquis node i listens on 127.0.0.1:(base_port + i).
     #[arg(long, default_value_t = 17_000)]
     pub base_port: u16,
-    /// Output directory.
+    /// Output directory (with --quick and no --out: target/bench-quick/debench).
     #[arg(long, default_value = "bench/results/debench")]
     pub out: PathBuf,
 }

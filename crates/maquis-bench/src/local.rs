@@ -22,7 +22,7 @@ pub struct LocalArgs {
     /// A short run: one run of each cell, fewer messages and actors.
     #[arg(long)]
     pub quick: bool,
-    /// Where results.json, report.md and the plot go.
+    /// Where results.json, report.md and the plot go (with --quick and no --out: target/bench-quick/local).
     #[arg(long, default_value = "bench/results/local")]
     pub out: PathBuf,
     /// Runs of each cell (the report takes the median); default 3, 1 with --quick.

@@ -20,7 +20,7 @@ pub struct MicroArgs {
     /// A reduced grid that runs in a few minutes.
     #[arg(long)]
     pub quick: bool,
-    /// Where results.json, report.md and the plots go.
+    /// Where results.json, report.md and the plots go (with --quick and no --out: target/bench-quick/micro).
     #[arg(long, default_value = "bench/results/micro")]
     pub out: PathBuf,
     /// Round-trip times in ms (default 1,20).

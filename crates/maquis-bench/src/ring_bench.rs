@@ -25,7 +25,7 @@ pub struct RingArgs {
     #[arg(long)]
     pub quick: bool,
     /// Where results.json, report.md and the plots go (default bench/results/echo or
-    /// bench/results/kvs).
+    /// bench/results/kvs; with --quick, target/bench-quick/echo or …/kvs).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Round-trip times in ms (default 1,20).
@@ -347,13 +347,23 @@ fn plan(a: &RingArgs, workload: Workload) -> Result<Plan, String> {
 }
 
 /// Runs `maquis-bench echo`.
+/// Where a run writes without `--out`: `bench/results/<name>`, or for `--quick`
+/// `target/bench-quick/<name>` (a short run does not replace the committed full one).
+fn default_out(name: &str, quick: bool) -> PathBuf {
+    if quick {
+        crate::commands::quick_dir(name)
+    } else {
+        Path::new("bench/results").join(name)
+    }
+}
+
 pub fn run_echo(args: &EchoArgs) -> Result<Vec<Cell>, String> {
     let plan = plan(&args.ring, Workload::Echo)?;
     let out = args
         .ring
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from("bench/results/echo"));
+        .unwrap_or_else(|| default_out("echo", args.ring.quick));
     run(plan, &out)
 }
 
@@ -373,7 +383,7 @@ pub fn run_kvs(args: &KvsArgs) -> Result<Vec<Cell>, String> {
         .ring
         .out
         .clone()
-        .unwrap_or_else(|| PathBuf::from("bench/results/kvs"));
+        .unwrap_or_else(|| default_out("kvs", args.ring.quick));
     run(plan, &out)
 }
 
