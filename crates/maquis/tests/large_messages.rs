@@ -82,22 +82,27 @@ async fn arrivals(seen: &mut Arrivals, n: usize) -> Vec<(u32, bool)> {
     got
 }
 
-/// Sends a large message (id 1) and then a small one with another key (id 2) over lanes with
-/// parts of `part_bytes`; returns the order they arrived in, and the frames the sender dropped.
-async fn large_then_small(prefix: &str, part_bytes: usize) -> (Vec<(u32, bool)>, u64) {
-    let (nodes, r, mut seen) = setup(prefix, part_bytes).await;
+/// Sends a large message (id 1) and then a small one with another key (id 2); the order they
+/// arrived in.
+async fn send_large_then_small(r: &ActorRef<Msg>, seen: &mut Arrivals) -> Vec<(u32, bool)> {
     r.send_with(
         Msg::Big(1, pattern().into()),
         &SendOpts::default().partition(1),
     )
     .await
     .unwrap();
-    // The lane's queue (1 MiB) is full of the large message until its first parts are
-    // written; this send waits for that, not for the whole message.
     r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
         .await
         .unwrap();
-    let order = arrivals(&mut seen, 2).await;
+    arrivals(seen, 2).await
+}
+
+/// [`send_large_then_small`] over lanes with parts of `part_bytes`; returns the order they arrived in, and the frames the sender dropped.
+async fn large_then_small(prefix: &str, part_bytes: usize) -> (Vec<(u32, bool)>, u64) {
+    let (nodes, r, mut seen) = setup(prefix, part_bytes).await;
+    // The lane's queue (1 MiB) is full of the large message until its first parts are
+    // written; the small message's send waits for that, not for the whole message.
+    let order = send_large_then_small(&r, &mut seen).await;
     let dropped = nodes[0].status().peers[0]
         .lanes
         .iter()
@@ -116,22 +121,27 @@ async fn a_small_message_overtakes_a_large_one_on_its_lane() {
     assert_eq!(dropped, 0);
 }
 
+/// Sends large, small, large, small with one key and checks they arrive in that order, whole.
+async fn large_small_large_small(r: &ActorRef<Msg>, seen: &mut Arrivals) {
+    let opts = SendOpts::default().partition(1);
+    for id in 1..=4u32 {
+        let m = if id % 2 == 1 {
+            Msg::Big(id, pattern().into())
+        } else {
+            Msg::Small(id)
+        };
+        r.send_with(m, &opts).await.unwrap();
+    }
+    assert_eq!(
+        arrivals(seen, 4).await,
+        vec![(1, true), (2, true), (3, true), (4, true)]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_message_with_the_same_key_stays_behind() {
     let (nodes, r, mut seen) = setup("lmkeep", 1 << 20).await;
-    let opts = SendOpts::default().partition(1);
-    r.send_with(Msg::Big(1, pattern().into()), &opts)
-        .await
-        .unwrap();
-    r.send_with(Msg::Small(2), &opts).await.unwrap();
-    r.send_with(Msg::Big(3, pattern().into()), &opts)
-        .await
-        .unwrap();
-    r.send_with(Msg::Small(4), &opts).await.unwrap();
-    assert_eq!(
-        arrivals(&mut seen, 4).await,
-        vec![(1, true), (2, true), (3, true), (4, true)]
-    );
+    large_small_large_small(&r, &mut seen).await;
     for n in &nodes {
         n.shutdown().await;
     }
@@ -161,19 +171,7 @@ fn default_lanes_bytes(node: &Node) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn striped_messages_keep_their_order_and_spread_over_the_lanes() {
     let (nodes, r, mut seen) = setup_lanes("lmstripe", 1 << 20, 4, 1 << 20).await;
-    let opts = SendOpts::default().partition(1);
-    r.send_with(Msg::Big(1, pattern().into()), &opts)
-        .await
-        .unwrap();
-    r.send_with(Msg::Small(2), &opts).await.unwrap();
-    r.send_with(Msg::Big(3, pattern().into()), &opts)
-        .await
-        .unwrap();
-    r.send_with(Msg::Small(4), &opts).await.unwrap();
-    assert_eq!(
-        arrivals(&mut seen, 4).await,
-        vec![(1, true), (2, true), (3, true), (4, true)]
-    );
+    large_small_large_small(&r, &mut seen).await;
     let bytes = default_lanes_bytes(&nodes[0]);
     assert_eq!(bytes.len(), 4);
     assert!(
@@ -201,18 +199,10 @@ async fn striped_messages_keep_their_order_and_spread_over_the_lanes() {
 async fn a_small_message_overtakes_a_striped_one() {
     // Queues that take the whole message: the send returns before any part is written.
     let (nodes, r, mut seen) = setup_lanes("lmstover", 1 << 20, 4, 4 * BIG).await;
-    r.send_with(
-        Msg::Big(1, pattern().into()),
-        &SendOpts::default().partition(1),
-    )
-    .await
-    .unwrap();
     // The large message's commit waits on the ordering lane until its 16 parts are written;
     // a small message of another key does not wait behind it.
-    r.send_with(Msg::Small(2), &SendOpts::default().partition(2))
-        .await
-        .unwrap();
-    assert_eq!(arrivals(&mut seen, 2).await, vec![(2, true), (1, true)]);
+    let order = send_large_then_small(&r, &mut seen).await;
+    assert_eq!(order, vec![(2, true), (1, true)]);
     for n in &nodes {
         n.shutdown().await;
     }

@@ -162,6 +162,13 @@ pub(crate) struct RouterLimits {
     pub(crate) hop_limit: u16,
 }
 
+/// A frame to stripe: its peer, the lane slots its parts go on, and its hold key.
+struct Striped {
+    peer: Arc<Peer>,
+    lanes: std::ops::Range<usize>,
+    hold: Option<u64>,
+}
+
 /// What [`Router::peer_entry`] found.
 pub(crate) enum PeerEntry {
     /// The peer was known (this incarnation).
@@ -645,26 +652,10 @@ impl Router {
             }
             other => other?,
         };
-        let striped = self.stripe_peer(&hop, stripe, payload.len());
-        let hold = striped
-            .as_ref()
-            .and_then(|_| crate::wire::actor_hold_key(&header));
+        let striped = self.stripe_peer(&hop, stripe, &header, payload.len());
         let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
         match striped {
-            Some((peer, data)) => {
-                let part = self.limits.part_bytes;
-                let frame = (head, payload);
-                Box::pin(stripe::send(
-                    &peer.stripes_out,
-                    &lane,
-                    &peer.lanes[data],
-                    frame,
-                    (order, hold),
-                    part,
-                    true,
-                ))
-                .await
-            }
+            Some(s) => Box::pin(self.send_striped(&s, &lane, head, payload, order, true)).await,
             None => lane.enqueue(head, payload, Some(order)).await,
         }
     }
@@ -685,50 +676,62 @@ impl Router {
             stripe,
         } = self.dispatch.pick(opts, sender, receiver);
         let hop = self.open_hop(dst, slot)?;
-        let striped = self.stripe_peer(&hop, stripe, payload.len());
-        let hold = striped
-            .as_ref()
-            .and_then(|_| crate::wire::actor_hold_key(&header));
+        let striped = self.stripe_peer(&hop, stripe, &header, payload.len());
         let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
         match striped {
-            Some((peer, data)) => {
-                let part = self.limits.part_bytes;
-                let frame = (head, payload);
-                let sent = stripe::send(
-                    &peer.stripes_out,
-                    &lane,
-                    &peer.lanes[data],
-                    frame,
-                    (order, hold),
-                    part,
-                    false,
-                );
-                // Without waiting for room, nothing in it waits.
-                sent.now_or_never()
-                    .unwrap_or(Err(SendError::Backpressure("striped frames")))
-            }
+            // Without waiting for room, nothing in it waits.
+            Some(s) => self
+                .send_striped(&s, &lane, head, payload, order, false)
+                .now_or_never()
+                .unwrap_or(Err(SendError::Backpressure("striped frames"))),
             None => lane.try_enqueue(head, payload, Some(order)),
         }
     }
 
-    /// The peer and the lane slots to stripe a frame with `len` bytes of payload over, when it
-    /// is to be striped: large enough, on a channel that stripes, to a peer directly (a frame
-    /// forwarded through other nodes goes whole).
+    /// Where to stripe a frame with `len` bytes of payload, when it is to be striped: large
+    /// enough, on a channel that stripes, to a peer directly (a frame forwarded through other
+    /// nodes goes whole).
     fn stripe_peer(
         &self,
         hop: &Hop,
         lanes: Option<std::ops::Range<usize>>,
+        header: &ActorHeader,
         len: usize,
-    ) -> Option<(Arc<Peer>, std::ops::Range<usize>)> {
+    ) -> Option<Striped> {
         let lanes = lanes?;
         match hop {
             Hop::Direct(peer)
                 if self.limits.stripe_bytes > 0 && len >= self.limits.stripe_bytes =>
             {
-                Some((peer.clone(), lanes))
+                Some(Striped {
+                    peer: peer.clone(),
+                    lanes,
+                    hold: crate::wire::actor_hold_key(header),
+                })
             }
             _ => None,
         }
+    }
+
+    /// Sends a frame striped (see `transport::stripe::send`), its commit on `ordering`.
+    fn send_striped<'a>(
+        &'a self,
+        s: &'a Striped,
+        ordering: &'a Arc<Lane>,
+        head: Bytes,
+        payload: Bytes,
+        order: u64,
+        wait: bool,
+    ) -> impl std::future::Future<Output = Result<(), SendError>> + 'a {
+        stripe::send(
+            &s.peer.stripes_out,
+            ordering,
+            &s.peer.lanes[s.lanes.clone()],
+            (head, payload),
+            (order, s.hold),
+            self.limits.part_bytes,
+            wait,
+        )
     }
 
     /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts).
