@@ -135,3 +135,23 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn quick_runs_without_out_stay_out_of_the_committed_results() {
+        let mut out = PathBuf::from("bench/results/local");
+        quick_out(&mut out, true, "local");
+        assert_eq!(out, PathBuf::from("target/bench-quick/local"));
+        // A full run keeps its directory, and so does a quick run told where to write.
+        let mut full = PathBuf::from("bench/results/local");
+        quick_out(&mut full, false, "local");
+        assert_eq!(full, PathBuf::from("bench/results/local"));
+        let mut chosen = PathBuf::from("bench/results/micro-quick");
+        quick_out(&mut chosen, true, "micro");
+        assert_eq!(chosen, PathBuf::from("bench/results/micro-quick"));
+    }
+}

@@ -478,8 +478,12 @@ async fn read_loop<H: Host>(
     let mut ordering = OrderingQueue::new(HELD_FRAMES, HELD_BYTES);
     let mut front = Front::default();
     let reason = loop {
-        if let Err(e) = hand_on_front(&*inner, &peer, &mut ordering, &mut front, patience).await {
-            break bad_frame(&*inner, &peer, &lane, e);
+        // Most of the time nothing waits: no per-frame work then.
+        if !ordering.is_empty() {
+            if let Err(e) = hand_on_front(&*inner, &peer, &mut ordering, &mut front, patience).await
+            {
+                break bad_frame(&*inner, &peer, &lane, e);
+            }
         }
         let waiting = front.deadline.is_some();
         let next = tokio::select! {
