@@ -65,14 +65,22 @@ pub async fn converge(nodes: &[RingNode]) {
         v
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    // Every node has one ring version `v` with all of them in it, the ring is settled, and
+    // still at `v` afterwards (versions only grow, so the settled ring was `v`; without this
+    // check a settled ring from before the last join could pass for the final one).
+    let same_full_ring = |v: u64| {
+        nodes
+            .iter()
+            .all(|n| n.ring().nodes == want && n.ring().version == v)
+    };
     loop {
-        let ok = nodes[0]
-            .wait_converged(Duration::from_millis(200))
-            .await
-            .is_ok()
-            && nodes
-                .iter()
-                .all(|n| n.ring().nodes == want && n.ring().version == nodes[0].ring().version);
+        let v = nodes[0].ring().version;
+        let ok = same_full_ring(v)
+            && nodes[0]
+                .wait_converged(Duration::from_millis(200))
+                .await
+                .is_ok()
+            && same_full_ring(v);
         if ok {
             return;
         }
