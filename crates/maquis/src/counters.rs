@@ -54,6 +54,7 @@ counters! {
     handshakes_refused: "connections closed because too many handshakes were in progress",
     bad_frames: "connections closed for a malformed or oversized frame",
     stripes_dropped: "striped messages received in part and dropped: a part lost with a connection, or not arrived within the heartbeat timeout of its commit",
+    barriers_given_up: "barriers across a channel's lanes let go after the heartbeat timeout because a lane did not arrive (its connection lost): messages whose key changed lanes there may be out of order",
     control_drops: "protocol frames dropped because the membership lane was full or gone",
     peers_down: "peers declared down",
     heartbeats_sent: "link heartbeats sent (to the peers written nothing to since the last interval, and to all every tenth interval)",

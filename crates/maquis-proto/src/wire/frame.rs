@@ -167,6 +167,16 @@ pub enum Header {
         /// pieces, the frames behind it with another key go on. `None`: all wait.
         hold: Option<u64>,
     },
+    /// A barrier across the first `lanes` lanes of a channel, written on each of them when the
+    /// sender changes how many of them carry small frames (see `transport::widen` in the
+    /// runtime): the receiver hands on nothing that follows a barrier on one of these lanes
+    /// before everything that precedes it on all of them has been handed on. No payload.
+    Barrier {
+        /// The barrier's number, growing per peer and channel.
+        epoch: u64,
+        /// How many lanes of the channel, from its first, the barrier is written on.
+        lanes: u16,
+    },
 }
 
 /// Actor traffic: what a [`Header::Actor`] frame (from a neighbour) or a [`Header::Routed`]
@@ -667,6 +677,8 @@ mod tests {
                         horizon,
                         hold
                     }),
+                (any::<u64>(), any::<u16>())
+                    .prop_map(|(epoch, lanes)| Header::Barrier { epoch, lanes }),
             ]
             .boxed()
         }

@@ -5,6 +5,7 @@
 //! adapts to its own reader. No function in this module performs I/O.
 
 mod auth;
+pub mod barriers;
 pub mod frame;
 pub mod handshake;
 pub mod parts;
@@ -13,6 +14,7 @@ pub mod stripes;
 use bytes::BytesMut;
 
 pub use auth::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError};
+pub use barriers::{Arrival, Barriers};
 pub use frame::{
     decode_head, encode_frame, encode_head, ActorHeader, Dest, DownReason, Frame, FrameDecoder,
     Header, ReplyStatus, DEFAULT_MAX_FRAME,

@@ -127,10 +127,13 @@ pub fn decode_striped(whole: Bytes) -> Result<Frame, WireError> {
     let frame = decode_whole(whole)?;
     if matches!(
         frame.header,
-        Header::Part { .. } | Header::Stripe { .. } | Header::Commit { .. }
+        Header::Part { .. }
+            | Header::Stripe { .. }
+            | Header::Commit { .. }
+            | Header::Barrier { .. }
     ) {
         return Err(WireError::BadHeader(
-            "a part, piece or commit inside a striped frame".into(),
+            "a part, piece, commit or barrier inside a striped frame".into(),
         ));
     }
     Ok(frame)

@@ -148,8 +148,11 @@ impl Inner {
             }
             Header::Actor(actor) => self.actors.handle_app(&peer.id, actor, payload).await,
             // The frame decoder puts a frame sent in parts together, and the transport a striped
-            // one; they hand on the whole.
-            Header::Part { .. } | Header::Stripe { .. } | Header::Commit { .. } => {}
+            // one; they hand on the whole. Barriers stay in the transport too.
+            Header::Part { .. }
+            | Header::Stripe { .. }
+            | Header::Commit { .. }
+            | Header::Barrier { .. } => {}
         }
     }
 }

@@ -283,6 +283,12 @@ impl Node {
         self.inner.admin_addr
     }
 
+    /// The router, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn router(&self) -> &crate::router::Router {
+        &self.inner.router
+    }
+
     /// The configuration it runs with.
     pub fn config(&self) -> &Config {
         &self.inner.config

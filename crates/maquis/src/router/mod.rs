@@ -88,7 +88,8 @@ use crate::id::{LaneId, NodeId};
 use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
 use crate::transport::lane::{run_writer, Lane, Unsent, UnsentSink};
-use crate::transport::stripe::{self, StripesIn};
+use crate::transport::stripe::{self, Role, StripesIn};
+use crate::transport::widen::{Driver, Place, Widen};
 use crate::transport::{Peer, PeerRefused, QueueBudget};
 use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
 
@@ -443,6 +444,8 @@ impl Router {
         let close = CancellationToken::new();
         let mut lanes = Vec::with_capacity(self.dispatch.total_lanes());
         let mut tasks = Vec::new();
+        let mut widths = Vec::with_capacity(self.dispatch.total_lanes());
+        let rtt_us = Arc::new(AtomicU64::new(0));
         for spec in self.dispatch.specs() {
             for index in 0..spec.parallelism {
                 let (lane, task) = Lane::with_budget(
@@ -450,8 +453,17 @@ impl Router {
                     self.limits.lane_queue_bytes,
                     self.queue_budget.clone(),
                 );
-                tasks.push((lane.clone(), task));
+                tasks.push((lane.clone(), task, None));
                 lanes.push(lane);
+                widths.push(None);
+            }
+            // With striping, a channel's small frames start on its first lane and take more
+            // when the network, not the CPU, holds them up.
+            if self.limits.stripe_bytes > 0 && spec.parallelism > 1 {
+                let widen = Arc::new(Widen::new(spec.parallelism as usize));
+                let channel = lanes[spec.offset..spec.offset + spec.parallelism as usize].to_vec();
+                tasks[spec.offset].2 = Some(Driver::new(widen.clone(), channel, rtt_us.clone()));
+                widths[spec.offset] = Some(widen);
             }
         }
         let peer = Arc::new(Peer {
@@ -460,11 +472,13 @@ impl Router {
             up: Default::default(),
             said_bye: Default::default(),
             last_seen_us: AtomicU64::new(self.now_us()),
-            rtt_us: Default::default(),
+            rtt_us,
             written_at_tick: Default::default(),
             max_frame: AtomicU64::new(u64::MAX),
             stripes_out: Default::default(),
             stripes_in: StripesIn::new(self.limits.max_frame_bytes),
+            widths,
+            barriers_in: Default::default(),
             abort: abort.clone(),
             close: close.clone(),
             changed: Default::default(),
@@ -473,7 +487,7 @@ impl Router {
         let writers = tasks
             .into_iter()
             .enumerate()
-            .map(|(slot, (lane, task))| {
+            .map(|(slot, (lane, task, widen))| {
                 let sink = self.unsent.clone().map(|tx| UnsentSink {
                     peer: id.clone(),
                     slot,
@@ -486,6 +500,7 @@ impl Router {
                     close.clone(),
                     sink,
                     self.limits.part_bytes,
+                    widen,
                 ))
             })
             .collect();
@@ -573,8 +588,8 @@ impl Router {
         }
     }
 
-    /// The lane and the head of a frame for `dst` on lane `slot`, sent to `hop`: wrapped for
-    /// forwarding when `hop` is a neighbour on the way.
+    /// The peer and the head of a frame for `dst` on lane `slot`, sent to `hop`: wrapped for
+    /// forwarding when `hop` is a neighbour on the way; and whether it goes to `dst` itself.
     fn frame_to(
         &self,
         hop: Hop,
@@ -582,7 +597,8 @@ impl Router {
         slot: usize,
         header: ActorHeader,
         payload_len: usize,
-    ) -> Result<(Arc<Lane>, Bytes), SendError> {
+    ) -> Result<(Arc<Peer>, Bytes, bool), SendError> {
+        let direct = matches!(hop, Hop::Direct(_));
         let (peer, header) = match hop {
             Hop::Direct(peer) => (peer, Header::Actor(header)),
             Hop::Via(peer) => {
@@ -596,10 +612,8 @@ impl Router {
                 (peer, routed)
             }
         };
-        Ok((
-            peer.lanes[slot].clone(),
-            self.head(&peer, &header, payload_len)?,
-        ))
+        let head = self.head(&peer, &header, payload_len)?;
+        Ok((peer, head, direct))
     }
 
     /// [`Router::next_hop`], chosen again (up to `CHOICES` times) while the peer chosen turns
@@ -653,10 +667,14 @@ impl Router {
             other => other?,
         };
         let striped = self.stripe_peer(&hop, stripe, &header, payload.len());
-        let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
+        let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
+        let place = place(&peer, slot, direct);
         match striped {
-            Some(s) => Box::pin(self.send_striped(&s, &lane, head, payload, order, true)).await,
-            None => lane.enqueue(head, payload, Some(order)).await,
+            Some(s) => Box::pin(self.send_striped(&s, place, head, payload, order, true)).await,
+            None => place
+                .enqueue((head, payload), order, Role::Whole, true)
+                .await
+                .map(drop),
         }
     }
 
@@ -677,14 +695,19 @@ impl Router {
         } = self.dispatch.pick(opts, sender, receiver);
         let hop = self.open_hop(dst, slot)?;
         let striped = self.stripe_peer(&hop, stripe, &header, payload.len());
-        let (lane, head) = self.frame_to(hop, dst, slot, header, payload.len())?;
+        let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
+        let place = place(&peer, slot, direct);
+        // Without waiting for room, nothing in these waits.
         match striped {
-            // Without waiting for room, nothing in it waits.
             Some(s) => self
-                .send_striped(&s, &lane, head, payload, order, false)
+                .send_striped(&s, place, head, payload, order, false)
                 .now_or_never()
                 .unwrap_or(Err(SendError::Backpressure("striped frames"))),
-            None => lane.try_enqueue(head, payload, Some(order)),
+            None => place
+                .enqueue((head, payload), order, Role::Whole, false)
+                .now_or_never()
+                .unwrap_or(Err(SendError::Backpressure("lane queue")))
+                .map(drop),
         }
     }
 
@@ -713,11 +736,11 @@ impl Router {
         }
     }
 
-    /// Sends a frame striped (see `transport::stripe::send`), its commit on `ordering`.
+    /// Sends a frame striped (see `transport::stripe::send`), its commit at `ordering`.
     fn send_striped<'a>(
         &'a self,
         s: &'a Striped,
-        ordering: &'a Arc<Lane>,
+        ordering: Place<'a>,
         head: Bytes,
         payload: Bytes,
         order: u64,
@@ -922,6 +945,18 @@ impl Router {
                 self.reply_status(from, *c, status);
             }
         }
+    }
+}
+
+/// Where a frame for `peer` picked for lane `slot` goes: on a channel whose small frames may
+/// take several lanes, to the peer itself, the lane its key takes now; else lane `slot`.
+fn place(peer: &Peer, slot: usize, direct: bool) -> Place<'_> {
+    match &peer.widths[slot] {
+        Some(widen) if direct => Place::Widened {
+            widen,
+            lanes: &peer.lanes[slot..slot + widen.lanes()],
+        },
+        _ => Place::Lane(&peer.lanes[slot]),
     }
 }
 

@@ -67,11 +67,12 @@ use super::lane::{ConnInfo, Offer};
 use super::peer::{Peer, PeerRefused};
 use super::stream::{ReadHalf, Stream};
 use super::stripe::{assemble, Tried};
+use super::widen::LanePlace;
 use super::{Host, LaneEvent};
 use crate::error::ConnError;
 use crate::id::{LaneId, NodeId};
 use crate::throttle::Throttle;
-use crate::wire::frame::{FrameDecoder, Header};
+use crate::wire::frame::{Frame, FrameDecoder, Header};
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
 use crate::wire::WireError;
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
@@ -477,6 +478,12 @@ async fn read_loop<H: Host>(
     // Frames behind striped frames still missing pieces (commits come on ordering lanes).
     let mut ordering = OrderingQueue::new(HELD_FRAMES, HELD_BYTES);
     let mut front = Front::default();
+    // A barrier across the channel's lanes this reader stopped at, and the first frame read
+    // behind it (pieces of striped frames behind it are still taken in: a commit ahead of it
+    // on another lane may wait for them).
+    let place = lane_place(inner.dispatch(), slot);
+    let mut barrier: Option<AtBarrier> = None;
+    let mut kept: Option<Frame> = None;
     let reason = loop {
         // Most of the time nothing waits: no per-frame work then.
         if !ordering.is_empty() {
@@ -485,28 +492,69 @@ async fn read_loop<H: Host>(
                 break bad_frame(&*inner, &peer, &lane, e);
             }
         }
-        let waiting = front.deadline.is_some();
-        let next = tokio::select! {
-            _ = &mut cancelled => break "closed".to_string(),
-            f = frames.next(), if !ordering.is_full() => f,
-            _ = peer.stripes_in.changed_since(front.seen), if waiting => continue,
-            _ = sleep_until(front.deadline), if waiting => {
-                give_up_front(&*inner, &peer, &mut ordering, &mut front);
-                continue;
+        let mut next = None;
+        if let Some(b) = &mut barrier {
+            match b.step(&peer, place, ordering.is_empty(), patience) {
+                Ok(true) => {
+                    barrier = None;
+                    next = kept.take().map(Ok);
+                }
+                Ok(false) => {}
+                Err(e) => break bad_frame(&*inner, &peer, &lane, e),
             }
-        };
+        }
+        if next.is_none() {
+            let waiting = front.deadline.is_some();
+            let arrived = barrier.as_ref().and_then(|b| b.deadline);
+            next = tokio::select! {
+                _ = &mut cancelled => break "closed".to_string(),
+                f = frames.next(), if !ordering.is_full() && kept.is_none() => {
+                    if let Some(Ok(_)) = &f {
+                        lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
+                    }
+                    f
+                }
+                _ = peer.stripes_in.changed_since(front.seen), if waiting => continue,
+                _ = sleep_until(front.deadline), if waiting => {
+                    give_up_front(&*inner, &peer, &mut ordering, &mut front);
+                    continue;
+                }
+                _ = released(&peer, place, barrier.as_ref()), if arrived.is_some() => continue,
+                _ = sleep_until(arrived), if arrived.is_some() => {
+                    if let Some(b) = barrier.take() {
+                        peer.barriers_in.give_up(place.channel, b.epoch);
+                        inner.counters().barriers_given_up.inc();
+                    }
+                    match kept.take() {
+                        Some(f) => Some(Ok(f)),
+                        None => continue,
+                    }
+                }
+            };
+        }
         match next {
             Some(Ok(frame)) => {
-                lane.metrics.msgs_in.fetch_add(1, Ordering::Relaxed);
                 if let Header::Stripe { id, offset, total } = frame.header {
-                    let kept = tokio::select! {
+                    let taken = tokio::select! {
                         _ = &mut cancelled => break "closed".to_string(),
                         r = peer.stripes_in.part(id, offset, total, frame.payload) => r,
                     };
-                    match kept {
+                    match taken {
                         Ok(()) => continue,
                         Err(e) => break bad_frame(&*inner, &peer, &lane, e),
                     }
+                }
+                if barrier.is_some() {
+                    kept = Some(frame);
+                    continue;
+                }
+                if let Header::Barrier { epoch, lanes } = frame.header {
+                    barrier = Some(AtBarrier {
+                        epoch,
+                        lanes,
+                        deadline: None,
+                    });
+                    continue;
                 }
                 if let Some(now) = ordering.admit(frame) {
                     inner.on_frame(&peer, now).await;
@@ -561,6 +609,67 @@ async fn read_loop<H: Host>(
                 slot,
             })
             .await;
+    }
+}
+
+/// A barrier a reader stopped at ([`super::widen`]).
+struct AtBarrier {
+    epoch: u64,
+    lanes: u16,
+    /// Set when this lane has arrived: until when it waits for the others.
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl AtBarrier {
+    /// Arrives once everything read before the barrier is handed on (`drained`); whether the
+    /// reader may go on.
+    fn step(
+        &mut self,
+        peer: &Peer,
+        place: LanePlace,
+        drained: bool,
+        patience: Duration,
+    ) -> Result<bool, WireError> {
+        if self.deadline.is_none() {
+            if !drained {
+                return Ok(false);
+            }
+            if peer.barriers_in.arrive(place, self.epoch, self.lanes)? {
+                return Ok(true);
+            }
+            self.deadline = Some(tokio::time::Instant::now() + patience);
+            return Ok(false);
+        }
+        Ok(peer.barriers_in.is_released(place.channel, self.epoch))
+    }
+}
+
+/// Returns once the barrier `at` is released (never without one).
+async fn released(peer: &Peer, place: LanePlace, at: Option<&AtBarrier>) {
+    match at {
+        Some(b) => peer.barriers_in.released(place.channel, b.epoch).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Where lane `slot` is in its channel.
+fn lane_place(dispatch: &crate::dispatch::Dispatcher, slot: usize) -> LanePlace {
+    let spec = dispatch
+        .specs()
+        .iter()
+        .find(|s| slot >= s.offset && slot < s.offset + s.parallelism as usize);
+    match spec {
+        Some(s) => LanePlace {
+            channel: s.offset as u16,
+            index: (slot - s.offset) as u16,
+            parallelism: s.parallelism,
+        },
+        // Every slot is in a channel; a place no barrier fits otherwise.
+        None => LanePlace {
+            channel: slot as u16,
+            index: 0,
+            parallelism: 0,
+        },
     }
 }
 

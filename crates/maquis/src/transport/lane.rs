@@ -22,6 +22,7 @@ use super::schedule::{Round, Schedule};
 use super::stream::WriteHalf;
 use super::stripe::Role;
 use super::watch::{Tokens, Watch, CANCELLED, CLOSING, ENDED};
+use super::widen::Driver;
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
 
@@ -66,8 +67,9 @@ impl OutFrame {
         }
     }
 
-    /// Whether it belongs to a striped frame (such frames go to their peer only).
-    pub(crate) fn is_striped(&self) -> bool {
+    /// Whether it is a piece or commit of a striped frame, or a barrier: such frames make
+    /// sense to their peer only.
+    pub(crate) fn is_peer_only(&self) -> bool {
         !matches!(self.role, Role::Whole)
     }
 }
@@ -137,6 +139,8 @@ pub(crate) struct LaneMetrics {
     pub bytes_in: AtomicU64,
     /// Frames discarded (connection lost mid-write, or the peer dropped with frames queued).
     pub dropped: AtomicU64,
+    /// Nanoseconds writes waited for the socket to take bytes (its window full).
+    pub waited_ns: AtomicU64,
 }
 
 /// The connection that serves a lane now.
@@ -195,6 +199,12 @@ pub(crate) struct ConnHandle {
     pub ended: CancellationToken,
     /// The largest frame the other end accepts (from the handshake).
     pub max_frame: usize,
+}
+
+/// Room taken in a lane's queue (and the node's budget) for one frame.
+pub(crate) struct Room {
+    permit: OwnedSemaphorePermit,
+    node_permit: OwnedSemaphorePermit,
 }
 
 /// Outcome of an incoming connection offered to a lane.
@@ -334,7 +344,13 @@ impl Lane {
         role: Role,
         wait: bool,
     ) -> Result<(), SendError> {
-        let len = head.len() + payload.len();
+        let room = self.reserve(head.len() + payload.len(), wait).await?;
+        self.push_reserved(head, payload, order, role, room)
+    }
+
+    /// Takes room for a frame of `len` bytes, waiting for it when `wait`, else failing with
+    /// `Backpressure`; [`Lane::push_reserved`] queues the frame in it.
+    pub(crate) async fn reserve(&self, len: usize, wait: bool) -> Result<Room, SendError> {
         let size = len.clamp(1, self.capacity as usize) as u32;
         let (permit, node_permit) = if wait {
             let closed = |_| SendError::Unreachable(self.id.to_string());
@@ -346,7 +362,36 @@ impl Lane {
         } else {
             self.try_permits(len)?
         };
-        self.push(head, payload, order, role, permit, node_permit)
+        Ok(Room {
+            permit,
+            node_permit,
+        })
+    }
+
+    /// Queues a frame in room taken by [`Lane::reserve`].
+    pub(crate) fn push_reserved(
+        &self,
+        head: Bytes,
+        payload: Bytes,
+        order: Option<u64>,
+        role: Role,
+        room: Room,
+    ) -> Result<(), SendError> {
+        self.push(head, payload, order, role, room.permit, room.node_permit)
+    }
+
+    /// Queues a barrier ([`super::widen`]) whatever the room: it is a few bytes, queued only
+    /// when a channel changes width. It takes a byte of room when there is one, so that a
+    /// lane dialed on demand connects for it.
+    pub(crate) fn push_barrier(&self, head: Bytes) {
+        let take = |sem: &Arc<Semaphore>| {
+            sem.clone()
+                .try_acquire_many_owned(1)
+                .or_else(|_| sem.clone().try_acquire_many_owned(0))
+        };
+        if let (Ok(permit), Ok(node_permit)) = (take(&self.budget), take(&self.node.sem)) {
+            let _ = self.push(head, Bytes::new(), None, Role::Barrier, permit, node_permit);
+        }
     }
 
     fn try_permits(
@@ -483,6 +528,7 @@ pub(crate) async fn run_writer(
     close: CancellationToken,
     unsent: Option<UnsentSink>,
     part_bytes: usize,
+    mut widen: Option<Driver>,
 ) {
     let mut incoming: Vec<OutFrame> = Vec::with_capacity(BATCH_FRAMES);
     let mut schedule = Schedule::new(part_bytes);
@@ -596,7 +642,7 @@ pub(crate) async fn run_writer(
         let n = round.frames.len() as u64;
         let written = tokio::select! {
             biased;
-            r = write_round(writer, &round, &mut bufs) => r,
+            r = write_round(writer, &round, &mut bufs, &lane.metrics.waited_ns) => r,
             _ = watch.raised(CANCELLED) => {
                 Err(std::io::Error::other("connection closed or peer dropped"))
             }
@@ -609,6 +655,9 @@ pub(crate) async fn run_writer(
                 lane.metrics
                     .bytes_out
                     .fetch_add(bytes as u64, Ordering::Relaxed);
+                if let Some(d) = widen.as_mut() {
+                    d.after_write(std::time::Instant::now());
+                }
             }
             Err(e) => {
                 tracing::debug!(lane = %lane.id, error = %e, "lane write failed");
@@ -628,7 +677,7 @@ pub(crate) async fn run_writer(
     }
     // Pieces and commits of striped frames make sense to this peer only.
     let before = left.len();
-    left.retain(|f| !f.is_striped());
+    left.retain(|f| !f.is_peer_only());
     lane.metrics
         .dropped
         .fetch_add((before - left.len()) as u64, Ordering::Relaxed);
@@ -687,6 +736,7 @@ async fn write_round(
     w: &mut WriteHalf,
     round: &Round,
     bufs: &mut WriteBufs,
+    waited: &AtomicU64,
 ) -> std::io::Result<usize> {
     let WriteBufs { chunks, small } = bufs;
     chunks.clear();
@@ -710,7 +760,7 @@ async fn write_round(
     if !small.is_empty() {
         chunks.push(small.split().freeze());
     }
-    let written = write_all_vectored(w, chunks).await;
+    let written = write_all_vectored(w, chunks, waited).await;
     // The chunks go, so the block they shared is this writer's alone again and is reused.
     chunks.clear();
     written?;
@@ -720,7 +770,13 @@ async fn write_round(
     Ok(total)
 }
 
-async fn write_all_vectored(w: &mut WriteHalf, chunks: &mut [Bytes]) -> std::io::Result<()> {
+/// Writes all of `chunks`; the time spent waiting for the socket to take bytes (a write that
+/// did not complete at once) is added to `waited` in nanoseconds.
+async fn write_all_vectored(
+    w: &mut WriteHalf,
+    chunks: &mut [Bytes],
+    waited: &AtomicU64,
+) -> std::io::Result<()> {
     let mut first = 0;
     while first < chunks.len() {
         let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
@@ -729,7 +785,18 @@ async fn write_all_vectored(w: &mut WriteHalf, chunks: &mut [Bytes]) -> std::io:
             *slot = IoSlice::new(c);
             n += 1;
         }
-        let mut n = w.write_vectored(&slices[..n]).await?;
+        let write = w.write_vectored(&slices[..n]);
+        tokio::pin!(write);
+        let mut n = match futures::poll!(write.as_mut()) {
+            std::task::Poll::Ready(r) => r?,
+            std::task::Poll::Pending => {
+                let since = std::time::Instant::now();
+                let r = write.await;
+                let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                waited.fetch_add(ns, Ordering::Relaxed);
+                r?
+            }
+        };
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
@@ -874,6 +941,7 @@ mod tests {
             CancellationToken::new(),
             None,
             PART_BYTES,
+            None,
         ));
         let info = ConnInfo::new(1, true, CancellationToken::new());
         lane.install(info, write_half.into(), 100);
@@ -918,6 +986,7 @@ mod tests {
             close.clone(),
             Some(sink),
             PART_BYTES,
+            None,
         ));
         close.cancel();
         writer.await.unwrap();
@@ -946,6 +1015,7 @@ mod tests {
             CancellationToken::new(),
             None,
             PART_BYTES,
+            None,
         )
         .await;
         assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
@@ -975,6 +1045,7 @@ mod tests {
             CancellationToken::new(),
             None,
             PART_BYTES,
+            None,
         ));
         lane.try_enqueue(Bytes::from_static(b"hd"), Bytes::from(vec![1u8; BIG]), None)
             .unwrap();

@@ -61,6 +61,7 @@ pub(crate) mod schedule;
 pub(crate) mod stream;
 pub(crate) mod stripe;
 pub(crate) mod watch;
+pub(crate) mod widen;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lane::Lane;
 use super::stripe::{StripesIn, StripesOut};
+use super::widen::{BarriersIn, Widen};
 use crate::id::NodeId;
 
 /// Why a node gets no peer entry (its connection is refused).
@@ -43,8 +44,9 @@ pub(crate) struct Peer {
     pub said_bye: AtomicBool,
     /// When a frame last arrived from it, in microseconds since the node started.
     pub last_seen_us: AtomicU64,
-    /// Last heartbeat round trip in microseconds (0 until measured).
-    pub rtt_us: AtomicU64,
+    /// Last heartbeat round trip in microseconds (0 until measured); shared with the lanes'
+    /// width drivers ([`super::widen`]).
+    pub rtt_us: Arc<AtomicU64>,
     /// The frames written to it, all lanes, as the last heartbeat tick counted them (only the
     /// control loop reads and writes it).
     pub written_at_tick: AtomicU64,
@@ -55,6 +57,11 @@ pub(crate) struct Peer {
     pub stripes_out: StripesOut,
     /// Striped frames from it being put together.
     pub stripes_in: StripesIn,
+    /// By slot: at the first lane of each channel whose small frames may take several lanes,
+    /// how many do now ([`super::widen`]).
+    pub widths: Vec<Option<Arc<Widen>>>,
+    /// The barriers it wrote across its channels' lanes, as they arrive.
+    pub barriers_in: BarriersIn,
     /// Aborts everything (frames queued are dropped).
     pub abort: CancellationToken,
     /// Closes gracefully (frames queued are written first).

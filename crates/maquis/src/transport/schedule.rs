@@ -15,6 +15,9 @@
 //! until its gate opens (every piece written or dropped), with the frames of its key behind
 //! it; the writer is woken when a gate opens and the held frames are placed again.
 //!
+//! A barrier across a channel's lanes ([`super::widen`]) goes after every frame queued before
+//! it and before every frame queued after it, whatever their keys.
+//!
 //! Nothing here does I/O: the writer asks for a [`Round`] (what to write next), writes it, and
 //! says how the write went.
 
@@ -74,6 +77,8 @@ pub(crate) struct Schedule {
     held: VecDeque<OutFrame>,
     /// How many frames of each key wait in `held`.
     held_keys: HashMap<u64, usize>,
+    /// How many barriers wait in `held` (every frame behind one waits too).
+    held_barriers: usize,
     /// Frames let go from `held`: they go before any frame queued after them.
     ready: VecDeque<OutFrame>,
 }
@@ -86,6 +91,7 @@ impl Schedule {
             large: None,
             held: VecDeque::new(),
             held_keys: HashMap::new(),
+            held_barriers: 0,
             ready: VecDeque::new(),
         }
     }
@@ -102,11 +108,9 @@ impl Schedule {
         if opened && !self.held.is_empty() {
             self.let_go();
         }
-        while let Some(f) = self.ready.pop_front() {
-            if let Some(f) = self.place(f) {
-                round.frames.push(f);
-            }
-        }
+        // Placed when they were let go (a large frame behind them may have started its
+        // parts since; they go before it all the same).
+        round.frames.extend(self.ready.drain(..));
         for f in incoming.drain(..) {
             if let Some(f) = self.place(f) {
                 round.frames.push(f);
@@ -171,6 +175,7 @@ impl Schedule {
         all.extend(self.ready.drain(..));
         all.extend(self.held.drain(..));
         self.held_keys.clear();
+        self.held_barriers = 0;
         all
     }
 
@@ -183,9 +188,12 @@ impl Schedule {
                 false
             }
             Role::Commit { .. } => true,
+            // A barrier passes nothing queued before it.
+            Role::Barrier => !self.held.is_empty() || self.large.is_some(),
             _ => false,
         };
         let blocked = gated
+            || self.held_barriers > 0
             || f.order.is_some_and(|k| {
                 self.held_keys.contains_key(&k)
                     || self
@@ -199,6 +207,9 @@ impl Schedule {
         if blocked || (large && self.large.is_some()) {
             if let Some(k) = f.order {
                 *self.held_keys.entry(k).or_default() += 1;
+            }
+            if matches!(f.role, Role::Barrier) {
+                self.held_barriers += 1;
             }
             self.held.push_back(f);
             None
@@ -215,6 +226,7 @@ impl Schedule {
     /// becomes the frame in parts, the frames of its key wait again, the others are let go.
     fn let_go(&mut self) {
         self.held_keys.clear();
+        self.held_barriers = 0;
         let held = std::mem::take(&mut self.held);
         for f in held {
             if let Some(f) = self.place(f) {
@@ -392,6 +404,82 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_barrier_passes_nothing_and_nothing_passes_it() {
+        use crate::id::LaneId;
+        use crate::transport::lane::Lane;
+        use crate::transport::stripe::testing::{commit, gate};
+
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        let mut s = Schedule::new(PART);
+        let mut round = Round::default();
+        let (g, mut guards) = gate(7, 1, &lane);
+        let mut c = frame(1, Some(1), 10);
+        c.role = commit(&g);
+        let mut barrier = frame(3, None, 10);
+        barrier.role = Role::Barrier;
+        s.fill(
+            &mut vec![c, frame(2, Some(2), 10), barrier, frame(4, Some(5), 10)],
+            &mut round,
+            false,
+        );
+        // Another key passes the waiting commit; the barrier waits behind it, and a key
+        // queued after the barrier waits behind the barrier.
+        assert_eq!(ids(&round), (vec![2], false));
+        round.clear();
+        // A large frame behind the barrier does not start its parts either.
+        s.fill(&mut vec![frame(5, Some(6), 300)], &mut round, false);
+        assert!(round.is_empty());
+        let mut piece = guards.pop().unwrap();
+        piece.written();
+        drop(piece);
+        s.fill(&mut vec![], &mut round, true);
+        assert_eq!(
+            ids(&round),
+            (vec![1, 3, 4], true),
+            "in queue order, then parts"
+        );
+        round.clear();
+        assert_eq!(run(&mut s, vec![]), vec![5]);
+
+        // Behind a frame in parts, a barrier waits for its last part.
+        let mut s = Schedule::new(PART);
+        let mut barrier = frame(2, None, 10);
+        barrier.role = Role::Barrier;
+        let order = run(
+            &mut s,
+            vec![frame(1, Some(1), 300), barrier, frame(3, None, 10)],
+        );
+        assert_eq!(order, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn frames_let_go_stay_ahead_of_a_large_frame_of_their_key_behind_them() {
+        use crate::id::LaneId;
+        use crate::transport::lane::Lane;
+        use crate::transport::stripe::testing::{commit, gate};
+
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        let mut s = Schedule::new(PART);
+        let mut round = Round::default();
+        let (g, mut guards) = gate(7, 1, &lane);
+        let mut c = frame(1, Some(1), 10);
+        c.role = commit(&g);
+        s.fill(
+            &mut vec![c, frame(2, Some(1), 10), frame(3, Some(1), 300)],
+            &mut round,
+            false,
+        );
+        assert!(round.is_empty());
+        let mut piece = guards.pop().unwrap();
+        piece.written();
+        drop(piece);
+        s.fill(&mut vec![], &mut round, true);
+        assert_eq!(ids(&round), (vec![1, 2], true));
+        round.clear();
+        assert_eq!(run(&mut s, vec![]), vec![3]);
     }
 
     #[test]

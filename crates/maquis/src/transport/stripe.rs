@@ -1,7 +1,8 @@
 //! Large frames striped over a channel's lanes: the sender's pieces and commits, and the
 //! receiver's table (the wire and the table's rules: [`maquis_proto::wire::stripes`]).
 //!
-//! The sender ([`send`]) queues the frame's commit on the channel's ordering lane first, where
+//! The sender ([`send`]) queues the frame's commit first on the lane its order key takes among
+//! those carrying the channel's small frames (its *ordering lane*; see [`super::widen`]), where
 //! it holds the place of its order key (the lane's [`super::schedule`] keeps it, and the frames
 //! of its key behind it, until its [`Gate`] opens), then each piece on the least loaded of the
 //! channel's other lanes. Every piece carries a [`PartGuard`]: written, or dropped unwritten,
@@ -16,7 +17,7 @@
 //! timeout.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use maquis_proto::wire::stripes::decode_striped;
@@ -27,6 +28,7 @@ use maquis_proto::wire::{
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::lane::Lane;
+use super::widen::Place;
 use crate::error::SendError;
 
 /// Striped frames per peer whose commit is not written yet; more wait.
@@ -34,12 +36,15 @@ pub(crate) const MAX_UNCOMMITTED: usize = 16;
 /// Open striped frames per peer before a piece of a new one waits at the receiver.
 const SOFT_OPEN: usize = 16;
 
-/// What a queued frame is to striping.
+/// What a queued frame is to striping and to the lanes' width ([`super::widen`]).
 #[derive(Default)]
 pub(crate) enum Role {
     /// A frame of its own.
     #[default]
     Whole,
+    /// A barrier across the lanes carrying a channel's small frames: written after every frame
+    /// queued before it and before every frame queued after it.
+    Barrier,
     /// A piece of a striped frame.
     Part(PartGuard),
     /// The commit of a striped frame: written when its gate opens. Held until then, its
@@ -61,8 +66,9 @@ pub(crate) struct Gate {
     failed: AtomicBool,
     horizon: AtomicU64,
     hold: Option<u64>,
-    /// The ordering lane, woken when the gate opens.
-    lane: Arc<Lane>,
+    /// The lane of the commit, woken when the gate opens (set once the commit is queued,
+    /// before the gate can open).
+    lane: OnceLock<Arc<Lane>>,
 }
 
 impl Gate {
@@ -76,7 +82,9 @@ impl Gate {
             self.failed.store(true, Ordering::Release);
         }
         if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.lane.gate_opened();
+            if let Some(lane) = self.lane.get() {
+                lane.gate_opened();
+            }
         }
     }
 
@@ -132,13 +140,13 @@ impl Default for StripesOut {
     }
 }
 
-/// Sends the frame `head` + `payload` striped: its commit on `ordering` with order key
+/// Sends the frame `head` + `payload` striped: its commit at `ordering` with order key
 /// `order` and hold key `hold` ([`maquis_proto::wire::hold_key`] of its header), its pieces of
 /// at most `piece` bytes over `data`. Waits for room when `wait`, else
 /// fails with `Backpressure` (pieces already queued are then dropped, and so is the frame).
 pub(crate) async fn send(
     out: &StripesOut,
-    ordering: &Arc<Lane>,
+    ordering: Place<'_>,
     data: &[Arc<Lane>],
     frame: (Bytes, Bytes),
     keys: (u64, Option<u64>),
@@ -169,7 +177,7 @@ pub(crate) async fn send(
         failed: AtomicBool::new(false),
         horizon: AtomicU64::new(0),
         hold,
-        lane: ordering.clone(),
+        lane: OnceLock::new(),
     });
     // The sender's own hold: the gate cannot open before the horizon is known.
     let mine = PartGuard {
@@ -186,9 +194,10 @@ pub(crate) async fn send(
         gate: gate.clone(),
         _permit: permit,
     };
-    ordering
-        .enqueue_role(Bytes::new(), Bytes::new(), Some(order), commit, wait)
+    let lane = ordering
+        .enqueue((Bytes::new(), Bytes::new()), order, commit, wait)
         .await?;
+    let _ = gate.lane.set(lane.clone());
     let total64 = total as u64;
     let mut sent = Ok(());
     for i in 0..n {
@@ -401,7 +410,7 @@ pub(crate) mod testing {
             failed: AtomicBool::new(false),
             horizon: AtomicU64::new(9),
             hold: None,
-            lane: lane.clone(),
+            lane: OnceLock::from(lane.clone()),
         });
         let guards = (0..pieces)
             .map(|_| PartGuard {

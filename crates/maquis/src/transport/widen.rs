@@ -1,0 +1,683 @@
+//! How many lanes of a channel carry its small frames.
+//!
+//! With striping on, a channel of several lanes starts with its small frames on one lane, its
+//! first: batched as on a single connection, they cost the least CPU. One TCP connection
+//! carries at most a window per round trip, though (the send buffer's 4 MiB by Linux's default
+//! `tcp_wmem`: about 200 MB/s at 20 ms), and a stream of small messages over a long link
+//! reaches that long before the CPU is busy. So the channel *widens*: the writer of its first
+//! lane measures how long its writes and those of the other lanes carrying small frames wait
+//! for the socket to take bytes (the window is full; a busy CPU does not make writes wait), and
+//! when that is most of the time it doubles the lanes that carry small frames, each order key
+//! then on lane `key mod width`. When they have not waited for a while it halves them again
+//! ([`Policy`], no I/O and no clock of its own).
+//!
+//! A key that moves to another lane must not overtake its frames still on the old one. A
+//! change of width is therefore a barrier ([`Widen::switch`]): under a lock that sends take
+//! shared, a [`Header::Barrier`] with a new epoch is queued on each lane of the old and the new
+//! width, and the width changes; a send that picked its lane by the old width and queues after
+//! it picks again. On each lane the barrier goes after every frame queued before it (the lane's
+//! schedule lets nothing pass it either way), and the receiver hands on nothing behind a
+//! barrier before every lane of it has arrived ([`BarriersIn`], the table in
+//! [`maquis_proto::wire::barriers`]). A barrier whose lanes do not all arrive within the
+//! heartbeat timeout (a lost connection) is given up and counted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use maquis_proto::wire::{encode_head, Arrival, Barriers, Header, WireError};
+use tokio::sync::Notify;
+
+use super::lane::Lane;
+use super::stripe::Role;
+use crate::error::SendError;
+
+/// How often the widths are looked at.
+const PERIOD: Duration = Duration::from_millis(100);
+/// Writes waiting this share of the time (averaged over the lanes carrying small frames)
+/// double the width, on trial.
+const WIDEN_AT: f64 = 0.5;
+/// How long a doubled width is tried, at least, and in round trips to the peer (new lanes may
+/// have to connect, and new connections to grow their windows) ...
+const TRIAL: Duration = Duration::from_millis(300);
+const TRIAL_RTTS: u32 = 16;
+/// ... and the bytes written per second it must bring in its second half, over those of the
+/// last `BEFORE` looks at the width before (fewer if it changed since), or the width goes back.
+const GAIN: f64 = 1.1;
+const BEFORE: usize = 5;
+/// After a trial that did not pay, no new one for this long, doubling with every further
+/// one that does not, up to `MAX_HOLD_OFF`.
+const HOLD_OFF: Duration = Duration::from_secs(2);
+const MAX_HOLD_OFF: Duration = Duration::from_secs(60);
+/// Writes waiting less than this share of the time ...
+const CALM_BELOW: f64 = 0.1;
+/// ... for this long halve it.
+const CALM_FOR: Duration = Duration::from_secs(2);
+
+/// The width of one channel to one peer, and its epoch: what sends pick lanes by.
+pub(crate) struct Widen {
+    /// `epoch << 16 | width`.
+    state: AtomicU64,
+    /// Taken shared by a send from the moment it checks the width to the moment its frame is
+    /// queued, exclusively by a change of width.
+    switch: RwLock<()>,
+    lanes: usize,
+}
+
+/// The width as a send saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Seen(u64);
+
+impl Seen {
+    /// The lanes carrying small frames.
+    pub(crate) fn width(self) -> usize {
+        (self.0 & 0xffff) as usize
+    }
+
+    /// The index, within its channel, of the lane for order key `order`.
+    pub(crate) fn index(self, order: u64) -> usize {
+        (order % self.width().max(1) as u64) as usize
+    }
+
+    fn epoch(self) -> u64 {
+        self.0 >> 16
+    }
+}
+
+impl Widen {
+    /// A channel of `lanes` lanes, its small frames on the first.
+    pub(crate) fn new(lanes: usize) -> Self {
+        Widen {
+            state: AtomicU64::new(1),
+            switch: RwLock::new(()),
+            lanes,
+        }
+    }
+
+    /// The channel's lanes.
+    pub(crate) fn lanes(&self) -> usize {
+        self.lanes
+    }
+
+    /// The width now.
+    pub(crate) fn seen(&self) -> Seen {
+        Seen(self.state.load(Ordering::Acquire))
+    }
+
+    /// Holds off changes of width while the guard lives, if the width is still `seen`; `None`
+    /// when it changed (pick the lane again).
+    pub(crate) fn hold(&self, seen: Seen) -> Option<RwLockReadGuard<'_, ()>> {
+        let g = self.switch.read().unwrap_or_else(|e| e.into_inner());
+        (self.seen() == seen).then_some(g)
+    }
+
+    /// Changes the width to `width` (1 ..= `lanes.len()`): a barrier on each lane of the old
+    /// and the new width, then the new width.
+    pub(crate) fn switch(&self, lanes: &[Arc<Lane>], width: usize) {
+        let _g = self.switch.write().unwrap_or_else(|e| e.into_inner());
+        let old = self.seen();
+        let width = width.clamp(1, lanes.len());
+        if width == old.width() {
+            return;
+        }
+        let epoch = old.epoch() + 1;
+        let n = old.width().max(width);
+        let head = barrier_head(epoch, n as u16);
+        for lane in &lanes[..n] {
+            lane.push_barrier(head.clone());
+        }
+        self.state
+            .store(epoch << 16 | width as u64, Ordering::Release);
+        tracing::debug!(lane = %lanes[0].id, epoch, from = old.width(), to = width, "small frames' lanes changed");
+    }
+}
+
+fn barrier_head(epoch: u64, lanes: u16) -> Bytes {
+    let mut buf = BytesMut::with_capacity(24);
+    // A barrier is two integers and no payload: it always encodes.
+    let _ = encode_head(&Header::Barrier { epoch, lanes }, 0, usize::MAX, &mut buf);
+    buf.freeze()
+}
+
+/// Where a frame goes in its channel: a given lane, or the lane its order key takes at the
+/// channel's width now.
+pub(crate) enum Place<'a> {
+    /// This lane.
+    Lane(&'a Arc<Lane>),
+    /// The lane of the key among `lanes` (the channel's) at `widen`'s width.
+    Widened {
+        /// The channel's width.
+        widen: &'a Widen,
+        /// The channel's lanes.
+        lanes: &'a [Arc<Lane>],
+    },
+}
+
+impl<'a> Place<'a> {
+    /// Queues a frame with order key `order` (waiting for room when `wait`, else failing with
+    /// `Backpressure`); the lane it went on.
+    pub(crate) async fn enqueue(
+        &self,
+        frame: (Bytes, Bytes),
+        order: u64,
+        role: Role,
+        wait: bool,
+    ) -> Result<&'a Arc<Lane>, SendError> {
+        let (head, payload) = frame;
+        match *self {
+            Place::Lane(lane) => {
+                lane.enqueue_role(head, payload, Some(order), role, wait)
+                    .await?;
+                Ok(lane)
+            }
+            Place::Widened { widen, lanes } => {
+                let len = head.len() + payload.len();
+                loop {
+                    let seen = widen.seen();
+                    let lane = &lanes[seen.index(order)];
+                    let room = lane.reserve(len, wait).await?;
+                    // The width changed while waiting for room: pick again (the room goes back).
+                    if let Some(_held) = widen.hold(seen) {
+                        lane.push_reserved(head, payload, Some(order), role, room)?;
+                        return Ok(lane);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// When to change a channel's width, from how long its lanes' writes waited for their sockets
+/// and how many bytes they wrote.
+///
+/// Writes that wait most of the time mean a full window, or a busy link, or, on a machine
+/// whose CPU is saturated, a peer that reads slowly. Only the first is cured by more lanes, so
+/// a doubled width is a trial: it stays if the bytes written per second grew by [`GAIN`],
+/// else the width goes back and no trial is made for a while.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    width: usize,
+    max: usize,
+    last: Option<Instant>,
+    /// Each lane's waiting time (ns, as counted) at the last look.
+    before: Vec<u64>,
+    /// Bytes written on all lanes at the last looks since the width last changed (at most
+    /// `BEFORE` + 1), oldest first.
+    history: std::collections::VecDeque<(Instant, u64)>,
+    /// Since when the writes have waited little.
+    calm_since: Option<Instant>,
+    trial: Option<Trial>,
+    /// No trial before this.
+    hold_until: Option<Instant>,
+    hold_off: Duration,
+}
+
+/// A doubled width on trial.
+#[derive(Debug)]
+struct Trial {
+    since: Instant,
+    length: Duration,
+    from: usize,
+    /// Bytes written per second in the period before it.
+    rate_before: f64,
+    /// When its second half began, and the bytes written on all lanes then.
+    half: Option<(Instant, u64)>,
+}
+
+impl Policy {
+    /// A channel of `lanes` lanes, at width 1.
+    pub(crate) fn new(lanes: usize) -> Self {
+        Policy {
+            width: 1,
+            max: lanes.max(1),
+            last: None,
+            before: vec![0; lanes.max(1)],
+            history: std::collections::VecDeque::with_capacity(BEFORE + 1),
+            calm_since: None,
+            trial: None,
+            hold_until: None,
+            hold_off: HOLD_OFF,
+        }
+    }
+
+    /// Whether it is time to look again ([`Policy::tick`] does nothing before).
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        self.last
+            .is_none_or(|last| now.saturating_duration_since(last) >= PERIOD)
+    }
+
+    /// Looks at the lanes' waiting times (ns waited so far, per lane) and the bytes written on
+    /// all of them so far, at `now`, with round trips of `rtt` to the peer; the new width when
+    /// it is to change.
+    pub(crate) fn tick(
+        &mut self,
+        now: Instant,
+        waited: &[u64],
+        written: u64,
+        rtt: Duration,
+    ) -> Option<usize> {
+        let Some(last) = self.last else {
+            self.last = Some(now);
+            self.before.copy_from_slice(&waited[..self.max]);
+            self.history.push_back((now, written));
+            return None;
+        };
+        let elapsed = now.saturating_duration_since(last);
+        if elapsed < PERIOD {
+            return None;
+        }
+        let w = self.width;
+        let delta: u64 = (0..w)
+            .map(|i| waited[i].saturating_sub(self.before[i]))
+            .sum();
+        let share = delta as f64 / (elapsed.as_nanos() as f64 * w as f64);
+        if self.history.len() > BEFORE {
+            self.history.pop_front();
+        }
+        let rate = match self.history.front() {
+            Some(&(t, b)) if now > t => {
+                written.saturating_sub(b) as f64 / now.saturating_duration_since(t).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        self.history.push_back((now, written));
+        self.last = Some(now);
+        self.before.copy_from_slice(&waited[..self.max]);
+        let next = if let Some(t) = &mut self.trial {
+            let tried = now.saturating_duration_since(t.since);
+            let Some((half, written_at)) = t.half else {
+                if tried >= t.length / 2 {
+                    t.half = Some((now, written));
+                }
+                return None;
+            };
+            if tried < t.length {
+                return None;
+            }
+            let rate_after = written.saturating_sub(written_at) as f64
+                / now.saturating_duration_since(half).as_secs_f64();
+            let from = t.from;
+            let paid = rate_after >= t.rate_before * GAIN;
+            self.trial = None;
+            self.calm_since = None;
+            if paid {
+                self.hold_off = HOLD_OFF;
+                w
+            } else {
+                self.hold_until = Some(now + self.hold_off);
+                self.hold_off = (self.hold_off * 2).min(MAX_HOLD_OFF);
+                from
+            }
+        } else if share >= WIDEN_AT {
+            self.calm_since = None;
+            let held = self.hold_until.is_some_and(|t| now < t);
+            if w < self.max && !held {
+                self.trial = Some(Trial {
+                    since: now,
+                    length: TRIAL.max(rtt * TRIAL_RTTS),
+                    from: w,
+                    rate_before: rate,
+                    half: None,
+                });
+                (w * 2).min(self.max)
+            } else {
+                w
+            }
+        } else if share < CALM_BELOW {
+            let since = *self.calm_since.get_or_insert(last);
+            if now.saturating_duration_since(since) >= CALM_FOR {
+                self.calm_since = Some(now);
+                (w / 2).max(1)
+            } else {
+                w
+            }
+        } else {
+            self.calm_since = None;
+            w
+        };
+        (next != w).then(|| {
+            self.width = next;
+            // Bytes per second at the old width say nothing of the new one.
+            self.history.clear();
+            self.history.push_back((now, written));
+            next
+        })
+    }
+}
+
+/// What the writer of a widening channel's first lane keeps: the channel's lanes, its width,
+/// and the policy.
+pub(crate) struct Driver {
+    widen: Arc<Widen>,
+    lanes: Vec<Arc<Lane>>,
+    policy: Policy,
+    waited: Vec<u64>,
+    /// The peer's round trip in µs, as its heartbeats measure it.
+    rtt_us: Arc<AtomicU64>,
+}
+
+impl Driver {
+    /// The driver of `widen` over `lanes` (the channel's, first one first).
+    pub(crate) fn new(widen: Arc<Widen>, lanes: Vec<Arc<Lane>>, rtt_us: Arc<AtomicU64>) -> Self {
+        let n = lanes.len();
+        Driver {
+            widen,
+            lanes,
+            policy: Policy::new(n),
+            waited: vec![0; n],
+            rtt_us,
+        }
+    }
+
+    /// After a write: looks at the waiting times now and then, and changes the width when the
+    /// policy says so.
+    pub(crate) fn after_write(&mut self, now: Instant) {
+        if !self.policy.due(now) {
+            return;
+        }
+        let rtt = Duration::from_micros(self.rtt_us.load(Ordering::Relaxed));
+        let mut written = 0;
+        for (w, l) in self.waited.iter_mut().zip(&self.lanes) {
+            *w = l.metrics.waited_ns.load(Ordering::Relaxed);
+            written += l.metrics.bytes_out.load(Ordering::Relaxed);
+        }
+        if let Some(width) = self.policy.tick(now, &self.waited, written, rtt) {
+            self.widen.switch(&self.lanes, width);
+        }
+    }
+}
+
+/// The receiver's barriers for one peer: the table, and the wake-ups of the readers waiting at
+/// one (a generation that moves with every release).
+#[derive(Default)]
+pub(crate) struct BarriersIn {
+    table: Mutex<Barriers>,
+    generation: AtomicU64,
+    changed: Notify,
+}
+
+/// Where a lane is in its channel, for [`BarriersIn::arrive`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LanePlace {
+    /// The channel's first slot.
+    pub channel: u16,
+    /// The lane's index in it.
+    pub index: u16,
+    /// The channel's lanes.
+    pub parallelism: u16,
+}
+
+impl BarriersIn {
+    fn table(&self) -> std::sync::MutexGuard<'_, Barriers> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    /// The lane at `at` arrived at barrier `epoch` over `lanes` lanes; whether it may go on.
+    pub(crate) fn arrive(&self, at: LanePlace, epoch: u64, lanes: u16) -> Result<bool, WireError> {
+        let a = self
+            .table()
+            .arrive(at.channel, at.index, at.parallelism, epoch, lanes)?;
+        if a == Arrival::Released {
+            self.bump();
+        }
+        Ok(a == Arrival::Released)
+    }
+
+    /// Whether barrier `epoch` of `channel` is released.
+    pub(crate) fn is_released(&self, channel: u16, epoch: u64) -> bool {
+        self.table().is_released(channel, epoch)
+    }
+
+    /// Returns once barrier `epoch` of `channel` is released.
+    pub(crate) async fn released(&self, channel: u16, epoch: u64) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.is_released(channel, epoch) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Barrier `epoch` of `channel` waited too long: it is let go.
+    pub(crate) fn give_up(&self, channel: u16, epoch: u64) {
+        self.table().give_up(channel, epoch);
+        self.bump();
+        tracing::debug!(
+            channel,
+            epoch,
+            "lane barrier given up: a lane did not arrive"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// A channel driven by its policy, looked at every 100 ms: `rate(width)` bytes written per
+    /// second, and writes waiting `wait(width)` of the time on each lane carrying small frames.
+    struct Sim {
+        p: Policy,
+        t0: Instant,
+        t: u64,
+        waited: Vec<u64>,
+        bytes: u64,
+        rtt: Duration,
+    }
+
+    impl Sim {
+        fn new(lanes: usize, rtt_ms: u64) -> Self {
+            let t0 = Instant::now();
+            let mut p = Policy::new(lanes);
+            assert_eq!(p.tick(t0, &vec![0; lanes], 0, Duration::ZERO), None);
+            Sim {
+                p,
+                t0,
+                t: 0,
+                waited: vec![0; lanes],
+                bytes: 0,
+                rtt: Duration::from_millis(rtt_ms),
+            }
+        }
+
+        /// Runs `ms` more; every width it changed to, with when.
+        fn run(&mut self, ms: u64, rate: impl Fn(usize) -> u64, wait: f64) -> Vec<(u64, usize)> {
+            let mut changes = Vec::new();
+            let end = self.t + ms;
+            while self.t < end {
+                self.t += 100;
+                let w = self.p.width;
+                for x in &mut self.waited[..w] {
+                    *x += (100.0 * wait) as u64 * MS;
+                }
+                self.bytes += rate(w) / 10;
+                let now = at(self.t0, self.t);
+                if let Some(n) = self.p.tick(now, &self.waited, self.bytes, self.rtt) {
+                    changes.push((self.t, n));
+                }
+            }
+            changes
+        }
+    }
+
+    #[test]
+    fn widens_while_wider_pays_and_narrows_when_calm() {
+        let mut sim = Sim::new(4, 1);
+        // A full window on every lane: two lanes write twice the bytes, four no more.
+        let rate = |w: usize| 100_000_000 * w.min(2) as u64;
+        let changes = sim.run(3_000, rate, 0.9);
+        // Two at once, kept; four tried 300 ms later, given up 300 ms after that, tried
+        // again once held off 2 s.
+        assert_eq!(
+            changes,
+            vec![(100, 2), (500, 4), (800, 2), (2_800, 4)],
+            "{:?}",
+            sim.p
+        );
+        // Calm (the trial of four ends first, as it did not pay): halved after CALM_FOR.
+        let changes = sim.run(6_000, rate, 0.0);
+        assert_eq!(changes, vec![(3_100, 2), (5_100, 1)]);
+    }
+
+    #[test]
+    fn trials_that_do_not_pay_are_made_ever_more_rarely() {
+        let mut sim = Sim::new(2, 1);
+        // Writes wait all the time, and the bytes per second never change.
+        let changes = sim.run(20_000, |_| 10_000_000, 1.0);
+        let trials: Vec<u64> = changes.iter().filter(|c| c.1 == 2).map(|c| c.0).collect();
+        // Tried at once, then held off 2, 4 and 8 s from the end of the last trial (each
+        // lasting 300 ms).
+        assert_eq!(trials, vec![100, 2_400, 6_700, 15_000]);
+    }
+
+    #[test]
+    fn a_trial_lasts_longer_over_a_long_link() {
+        // 100 ms round trips: a trial lasts 16 of them.
+        let mut sim = Sim::new(2, 100);
+        let changes = sim.run(5_000, |_| 10_000_000, 1.0);
+        assert_eq!(&changes[..2], &[(100, 2), (1_700, 1)]);
+    }
+
+    #[test]
+    fn a_long_quiet_gap_counts_as_calm() {
+        let mut sim = Sim::new(2, 1);
+        let changes = sim.run(500, |w| 100_000_000 * w as u64, 0.9);
+        assert_eq!(changes, vec![(100, 2)]);
+        // Nothing written for ten seconds, then a write: back to one lane.
+        let now = at(sim.t0, sim.t + 10_000);
+        assert_eq!(sim.p.tick(now, &sim.waited, sim.bytes, sim.rtt), Some(1));
+    }
+
+    /// Many keys streaming (one of them with striped messages among its small ones) while
+    /// the width of their channel changes every few milliseconds: every key's messages arrive
+    /// all, in order, and no barrier is given up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keys_keep_their_order_while_the_width_changes() {
+        use crate::{Config, Node, SendOpts};
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Debug, Serialize, Deserialize)]
+        struct Seq(u64, u32, crate::Payload);
+        const KEYS: u64 = 8;
+        const EACH: u32 = 1500;
+        static BIG: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        let big: &'static [u8] = BIG.get_or_init(|| vec![7; 300 * 1024]);
+
+        let config = |name: &str| {
+            let mut c = Config::new(name).cookie("widen").parallelism(4);
+            c.transport.heartbeat_interval_ms = 200;
+            c.transport.heartbeat_timeout_ms = 5000;
+            c
+        };
+        let a = Node::start(config("wda")).await.unwrap();
+        let b = Node::start(config("wdb")).await.unwrap();
+        a.join_wait(b.addr(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+        let sink = b.spawn_fn(move |mut inbox: crate::Inbox<Seq>| async move {
+            let mut next = vec![0u32; KEYS as usize];
+            let mut got = vec![0u32; KEYS as usize];
+            let mut wrong = Vec::new();
+            while let Some(Seq(k, n, p)) = inbox.recv().await {
+                let want = &mut next[k as usize];
+                if n != *want || (n % 50 == 49 && k == 0 && p.len() != big.len()) {
+                    wrong.push((k, n, *want));
+                }
+                *want = n + 1;
+                got[k as usize] += 1;
+                if got.iter().all(|&n| n == EACH) {
+                    let _ = done_tx.send(wrong.clone());
+                }
+            }
+        });
+        b.register("sink", &sink).unwrap();
+        let r = a.remote::<Seq>("wdb", "sink").unwrap();
+
+        let peer = a.router().peer("wdb").unwrap();
+        let slot = a.router().dispatch.slot_of("default", 0).unwrap();
+        let widen = peer.widths[slot]
+            .clone()
+            .expect("the default channel widens");
+        let lanes = peer.lanes[slot..slot + 4].to_vec();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let switcher = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut switches = 0;
+                for w in [2, 4, 1, 3, 4, 2, 1, 4, 3, 1].iter().cycle() {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    widen.switch(&lanes, *w);
+                    switches += 1;
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+                switches
+            })
+        };
+        let senders: Vec<_> = (0..KEYS)
+            .map(|k| {
+                let r = r.clone();
+                tokio::spawn(async move {
+                    for n in 0..EACH {
+                        let p: crate::Payload = if k == 0 && n % 50 == 49 {
+                            big.into()
+                        } else {
+                            crate::Payload::from(&big[..16])
+                        };
+                        r.send_with(Seq(k, n, p), &SendOpts::default().partition(k))
+                            .await
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for s in senders {
+            s.await.unwrap();
+        }
+        let wrong = tokio::time::timeout(Duration::from_secs(60), done.recv())
+            .await
+            .expect("every message arrived")
+            .unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let switches = switcher.await.unwrap();
+        assert!(switches > 10, "the width changed {switches} times");
+        assert!(wrong.is_empty(), "out of order or damaged: {wrong:?}");
+        assert_eq!(b.counters().barriers_given_up.get(), 0);
+        assert_eq!(b.counters().bad_frames.get(), 0);
+        let bytes: Vec<u64> = peer.lanes[slot..slot + 4]
+            .iter()
+            .map(|l| l.metrics.bytes_out.load(Ordering::Relaxed))
+            .collect();
+        assert!(
+            bytes.iter().all(|&b| b > 0),
+            "every lane carried frames: {bytes:?}"
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+
+    #[test]
+    fn seen_picks_lanes_by_key() {
+        let s = Seen(3 << 16 | 4);
+        assert_eq!((s.width(), s.epoch()), (4, 3));
+        assert_eq!(s.index(9), 1);
+        assert_eq!(Seen(1).index(9), 0);
+    }
+}
