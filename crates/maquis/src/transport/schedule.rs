@@ -406,18 +406,25 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_barrier_passes_nothing_and_nothing_passes_it() {
+    /// The commit (frame `id`, order key `order`) of a striped frame of one piece, and the
+    /// piece's guard: the commit may go once the guard is dropped.
+    fn one_piece_commit(id: u8, order: u64) -> (OutFrame, crate::transport::stripe::PartGuard) {
         use crate::id::LaneId;
         use crate::transport::lane::Lane;
         use crate::transport::stripe::testing::{commit, gate};
 
         let (lane, _task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        let (g, mut guards) = gate(7, 1, &lane);
+        let mut c = frame(id, Some(order), 10);
+        c.role = commit(&g);
+        (c, guards.pop().expect("one piece"))
+    }
+
+    #[test]
+    fn a_barrier_passes_nothing_and_nothing_passes_it() {
         let mut s = Schedule::new(PART);
         let mut round = Round::default();
-        let (g, mut guards) = gate(7, 1, &lane);
-        let mut c = frame(1, Some(1), 10);
-        c.role = commit(&g);
+        let (c, mut piece) = one_piece_commit(1, 1);
         let mut barrier = frame(3, None, 10);
         barrier.role = Role::Barrier;
         s.fill(
@@ -432,7 +439,6 @@ mod tests {
         // A large frame behind the barrier does not start its parts either.
         s.fill(&mut vec![frame(5, Some(6), 300)], &mut round, false);
         assert!(round.is_empty());
-        let mut piece = guards.pop().unwrap();
         piece.written();
         drop(piece);
         s.fill(&mut vec![], &mut round, true);
@@ -457,23 +463,15 @@ mod tests {
 
     #[test]
     fn frames_let_go_stay_ahead_of_a_large_frame_of_their_key_behind_them() {
-        use crate::id::LaneId;
-        use crate::transport::lane::Lane;
-        use crate::transport::stripe::testing::{commit, gate};
-
-        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1 << 20);
         let mut s = Schedule::new(PART);
         let mut round = Round::default();
-        let (g, mut guards) = gate(7, 1, &lane);
-        let mut c = frame(1, Some(1), 10);
-        c.role = commit(&g);
+        let (c, mut piece) = one_piece_commit(1, 1);
         s.fill(
             &mut vec![c, frame(2, Some(1), 10), frame(3, Some(1), 300)],
             &mut round,
             false,
         );
         assert!(round.is_empty());
-        let mut piece = guards.pop().unwrap();
         piece.written();
         drop(piece);
         s.fill(&mut vec![], &mut round, true);
