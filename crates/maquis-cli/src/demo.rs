@@ -1,6 +1,11 @@
 //! `maquis demo`: a local 3-node full-mesh cluster, an echo workload run once with one
 //! connection per peer and no affinity, and once with 16 lanes and affinity; then small calls
 //! beside bulk transfers between two nodes, sharing one connection and on channels of their own.
+//!
+//! With `--wan` (root and `/dev/net/tun`), every node runs in a network namespace of its own,
+//! on a tokio runtime of its own, and the namespaces are joined by the link emulator
+//! (`maquis-netem`) with `--rtt-ms` round trips; the client actors run on the demo's own runtime
+//! and reach the nodes through their handles.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -10,6 +15,7 @@ use clap::Args;
 use maquis::admin::percentile;
 use maquis::echo::echo_once;
 use maquis::{Config, Node, SendOpts};
+use maquis_netem::{Netem, NetemConfig};
 
 /// Options of `maquis demo`.
 #[derive(Args, Debug)]
@@ -29,6 +35,13 @@ pub struct DemoArgs {
     /// Bytes of each bulk transfer in the isolation case (0 skips the case).
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     bulk_size: usize,
+    /// Runs each node in a network namespace of its own, joined by the link emulator with
+    /// `--rtt-ms` round trips (needs root and /dev/net/tun).
+    #[arg(long)]
+    wan: bool,
+    /// The emulated round trip with `--wan`, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    rtt_ms: u64,
 }
 
 /// The isolation case: small calls between two nodes while bulk transfers run between them.
@@ -61,12 +74,48 @@ pub async fn run(args: DemoArgs) -> ExitCode {
         eprintln!("error: --actors, --sizes and --seconds must be positive");
         return ExitCode::from(2);
     }
+    if args.wan && (args.rtt_ms == 0 || args.rtt_ms > 10_000) {
+        eprintln!("error: --rtt-ms must be between 1 and 10000");
+        return ExitCode::from(2);
+    }
+    let net = if args.wan {
+        let config = NetemConfig {
+            hosts: 3,
+            delay: Duration::from_micros(args.rtt_ms * 500),
+            // Apart from any other emulated network on the machine (a stale one of this
+            // prefix is deleted first).
+            prefix: format!("mqd{}", std::process::id() % 100_000),
+            network: std::net::Ipv4Addr::new(10, 79, 0, 0),
+            ..Default::default()
+        };
+        match tokio::task::spawn_blocking(move || Netem::up(config)).await {
+            Ok(Ok(net)) => Some(net),
+            Ok(Err(e)) => {
+                eprintln!("error: --wan needs the link emulator: {e}");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("error: --wan: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    let net = net.as_ref();
+    let place = match net {
+        Some(_) => format!(
+            "in 3 network namespaces, {} ms round trips between them",
+            args.rtt_ms
+        ),
+        None => "on 127.0.0.1".to_string(),
+    };
     let configs: [(&'static str, u16, bool); 2] = [
         ("single", 1, false),
         ("parallel+affinity", args.parallelism, true),
     ];
     println!(
-        "maquis demo: 3 nodes on 127.0.0.1 (full mesh), {} client actors in a closed loop calling the echo service of the next node, {:.1} s per cell",
+        "maquis demo: 3 nodes {place} (full mesh), {} client actors in a closed loop calling the echo service of the next node, {:.1} s per cell",
         args.actors, args.seconds
     );
     let mut cells = Vec::new();
@@ -76,13 +125,14 @@ pub async fn run(args: DemoArgs) -> ExitCode {
                 .parallelism(parallelism)
                 .affinity(affinity)
         };
-        let nodes = match cluster(3, config).await {
-            Ok(n) => n,
+        let cluster = match Cluster::start(3, config, net).await {
+            Ok(c) => c,
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::FAILURE;
             }
         };
+        let nodes = &cluster.nodes;
         for &size in &args.sizes {
             eprintln!("  running {name}, payload {} ...", human(size));
             let load = Load {
@@ -90,17 +140,15 @@ pub async fn run(args: DemoArgs) -> ExitCode {
                 actors: args.actors,
                 opts: SendOpts::default(),
             };
-            let [stats] = measure(&nodes, [load], args.seconds).await;
+            let [stats] = measure(nodes, [load], args.seconds).await;
             cells.push(Cell::of(name, size, stats, args.seconds));
         }
-        for n in &nodes {
-            n.shutdown().await;
-        }
+        cluster.stop().await;
     }
     print_table(&cells, &args.sizes);
     let mut failed = cells.iter().any(|c| c.errors > 0);
     if args.bulk_size > 0 {
-        match isolation(&args).await {
+        match isolation(&args, net).await {
             Ok(iso) => {
                 print_isolation(&iso, args.bulk_size);
                 failed |= iso.iter().any(|c| c.small.errors > 0 || c.bulk.errors > 0);
@@ -127,7 +175,7 @@ struct Isolated {
 
 /// Two nodes; small calls from the first to the second while bulk transfers run the same way:
 /// once all on one connection per peer, once with the bulk transfers on a channel of their own.
-async fn isolation(args: &DemoArgs) -> Result<Vec<Isolated>, String> {
+async fn isolation(args: &DemoArgs, net: Option<&Netem>) -> Result<Vec<Isolated>, String> {
     println!(
         "\nisolation: 2 nodes, {SMALL_CALLERS} actors calling with {} beside {BULK_CALLERS} actors calling with {}, {:.1} s per cell",
         human(SMALL_SIZE),
@@ -137,15 +185,20 @@ async fn isolation(args: &DemoArgs) -> Result<Vec<Isolated>, String> {
     let mut out = Vec::new();
     for (config, own_channel) in [("one channel", false), ("own channels", true)] {
         eprintln!("  running {config} ...");
-        let nodes = cluster(2, |i| {
-            let c = Config::new(format!("iso{i}")).parallelism(1);
-            if own_channel {
-                c.channel("bulk", Some(BULK_LANES))
-            } else {
-                c
-            }
-        })
+        let cluster = Cluster::start(
+            2,
+            |i| {
+                let c = Config::new(format!("iso{i}")).parallelism(1);
+                if own_channel {
+                    c.channel("bulk", Some(BULK_LANES))
+                } else {
+                    c
+                }
+            },
+            net,
+        )
         .await?;
+        let nodes = &cluster.nodes;
         let bulk_opts = if own_channel {
             SendOpts::on("bulk")
         } else {
@@ -170,47 +223,147 @@ async fn isolation(args: &DemoArgs) -> Result<Vec<Isolated>, String> {
             small: Cell::of(config, SMALL_SIZE, s, args.seconds),
             bulk: Cell::of(config, args.bulk_size, b, args.seconds),
         });
-        for n in &nodes {
-            n.shutdown().await;
-        }
+        cluster.stop().await;
     }
     Ok(out)
 }
 
-/// Starts `n` nodes with `config(i)` (a shared cookie and room for large payloads added), joins
-/// them, and waits until every lane between them is connected.
-async fn cluster(n: usize, config: impl Fn(usize) -> Config) -> Result<Vec<Node>, String> {
-    let mut nodes = Vec::new();
-    for i in 1..=n {
-        let mut cfg = config(i).cookie("maquis-demo");
-        cfg.transport.lane_queue_bytes = 32 * 1024 * 1024;
-        nodes.push(Node::start(cfg).await.map_err(|e| e.to_string())?);
+/// The demo's nodes, and with `--wan` the threads that run them in their namespaces.
+struct Cluster {
+    nodes: Vec<Node>,
+    hosted: Vec<Hosted>,
+}
+
+/// A node running in a namespace: its thread runs the node's runtime until told to stop.
+struct Hosted {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<Result<(), maquis_netem::NetemError>>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes with `config(i)` (a shared cookie and room for large payloads added),
+    /// on 127.0.0.1, or each in host `i` of `net`; joins them, and waits until every node has
+    /// the others among its members and every lane between them is connected.
+    async fn start(
+        n: usize,
+        config: impl Fn(usize) -> Config,
+        net: Option<&Netem>,
+    ) -> Result<Cluster, String> {
+        let mut cluster = Cluster {
+            nodes: Vec::new(),
+            hosted: Vec::new(),
+        };
+        for i in 1..=n {
+            let mut cfg = config(i).cookie("maquis-demo");
+            cfg.transport.lane_queue_bytes = 32 * 1024 * 1024;
+            let started = match net {
+                None => Node::start(cfg).await.map_err(|e| e.to_string()),
+                Some(net) => {
+                    let host = net.hosts().get(i - 1).ok_or("too few hosts")?;
+                    cfg.node.listen = std::net::SocketAddr::new(host.addr.into(), 7100);
+                    cluster.start_hosted(net, i - 1, cfg).await
+                }
+            };
+            match started {
+                Ok(node) => cluster.nodes.push(node),
+                Err(e) => {
+                    cluster.stop().await;
+                    return Err(e);
+                }
+            }
+        }
+        if let Err(e) = cluster.join().await {
+            cluster.stop().await;
+            return Err(e);
+        }
+        Ok(cluster)
     }
-    for n in &nodes[1..] {
-        n.join_wait(nodes[0].addr(), Duration::from_secs(5))
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    // Wait until every node has every other among its members (the control loop has taken
-    // it in) and sees every lane to it connected.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let ready = nodes.iter().all(|a| {
-            nodes.iter().filter(|b| b.id() != a.id()).all(|b| {
-                let name = &b.id().name;
-                let lanes = a.lanes_connected(name);
-                a.member(name).is_some()
-                    && !lanes.is_empty()
-                    && lanes.iter().all(|(_, up, want)| up == want)
+
+    /// Starts a node in host `index` of `net`, on a runtime of its own in a thread of that
+    /// namespace.
+    async fn start_hosted(
+        &mut self,
+        net: &Netem,
+        index: usize,
+        cfg: Config,
+    ) -> Result<Node, String> {
+        let (node_tx, node_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = net
+            .spawn_in_host(index, move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = node_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match Node::start(cfg).await {
+                        Ok(node) => {
+                            let _ = node_tx.send(Ok(node.clone()));
+                            let _ = stop_rx.await;
+                            node.shutdown().await;
+                        }
+                        Err(e) => {
+                            let _ = node_tx.send(Err(e.to_string()));
+                        }
+                    }
+                });
             })
-        });
-        if ready {
-            return Ok(nodes);
+            .map_err(|e| e.to_string())?;
+        self.hosted.push(Hosted { stop, thread });
+        match node_rx.await {
+            Ok(r) => r,
+            Err(_) => Err("a node's thread ended before it started".into()),
         }
-        if Instant::now() > deadline {
-            return Err("the demo cluster did not connect within 10 s".into());
+    }
+
+    /// Stops every node: a local one here, a hosted one by its thread.
+    async fn stop(self) {
+        if self.hosted.is_empty() {
+            for n in &self.nodes {
+                n.shutdown().await;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        for h in self.hosted {
+            let _ = h.stop.send(());
+            let _ = tokio::task::spawn_blocking(move || h.thread.join()).await;
+        }
+    }
+
+    async fn join(&self) -> Result<(), String> {
+        let nodes = &self.nodes;
+        for n in &nodes[1..] {
+            n.join_wait(nodes[0].addr(), Duration::from_secs(5))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        // Wait until every node has every other among its members (the control loop has taken
+        // it in) and sees every lane to it connected.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ready = nodes.iter().all(|a| {
+                nodes.iter().filter(|b| b.id() != a.id()).all(|b| {
+                    let name = &b.id().name;
+                    let lanes = a.lanes_connected(name);
+                    a.member(name).is_some()
+                        && !lanes.is_empty()
+                        && lanes.iter().all(|(_, up, want)| up == want)
+                })
+            });
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err("the demo cluster did not connect within 10 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
