@@ -861,6 +861,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_barrier_goes_whatever_the_room_and_asks_for_a_connection() {
+        let (lane, mut task) = Lane::new(LaneId::new("default", 1), 1024);
+        // An idle lane without a connection waits to be wanted; a barrier wants it.
+        use futures::FutureExt;
+        assert!(
+            lane.wanted().now_or_never().is_none(),
+            "nothing queued: not wanted"
+        );
+        lane.push_barrier(Bytes::from_static(b"barrier"));
+        assert!(lane.wanted().now_or_never().is_some());
+        assert_eq!(lane.queued_bytes(), 1, "a byte of room taken");
+        // A full queue still takes it.
+        lane.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 1023]), None)
+            .unwrap();
+        lane.push_barrier(Bytes::from_static(b"barrier"));
+        let mut roles = Vec::new();
+        while let Ok(f) = task.rx.try_recv() {
+            roles.push(matches!(f.role, Role::Barrier));
+        }
+        assert_eq!(roles, vec![true, false, true]);
+    }
+
+    #[tokio::test]
     async fn lanes_share_the_node_budget() {
         let node = QueueBudget::new(1500);
         let (a, _ta) = Lane::with_budget(LaneId::new("default", 0), 1024, node.clone());
