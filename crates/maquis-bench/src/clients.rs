@@ -420,7 +420,8 @@ fn report(o: &Outcome) -> (String, bool) {
         a.node_queue_mib,
         a.sync_ms
     );
-    let _ = writeln!(r, "Machine: {}\n", o.machine);
+    let _ = writeln!(r, "Machine: {}  ", o.machine);
+    let _ = writeln!(r, "Commit: {}\n", crate::micro_report::build_commit());
     let pushed_per_s = a.clients as f64 * 1000.0 / a.period_ms.max(1) as f64;
     let merged_per_s = 1e6 / a.merge_us.max(1) as f64;
     let _ = writeln!(

@@ -107,11 +107,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     let _ = writeln!(r, "Command: `{cmd}`  ");
     let _ = writeln!(r, "Machine: {}  ", crate::micro_report::machine());
     let _ = writeln!(r, "TCP: {}  ", tcp_settings());
-    let _ = writeln!(
-        r,
-        "Commit: {}  ",
-        sh("git describe --always --dirty 2>/dev/null")
-    );
+    let _ = writeln!(r, "Commit: {}  ", crate::micro_report::build_commit());
     let _ = writeln!(
         r,
         "Wall time: {:.0} s; load average before the run: {}\n",

@@ -313,11 +313,7 @@ fn write_report(
         crate::micro_report::machine(),
         ctx.load_before
     );
-    let commit = Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let commit = crate::micro_report::build_commit();
     let _ = writeln!(r, "Commit: {commit}. Wall time: {:.0} s.\n", ctx.wall_s);
     let _ = writeln!(
         r,

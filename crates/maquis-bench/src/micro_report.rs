@@ -8,6 +8,11 @@ use maquis_netem::NetemStats;
 
 use crate::micro::{split_tls, Cell, MicroArgs};
 
+/// The commit this binary was built from (`git describe --always --dirty` at build time).
+pub fn build_commit() -> &'static str {
+    env!("MAQUIS_BENCH_COMMIT")
+}
+
 /// The machine, as every committed result must describe it.
 pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -113,6 +118,7 @@ pub fn write(
     let _ = writeln!(r, "# Micro-benchmarks (PARTISAN Fig. 1–4)\n");
     let _ = writeln!(r, "Command: `{}`  ", cmdline.join(" "));
     let _ = writeln!(r, "Machine: {}  ", machine());
+    let _ = writeln!(r, "Commit: {}  ", build_commit());
     let _ = writeln!(r, "Wall time: {:.0} s  ", took.as_secs_f64());
     let _ = writeln!(
         r,

@@ -85,6 +85,7 @@ pub fn write(out: &Path, o: &Outcome) -> Result<(), String> {
     let _ = writeln!(r, "# {title} (PARTISAN {figs}, §6.2)\n");
     let _ = writeln!(r, "Command: `{}`  ", cmdline.join(" "));
     let _ = writeln!(r, "Machine: {}  ", machine());
+    let _ = writeln!(r, "Commit: {}  ", crate::micro_report::build_commit());
     let _ = writeln!(r, "Wall time: {:.0} s\n", o.took.as_secs_f64());
     if let Some(e) = &o.stopped {
         let _ = writeln!(r, "**The run stopped early:** {e}\n");
