@@ -3,8 +3,9 @@
 
 use std::process::Command;
 
-#[test]
-fn a_short_demo_prints_both_tables() {
+/// Runs a short demo (4 actors, 1 KiB, 0.3 s per cell, 1 MiB bulk) with `extra` options,
+/// checks it succeeded and printed every line of `want`; its output.
+fn short_demo(extra: &[&str], want: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_maquis"))
         .args([
             "demo",
@@ -16,29 +17,35 @@ fn a_short_demo_prints_both_tables() {
             "0.3",
         ])
         .args(["--bulk-size", "1048576"])
+        .args(extra)
         .output()
         .expect("maquis runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "demo failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for line in [
-        "1 KiB     single",
-        "1 KiB     parallel+affinity",
-        "ratio (2nd/1st)",
-    ] {
+    for line in want {
         assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
     }
-    for line in [
-        "one channel",
-        "own channels",
-        "1 MiB ops/s",
-        "how much lower",
-    ] {
-        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
-    }
+    stdout
+}
+
+#[test]
+fn a_short_demo_prints_both_tables() {
+    short_demo(
+        &[],
+        &[
+            "1 KiB     single",
+            "1 KiB     parallel+affinity",
+            "ratio (2nd/1st)",
+            "one channel",
+            "own channels",
+            "1 MiB ops/s",
+            "how much lower",
+        ],
+    );
 }
 
 /// The same over the link emulator (needs root and /dev/net/tun; skipped with a message
@@ -49,24 +56,14 @@ fn a_short_wan_demo_runs_over_the_link_emulator() {
         eprintln!("skipping: {e}");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_maquis"))
-        .args(["demo", "--wan", "--actors", "4", "--sizes", "1024"])
-        .args(["--seconds", "0.3", "--bulk-size", "1048576"])
-        .output()
-        .expect("maquis runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "demo failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = short_demo(
+        &["--wan"],
+        &[
+            "3 nodes in 3 network namespaces, 20 ms round trips",
+            "1 KiB     parallel+affinity",
+            "own channels",
+        ],
     );
-    for line in [
-        "3 nodes in 3 network namespaces, 20 ms round trips",
-        "1 KiB     parallel+affinity",
-        "own channels",
-    ] {
-        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
-    }
     // Every call waited for a round trip of the emulated link.
     let p50: f64 = stdout
         .lines()
