@@ -157,12 +157,30 @@ const MAQUIS_CONFIGS: [&str; 4] = ["single", "parallel", "affinity", "keyed"];
 /// The suffix of a configuration with TLS on every lane.
 pub const TLS_SUFFIX: &str = "-tls";
 
+/// The suffix of a configuration whose processes run on one thread: a Maquis agent's tokio
+/// runtime with one worker (`TOKIO_WORKER_THREADS=1`), an Erlang VM with one scheduler
+/// (`+S 1:1`), the raw-TCP agent's runtime with one worker.
+pub const ONE_THREAD_SUFFIX: &str = "-1t";
+
 /// A configuration's name without `-tls`, and whether it had it.
 pub fn split_tls(config: &str) -> (&str, bool) {
     match config.strip_suffix(TLS_SUFFIX) {
         Some(base) if MAQUIS_CONFIGS.contains(&base) => (base, true),
         _ => (config, false),
     }
+}
+
+/// A configuration's name without `-1t`, and whether it had it.
+pub fn split_one_thread(config: &str) -> (&str, bool) {
+    match config.strip_suffix(ONE_THREAD_SUFFIX) {
+        Some(rest) if ALL_CONFIGS.contains(&split_tls(rest).0) => (rest, true),
+        _ => (config, false),
+    }
+}
+
+/// A configuration's base name (`erlang`, `single`, …, `raw-tcp`), without `-tls` or `-1t`.
+pub fn base_of(config: &str) -> &str {
+    split_tls(split_one_thread(config).0).0
 }
 
 struct Plan {
@@ -238,10 +256,11 @@ fn plan(a: &MicroArgs) -> Result<Plan, String> {
     if let Some(bad) = p
         .configs
         .iter()
-        .find(|c| !ALL_CONFIGS.contains(&split_tls(c).0))
+        .find(|c| !ALL_CONFIGS.contains(&base_of(c)))
     {
         return Err(format!(
-            "unknown configuration {bad:?} (known: {}, and {}-tls for the Maquis ones)",
+            "unknown configuration {bad:?} (known: {}; {}-tls for the Maquis ones; any of them \
+             followed by {ONE_THREAD_SUFFIX} to run its processes on one thread)",
             ALL_CONFIGS.join(","),
             MAQUIS_CONFIGS.join("-tls,")
         ));
@@ -353,7 +372,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     let plan = plan(args)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let erlang_dir = if plan.configs.iter().any(|c| c == "erlang") {
+    let erlang_dir = if plan.configs.iter().any(|c| base_of(c) == "erlang") {
         Some(crate::erlang::prepare(
             &args.out,
             "micro.erl",
@@ -362,7 +381,11 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     } else {
         None
     };
-    let tls_dir = if plan.configs.iter().any(|c| split_tls(c).1) {
+    let tls_dir = if plan
+        .configs
+        .iter()
+        .any(|c| split_tls(split_one_thread(c).0).1)
+    {
         Some(crate::certs::write(
             &args.out.join("tls"),
             &["bench-server", "bench-client"],
@@ -410,7 +433,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
                 part_bytes: args.part_bytes,
                 unsent_bytes: args.unsent_bytes,
             };
-            let parallelism = match split_tls(config).0 {
+            let parallelism = match base_of(config) {
                 "single" | "erlang" => 1,
                 _ => 16,
             };
@@ -528,16 +551,20 @@ impl Setup<'_> {
             .unwrap_or_else(|_| Stdio::null())
     }
 
-    fn agent_cmd(&self, host: usize) -> Command {
+    /// An agent of this binary on `host`, on one worker thread for a `-1t` `config`.
+    fn agent_cmd(&self, host: usize, config: &str) -> Command {
         let mut c = self.net.command(host, self.exe);
         c.env("RUST_LOG", crate::stats::agent_log_filter());
+        if split_one_thread(config).1 {
+            c.env("TOKIO_WORKER_THREADS", "1");
+        }
         c
     }
 
     /// The options of a Maquis agent that follow from `config`: affinity, and TLS for a
     /// `-tls` configuration.
     fn maquis_opts(&self, c: &mut Command, config: &str) -> Result<(), String> {
-        let (base, tls) = split_tls(config);
+        let (base, tls) = split_tls(split_one_thread(config).0);
         let affinity = matches!(base, "affinity" | "keyed");
         c.args(["--affinity", if affinity { "on" } else { "off" }]);
         if base == "keyed" {
@@ -557,10 +584,13 @@ impl Setup<'_> {
     }
 
     /// An Erlang VM on `host` named `name`, with the benchmark's module on its path, whose
-    /// next argument is the expression it evaluates.
-    fn erl(&self, host: usize, name: &str) -> Result<Command, String> {
+    /// next argument is the expression it evaluates; one scheduler for a `-1t` `config`.
+    fn erl(&self, host: usize, name: &str, config: &str) -> Result<Command, String> {
         let dir = self.erlang_dir.ok_or("erlang was not prepared")?;
         let mut c = self.net.command(host, "erl");
+        if split_one_thread(config).1 {
+            c.args(["+S", "1:1"]);
+        }
         c.args(crate::erlang::NO_BUSY_WAIT)
             .args(["-noshell", "-name", name, "-setcookie", COOKIE])
             .arg("-pa")
@@ -570,9 +600,9 @@ impl Setup<'_> {
     }
 
     fn server(&self, config: &str, parallelism: u16) -> Result<Proc, String> {
-        let cmd = match config {
+        let cmd = match base_of(config) {
             "erlang" => {
-                let mut c = self.erl(1, &format!("mqs@{}", self.server_host()))?;
+                let mut c = self.erl(1, &format!("mqs@{}", self.server_host()), config)?;
                 c.arg(format!(
                     "micro:server({PARTNERS}, {})",
                     crate::stats::clock_ticks()
@@ -580,12 +610,12 @@ impl Setup<'_> {
                 c
             }
             "raw-tcp" => {
-                let mut c = self.agent_cmd(1);
+                let mut c = self.agent_cmd(1, config);
                 c.args(["agent", "raw-server", "--listen", self.server_addr]);
                 c
             }
             _ => {
-                let mut c = self.agent_cmd(1);
+                let mut c = self.agent_cmd(1, config);
                 c.args(["agent", "micro-server", "--listen", self.server_addr])
                     .args(["--parallelism", &parallelism.to_string()])
                     .args(["--cookie", COOKIE, "--actors", &PARTNERS.to_string()]);
@@ -621,9 +651,9 @@ impl Setup<'_> {
             .to_possible_value()
             .map(|v| v.get_name().to_string());
         let mode = mode.unwrap_or_default();
-        let cmd = match config {
+        let cmd = match base_of(config) {
             "erlang" => {
-                let mut c = self.erl(0, &format!("mqc@{}", self.client_ip))?;
+                let mut c = self.erl(0, &format!("mqc@{}", self.client_ip), config)?;
                 c.arg(format!(
                     "micro:client('mqs@{}', {mode}, {actors}, {size}, {messages}, {echo}, {}, {}, {}, {}, {})",
                     self.server_host(),
@@ -636,13 +666,13 @@ impl Setup<'_> {
                 c
             }
             "raw-tcp" => {
-                let mut c = self.agent_cmd(0);
+                let mut c = self.agent_cmd(0, config);
                 c.args(["agent", "raw-client", "--server", self.server_addr])
                     .args(["--conns", &parallelism.to_string()]);
                 c
             }
             _ => {
-                let mut c = self.agent_cmd(0);
+                let mut c = self.agent_cmd(0, config);
                 c.args([
                     "agent",
                     "micro-client",
@@ -656,7 +686,7 @@ impl Setup<'_> {
             }
         };
         let mut cmd = cmd;
-        if config != "erlang" {
+        if base_of(config) != "erlang" {
             cmd.args(["--mode", &mode])
                 .args(["--actors", &actors.to_string(), "--size", &size.to_string()])
                 .args(["--messages", &messages, "--limit-s", &limit.to_string()])
@@ -799,5 +829,24 @@ mod tests {
         assert!(plan_of(&["--configs", "erlang-tls"]).is_err());
         assert_eq!(split_tls("affinity-tls"), ("affinity", true));
         assert_eq!(split_tls("raw-tcp"), ("raw-tcp", false));
+    }
+
+    #[test]
+    fn any_configuration_runs_on_one_thread_with_its_suffix() {
+        let p = plan_of(&[
+            "--configs",
+            "erlang-1t,affinity-1t,affinity-tls-1t,raw-tcp-1t",
+        ]);
+        assert_eq!(
+            p.unwrap().configs,
+            ["erlang-1t", "affinity-1t", "affinity-tls-1t", "raw-tcp-1t"]
+        );
+        assert!(plan_of(&["--configs", "affinity-1t-tls"]).is_err());
+        assert!(plan_of(&["--configs", "affinity-1t-1t"]).is_err());
+        assert!(plan_of(&["--configs", "-1t"]).is_err());
+        assert_eq!(split_one_thread("affinity-tls-1t"), ("affinity-tls", true));
+        assert_eq!(split_one_thread("affinity"), ("affinity", false));
+        assert_eq!(base_of("affinity-tls-1t"), "affinity");
+        assert_eq!(base_of("erlang-1t"), "erlang");
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use maquis_netem::NetemStats;
 
-use crate::micro::{split_tls, Cell, MicroArgs};
+use crate::micro::{split_one_thread, split_tls, Cell, MicroArgs};
 
 /// The commit this binary was built from (`git describe --always --dirty` at build time).
 pub fn build_commit() -> &'static str {
@@ -137,6 +137,9 @@ pub fn write(
         } else {
             ""
         });
+    if configs.iter().any(|c| split_one_thread(c).1) {
+        let _ = writeln!(r, "`<configuration>-1t`: the same configuration with each of its processes on one thread: a Maquis or raw-TCP agent's tokio runtime with one worker (`TOKIO_WORKER_THREADS=1`; two otherwise, one a core), an Erlang VM with one scheduler (`+S 1:1`; two otherwise).\n");
+    }
     let _ = writeln!(r, "## Link emulator\n");
     let _ = writeln!(r, "| RTT | packets | Gbit/s (active) | lateness p50 | p99 | max | warnings |\n|---|---|---|---|---|---|---|");
     for (rtt, s) in netem {
@@ -322,20 +325,7 @@ pub fn write(
             }
         }
     }
-    for (rtt, size, n) in keys(cells, "stream") {
-        let get = |c: &str| find_in(cells, "stream", rtt, size, n, c).map(|x| x.ops_per_s);
-        if let (Some(a), Some(erl)) = (get("affinity"), get("erlang")) {
-            let line = check(
-                format!(
-                    "stream, {rtt} ms, {}, {n} actors: affinity / erlang messages/s",
-                    human(size)
-                ),
-                a / erl,
-                3.0,
-            );
-            let _ = writeln!(r, "{line}");
-        }
-    }
+    data_path_targets(&mut r, cells, &actors);
     for (rtt, size, n, bulk) in mixed_keys(cells) {
         for config in ["single", "affinity"] {
             if let Some(x) = find_mixed(cells, rtt, size, n, bulk, config) {
@@ -372,6 +362,119 @@ pub fn write(
     std::fs::write(out.join("report.md"), r).map_err(|e| e.to_string())?;
     eprintln!("wrote {}", out.join("report.md").display());
     Ok(())
+}
+
+/// The Maquis configurations with affinity and the Distributed Erlang ones a target compares.
+const AFFINITY: [&str; 2] = ["affinity", "affinity-1t"];
+const ERLANG: [&str; 2] = ["erlang", "erlang-1t"];
+
+/// The data path's targets, for each variant of `affinity` that ran (on its usual runtime and
+/// on one thread) against each variant of Distributed Erlang and raw TCP that ran.
+fn data_path_targets(r: &mut String, cells: &[Cell], actors: &[usize]) {
+    let at_least = |what: String, got: f64, want: f64| {
+        let verdict = if got >= want {
+            "met".to_string()
+        } else {
+            format!("missed by {:.0}%", (1.0 - got / want) * 100.0)
+        };
+        format!("- {what}: {got:.2} (target ≥ {want}) — {verdict}")
+    };
+    let at_most = |what: String, got: f64, want: f64| {
+        let verdict = if got <= want {
+            "met".to_string()
+        } else {
+            format!("missed: {:.2}× the bound", got / want)
+        };
+        format!("- {what}: {got:.2} (target ≤ {want}) — {verdict}")
+    };
+    let pairs = |others: &'static [&'static str]| {
+        AFFINITY
+            .iter()
+            .flat_map(move |a| others.iter().map(move |o| (*a, *o)))
+    };
+    for (aff, erl) in pairs(&ERLANG) {
+        for &n in actors.iter().filter(|&&n| [1, 16, 128].contains(&n)) {
+            if let (Some(a), Some(e)) = (find(cells, 1, 1024, n, aff), find(cells, 1, 1024, n, erl))
+            {
+                let line = at_most(
+                    format!("1 ms, 1 KiB, {n} actors: CPU per round trip, {aff} / {erl}"),
+                    a.cpu_us_per_msg / e.cpu_us_per_msg.max(f64::MIN_POSITIVE),
+                    1.0,
+                );
+                let _ = writeln!(r, "{line}");
+                if n == 128 {
+                    let line = at_least(
+                        format!("1 ms, 1 KiB, 128 actors: ops/s, {aff} / {erl}"),
+                        a.ops_per_s / e.ops_per_s,
+                        2.0,
+                    );
+                    let _ = writeln!(r, "{line}");
+                }
+            }
+        }
+        for (rtt, size, n) in keys(cells, "stream") {
+            let get = |c: &str| find_in(cells, "stream", rtt, size, n, c).map(|x| x.ops_per_s);
+            if let (Some(a), Some(e)) = (get(aff), get(erl)) {
+                let line = at_least(
+                    format!(
+                        "stream, {rtt} ms, {}, {n} actors: messages/s, {aff} / {erl}",
+                        human(size)
+                    ),
+                    a / e,
+                    3.0,
+                );
+                let _ = writeln!(r, "{line}");
+            }
+        }
+    }
+    for (aff, raw) in pairs(&["raw-tcp", "raw-tcp-1t"]) {
+        for rtt in [20, 100] {
+            for size in [512 * 1024, 8 * 1024 * 1024] {
+                for &n in actors.iter().filter(|&&n| (16..=128).contains(&n)) {
+                    let (Some(a), Some(t)) = (
+                        find(cells, rtt, size, n, aff),
+                        find(cells, rtt, size, n, raw),
+                    ) else {
+                        continue;
+                    };
+                    let cell = format!("{rtt} ms, {}, {n} actors", human(size));
+                    let line = at_least(
+                        format!("{cell}: ops/s, {aff} / {raw}"),
+                        a.ops_per_s / t.ops_per_s,
+                        0.9,
+                    );
+                    let _ = writeln!(r, "{line}");
+                    let line = at_most(
+                        format!("{cell}: CPU per round trip, {aff} / {raw}"),
+                        a.cpu_us_per_msg / t.cpu_us_per_msg.max(f64::MIN_POSITIVE),
+                        1.3,
+                    );
+                    let _ = writeln!(r, "{line}");
+                }
+            }
+        }
+    }
+    for aff in AFFINITY {
+        for size in [512 * 1024, 8 * 1024 * 1024] {
+            for &n in actors.iter().filter(|&&n| (16..=128).contains(&n)) {
+                let single = aff.replace("affinity", "single");
+                if let (Some(a), Some(s)) = (
+                    find(cells, 100, size, n, aff),
+                    find(cells, 100, size, n, &single),
+                ) {
+                    let line = at_least(
+                        format!(
+                            "100 ms, {}, {n} actors: ops/s, {aff} / {single}",
+                            human(size)
+                        ),
+                        a.ops_per_s / s.ops_per_s,
+                        15.0,
+                    );
+                    let _ = writeln!(r, "{line}");
+                }
+            }
+        }
+    }
 }
 
 /// The cost of TLS: for each Maquis configuration that ran with and without it, the CPU per
