@@ -8,6 +8,10 @@
 //!
 //! Payloads smaller than [`SHARE_FROM`] are still copied: a small frame shares its read
 //! buffer with its neighbours, and a tiny slice should not keep a whole buffer alive.
+//!
+//! Sending is the mirror image: a payload of at least [`LEND_FROM`] bytes is not copied into
+//! the encoded message; the message is encoded around it (the bytes before it, the payload's
+//! own buffer, the bytes after it) and the lane writes the pieces with one vectored write.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -20,9 +24,53 @@ use serde::{Deserialize, Serialize, Serializer};
 /// Payloads at least this long are shared with the frame they arrived in instead of copied.
 pub const SHARE_FROM: usize = 4096;
 
+/// Payloads at least this long are sent from their own buffer instead of copied into the
+/// encoded message.
+pub const LEND_FROM: usize = 16 * 1024;
+
 thread_local! {
     /// The frame being decoded on this thread, if any (set by the runtime around a decode).
     static SOURCE: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+    /// While a message is encoded for the wire on this thread ([`lending`]): `Some`, holding
+    /// the payload being serialized, lent to the encoder ([`take_lent`]) instead of copied.
+    static LENT: RefCell<Option<Option<Bytes>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (an encoding) with large payloads lent to it: a [`Payload`] of at least
+/// [`LEND_FROM`] bytes serialized inside `f` can be taken by [`take_lent`].
+pub(crate) fn lending<T>(f: impl FnOnce() -> T) -> T {
+    let prev = LENT.with(|l| l.replace(Some(None)));
+    let out = f();
+    LENT.with(|l| *l.borrow_mut() = prev);
+    out
+}
+
+/// Offers `b` to the encoding in progress, if any, just before its bytes are serialized.
+fn lend(b: &Bytes) {
+    if b.len() >= LEND_FROM {
+        LENT.with(|l| {
+            if let Some(slot) = l.borrow_mut().as_mut() {
+                *slot = Some(b.clone());
+            }
+        });
+    }
+}
+
+/// The buffer lent for `data` if `data` is exactly its bytes (the encoder got the payload's
+/// own slice), else `None` (copy `data`).
+pub(crate) fn take_lent(data: &[u8]) -> Option<Bytes> {
+    LENT.with(|l| {
+        let mut l = l.borrow_mut();
+        let slot = l.as_mut()?;
+        let same = slot
+            .as_ref()
+            .is_some_and(|b| b.as_ptr() == data.as_ptr() && b.len() == data.len());
+        if same {
+            slot.take()
+        } else {
+            None
+        }
+    })
 }
 
 /// Runs `f` with `frame` as the buffer that [`Payload`]s decoded inside it may borrow from.
@@ -124,6 +172,7 @@ impl From<Payload> for Bytes {
 
 impl Serialize for Payload {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        lend(&self.0);
         s.serialize_bytes(&self.0)
     }
 }
@@ -173,6 +222,7 @@ pub mod shared {
 
     /// Writes the bytes as a byte string.
     pub fn serialize<S: Serializer>(b: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+        super::lend(b);
         s.serialize_bytes(b)
     }
 

@@ -12,6 +12,9 @@ use std::cell::RefCell;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::payload::LEND_FROM;
+use crate::wire::Body;
+
 /// Bytes of a block.
 const BLOCK: usize = 16 * 1024;
 /// The largest piece cut from a block.
@@ -52,10 +55,53 @@ fn own<E>(hint: usize, fill: impl FnOnce(&mut BytesMut) -> Result<(), E>) -> Res
 }
 
 /// Encodes `value` as messages travel ([`crate::encode`]), into a buffer sized by a first
-/// counting pass: a piece of the thread's block when small.
-pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Bytes, postcard::Error> {
+/// counting pass: a piece of the thread's block when small. A message of at least
+/// [`LEND_FROM`] bytes is encoded around its large payloads instead: each stays in its own
+/// buffer (see [`crate::payload`]), and the body is the pieces in order.
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Body, postcard::Error> {
     let size = postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default())?;
-    cut(size, |buf| postcard::to_io(value, buf.writer()).map(drop))
+    if size < LEND_FROM {
+        return cut(size, |buf| postcard::to_io(value, buf.writer()).map(drop)).map(Body::from);
+    }
+    crate::payload::lending(|| postcard::serialize_with_flavor(value, Pieces::default()))
+}
+
+/// A postcard output that keeps lent payloads in their own buffers.
+#[derive(Default)]
+struct Pieces {
+    /// The bytes since the last lent payload.
+    open: BytesMut,
+    /// The pieces so far.
+    done: Vec<Bytes>,
+}
+
+impl postcard::ser_flavors::Flavor for Pieces {
+    type Output = Body;
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        match crate::payload::take_lent(data) {
+            Some(lent) => {
+                if !self.open.is_empty() {
+                    self.done.push(self.open.split().freeze());
+                }
+                self.done.push(lent);
+            }
+            None => self.open.extend_from_slice(data),
+        }
+        Ok(())
+    }
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.open.put_u8(data);
+        Ok(())
+    }
+
+    fn finalize(mut self) -> postcard::Result<Body> {
+        if !self.open.is_empty() {
+            self.done.push(self.open.freeze());
+        }
+        Ok(Body::from_bufs(self.done))
+    }
 }
 
 #[cfg(test)]
@@ -113,7 +159,7 @@ mod tests {
     #[test]
     fn many_pieces_outlive_their_blocks() {
         let pieces: Vec<Bytes> = (0..10_000u32)
-            .map(|i| encode(&(i, "message")).unwrap())
+            .map(|i| encode(&(i, "message")).unwrap().to_bytes())
             .collect();
         for (i, p) in pieces.iter().enumerate() {
             assert_eq!(
@@ -125,5 +171,48 @@ mod tests {
             encode(&vec![1u8; 4 * MAX_PIECE]).unwrap().len(),
             4 * MAX_PIECE + 2
         );
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Carrier {
+        before: String,
+        body: crate::Payload,
+        #[serde(with = "crate::payload::shared")]
+        raw: Bytes,
+        after: u64,
+    }
+
+    #[test]
+    fn large_payloads_are_lent_not_copied_and_the_bytes_are_the_same() {
+        let body = Bytes::from(vec![7u8; LEND_FROM]);
+        let raw = Bytes::from(vec![9u8; 3 * LEND_FROM]);
+        let msg = Carrier {
+            before: "head".into(),
+            body: crate::Payload::new(body.clone()),
+            raw: raw.clone(),
+            after: 42,
+        };
+        let encoded = encode(&msg).unwrap();
+        // The payloads' own buffers are in the body, between the bytes around them.
+        let bufs = encoded.bufs();
+        assert_eq!(bufs.len(), 5, "prefix, body, length of raw, raw, suffix");
+        assert_eq!(bufs[1].as_ptr(), body.as_ptr());
+        assert_eq!(bufs[3].as_ptr(), raw.as_ptr());
+        // On the wire it is exactly what postcard writes.
+        assert_eq!(
+            &encoded.to_bytes()[..],
+            &postcard::to_stdvec(&msg).unwrap()[..]
+        );
+        let back: Carrier = postcard::from_bytes(&encoded.to_bytes()).unwrap();
+        assert_eq!(back, msg);
+        // Below the threshold a payload is copied: one buffer.
+        let small = Carrier {
+            body: crate::Payload::new(Bytes::from(vec![1u8; LEND_FROM - 1])),
+            raw: Bytes::new(),
+            ..msg
+        };
+        assert_eq!(encode(&small).unwrap().bufs().len(), 1);
+        // Nothing stays lent after an encoding.
+        assert!(crate::payload::take_lent(&body).is_none());
     }
 }

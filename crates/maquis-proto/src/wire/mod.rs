@@ -6,6 +6,7 @@
 
 mod auth;
 pub mod barriers;
+pub mod body;
 pub mod frame;
 pub mod handshake;
 pub mod parts;
@@ -15,6 +16,7 @@ use bytes::BytesMut;
 
 pub use auth::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError};
 pub use barriers::{Arrival, Barriers};
+pub use body::Body;
 pub use frame::{
     decode_head, encode_frame, encode_head, ActorHeader, Dest, DownReason, Frame, FrameDecoder,
     Header, ReplyStatus, DEFAULT_MAX_FRAME,

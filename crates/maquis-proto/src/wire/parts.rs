@@ -19,6 +19,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::body::Body;
 use super::frame::{decode_whole, encode_head, Frame, Header};
 use super::{peek_len, WireError};
 
@@ -33,7 +34,7 @@ pub const MIN_PART_BYTES: usize = 64;
 #[derive(Clone, Debug)]
 pub struct Parts {
     head: Bytes,
-    payload: Bytes,
+    payload: Body,
     part: usize,
     sent: usize,
 }
@@ -46,10 +47,10 @@ impl Parts {
 
     /// The parts of the frame `head` (its length prefix and header, as [`super::encode_head`]
     /// wrote them) + `payload`, of at most `part` bytes each (at least [`MIN_PART_BYTES`]).
-    pub fn new(head: Bytes, payload: Bytes, part: usize) -> Self {
+    pub fn new(head: Bytes, payload: impl Into<Body>, part: usize) -> Self {
         Parts {
             head,
-            payload,
+            payload: payload.into(),
             part: part.max(MIN_PART_BYTES),
             sent: 0,
         }
@@ -115,7 +116,8 @@ impl Parts {
             out.push(self.head.slice(self.sent..end.min(h)));
         }
         if end > h {
-            out.push(self.payload.slice(self.sent.max(h) - h..end - h));
+            let piece = self.payload.slice(self.sent.max(h) - h..end - h);
+            out.extend(piece.bufs().iter().filter(|b| !b.is_empty()).cloned());
         }
         self.sent = end;
         last
@@ -249,10 +251,17 @@ mod tests {
         /// Whatever the sizes, the pieces make the frame again, byte for byte, and only the
         /// last part says so.
         #[test]
-        fn parts_make_the_frame_again(len in 0usize..5000, part in MIN_PART_BYTES..700) {
+        fn parts_make_the_frame_again(
+            len in 0usize..5000,
+            part in MIN_PART_BYTES..700,
+            cut in 0usize..5000,
+        ) {
             let (header, payload) = message(len);
             let head = head_of(&header, payload.len());
-            let mut parts = Parts::new(head.clone(), payload.clone(), part);
+            // The payload in two buffers (a message encoded around a large byte string).
+            let cut = cut.min(len);
+            let body = Body::from_bufs(vec![payload.slice(..cut), payload.slice(cut..)]);
+            let mut parts = Parts::new(head.clone(), body, part);
             let mut stream = wire(&mut parts);
             prop_assert!(parts.is_done());
             let mut decoder = FrameDecoder::new(1 << 20);

@@ -355,7 +355,11 @@ impl<M: Message> ActorRef<M> {
         Box::pin(send).await
     }
 
-    fn encode(&self, msg: &M, call: Option<u64>) -> Result<(ActorHeader, bytes::Bytes), SendError> {
+    fn encode(
+        &self,
+        msg: &M,
+        call: Option<u64>,
+    ) -> Result<(ActorHeader, crate::wire::Body), SendError> {
         let payload = crate::slab::encode(msg).map_err(|e| SendError::Encode(e.to_string()))?;
         let header = ActorHeader::Send {
             to: self.to.clone(),

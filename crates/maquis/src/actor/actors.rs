@@ -396,7 +396,7 @@ impl Actors {
                     0,
                     seq,
                     header,
-                    Bytes::new(),
+                    crate::wire::Body::default(),
                 ) {
                     tracing::debug!(%from, seq, error = %e, "acknowledgement dropped");
                 }

@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use maquis_proto::reliable::{Due, Outbox, OutboxLimits, RetryConfig, Seen, Verdict};
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
@@ -29,6 +28,7 @@ use crate::dispatch::{Acked, SendOpts};
 use crate::error::SendError;
 use crate::id::NodeId;
 use crate::wire::frame::{ActorHeader, Dest, ReplyStatus};
+use crate::wire::Body;
 
 /// How many sending nodes' records a node keeps.
 pub(crate) const MAX_SENDERS: usize = 4096;
@@ -38,7 +38,7 @@ struct Stored {
     to: Dest,
     incarnation: u64,
     ty: u64,
-    payload: Bytes,
+    payload: Body,
     opts: SendOpts,
     sender: u64,
     receiver: u64,
@@ -64,7 +64,7 @@ pub(crate) struct AckedSend<'a> {
     pub(crate) node: &'a NodeId,
     pub(crate) to: Dest,
     pub(crate) ty: u64,
-    pub(crate) payload: Bytes,
+    pub(crate) payload: Body,
     pub(crate) opts: &'a SendOpts,
     pub(crate) policy: Acked,
     pub(crate) sender: u64,
@@ -353,7 +353,7 @@ impl Actors {
 }
 
 impl Stored {
-    fn clone_frame(&self) -> (SendOpts, u64, u64, Bytes) {
+    fn clone_frame(&self) -> (SendOpts, u64, u64, Body) {
         (
             self.opts.clone(),
             self.sender,

@@ -92,6 +92,7 @@ use crate::transport::stripe::{self, Role, StripesIn};
 use crate::transport::widen::{Driver, Place, Widen};
 use crate::transport::{Peer, PeerRefused, QueueBudget};
 use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
+use crate::wire::Body;
 
 /// How long a forwarding node waits for room in the next hop's lane before it drops a routed
 /// message (counted in `routed_queue_full`). The wait holds up the lane the message came on, as
@@ -652,7 +653,7 @@ impl Router {
         sender: u64,
         receiver: u64,
         header: ActorHeader,
-        payload: Bytes,
+        payload: Body,
     ) -> Result<(), SendError> {
         let Pick {
             slot,
@@ -686,7 +687,7 @@ impl Router {
         sender: u64,
         receiver: u64,
         header: ActorHeader,
-        payload: Bytes,
+        payload: Body,
     ) -> Result<(), SendError> {
         let Pick {
             slot,
@@ -742,7 +743,7 @@ impl Router {
         s: &'a Striped,
         ordering: Place<'a>,
         head: Bytes,
-        payload: Bytes,
+        payload: Body,
         order: u64,
         wait: bool,
     ) -> impl std::future::Future<Output = Result<(), SendError>> + 'a {
@@ -777,7 +778,7 @@ impl Router {
             None if self.liveness == Liveness::Membership => {
                 let opts = SendOpts::default();
                 if self
-                    .try_send_frame(node, &opts, 0, 0, header, Bytes::new())
+                    .try_send_frame(node, &opts, 0, 0, header, Body::default())
                     .is_err()
                 {
                     self.counters.control_drops.inc();
@@ -794,7 +795,8 @@ impl Router {
             status,
             ty: 0,
         };
-        if let Err(e) = self.try_send_frame(to, &SendOpts::default(), 0, call, header, Bytes::new())
+        if let Err(e) =
+            self.try_send_frame(to, &SendOpts::default(), 0, call, header, Body::default())
         {
             tracing::debug!(%to, error = %e, "status reply dropped");
         }
@@ -825,7 +827,7 @@ impl Router {
         let opts = SendOpts::default();
         // Watch headers are a few integers: the copy for the fallback costs nothing.
         if self
-            .try_send_frame(to, &opts, sender, receiver, header.clone(), Bytes::new())
+            .try_send_frame(to, &opts, sender, receiver, header.clone(), Body::default())
             .is_err()
         {
             self.send_control_to(to, header);
@@ -858,8 +860,15 @@ impl Router {
             // member: it waits for the routes to change, without holding up this lane.
             let (to, from, actor) = match &self.parked {
                 Some(tx) if self.may_wait_for_route(&to) => {
-                    let p =
-                        Parked::forward(came_from.clone(), to, from, hops, lane, actor, payload);
+                    let p = Parked::forward(
+                        came_from.clone(),
+                        to,
+                        from,
+                        hops,
+                        lane,
+                        actor,
+                        payload.into(),
+                    );
                     match tx.try_send(p) {
                         Ok(()) => return,
                         Err(e) => {

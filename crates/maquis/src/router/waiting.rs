@@ -23,7 +23,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -31,6 +30,7 @@ use super::{Leg, Router, ROUTE_WAIT};
 use crate::id::NodeId;
 use crate::transport::lane::{OutFrame, Unsent};
 use crate::wire::frame::{decode_head, ActorHeader, Header};
+use crate::wire::Body;
 
 /// Most frames waiting at once.
 pub(crate) const WAITING_FRAMES: usize = 4096;
@@ -73,7 +73,7 @@ pub(crate) struct Parked {
     /// What it carries.
     pub(crate) actor: ActorHeader,
     /// Its payload.
-    pub(crate) payload: Bytes,
+    pub(crate) payload: Body,
     /// When it is given up.
     pub(crate) deadline: Instant,
     /// From when it may go back to `came_from` (see `SEND_BACK_AFTER`).
@@ -91,7 +91,7 @@ impl Parked {
         hops: u16,
         lane: u16,
         actor: ActorHeader,
-        payload: Bytes,
+        payload: Body,
     ) -> Self {
         let now = Instant::now();
         Parked {
@@ -355,7 +355,7 @@ mod tests {
             call: Some(7),
             ty: 0,
         };
-        Parked::forward(id("x"), id(to), id("z"), 1, 1, actor, Bytes::new())
+        Parked::forward(id("x"), id(to), id("z"), 1, 1, actor, Body::default())
     }
 
     async fn park(router: &Router, p: Parked) {

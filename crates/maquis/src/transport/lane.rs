@@ -25,6 +25,7 @@ use super::watch::{Tokens, Watch, CANCELLED, CLOSING, ENDED};
 use super::widen::Driver;
 use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
+use crate::wire::Body;
 
 /// Buffers up to this size are copied next to their header so that a batch of small frames
 /// becomes one buffer; larger ones (large payloads, pieces of parts) are written from their own
@@ -39,8 +40,8 @@ const MAX_IOVECS: usize = 64;
 pub(crate) struct OutFrame {
     /// Length prefix and encoded header.
     pub head: Bytes,
-    /// The payload, written as is.
-    pub payload: Bytes,
+    /// The payload, written as is (one buffer or several back to back).
+    pub payload: Body,
     /// Its order key: frames with the same key are written in the order they were queued
     /// even when one of them goes in parts; `None` (the runtime's own frames) is in no order
     /// with large frames. See [`super::schedule`].
@@ -327,7 +328,7 @@ impl Lane {
     pub(crate) async fn enqueue(
         &self,
         head: Bytes,
-        payload: Bytes,
+        payload: impl Into<Body>,
         order: Option<u64>,
     ) -> Result<(), SendError> {
         self.enqueue_role(head, payload, order, Role::Whole, true)
@@ -339,11 +340,12 @@ impl Lane {
     pub(crate) async fn enqueue_role(
         &self,
         head: Bytes,
-        payload: Bytes,
+        payload: impl Into<Body>,
         order: Option<u64>,
         role: Role,
         wait: bool,
     ) -> Result<(), SendError> {
+        let payload = payload.into();
         let room = self.reserve(head.len() + payload.len(), wait).await?;
         self.push_reserved(head, payload, order, role, room)
     }
@@ -372,12 +374,19 @@ impl Lane {
     pub(crate) fn push_reserved(
         &self,
         head: Bytes,
-        payload: Bytes,
+        payload: impl Into<Body>,
         order: Option<u64>,
         role: Role,
         room: Room,
     ) -> Result<(), SendError> {
-        self.push(head, payload, order, role, room.permit, room.node_permit)
+        self.push(
+            head,
+            payload.into(),
+            order,
+            role,
+            room.permit,
+            room.node_permit,
+        )
     }
 
     /// Queues a barrier ([`super::widen`]) whatever the room: it is a few bytes, queued only
@@ -390,7 +399,14 @@ impl Lane {
                 .or_else(|_| sem.clone().try_acquire_many_owned(0))
         };
         if let (Ok(permit), Ok(node_permit)) = (take(&self.budget), take(&self.node.sem)) {
-            let _ = self.push(head, Bytes::new(), None, Role::Barrier, permit, node_permit);
+            let _ = self.push(
+                head,
+                Body::default(),
+                None,
+                Role::Barrier,
+                permit,
+                node_permit,
+            );
         }
     }
 
@@ -417,9 +433,10 @@ impl Lane {
     pub(crate) fn try_enqueue(
         &self,
         head: Bytes,
-        payload: Bytes,
+        payload: impl Into<Body>,
         order: Option<u64>,
     ) -> Result<(), SendError> {
+        let payload = payload.into();
         let (permit, node_permit) = self.try_permits(head.len() + payload.len())?;
         self.push(head, payload, order, Role::Whole, permit, node_permit)
     }
@@ -427,7 +444,7 @@ impl Lane {
     fn push(
         &self,
         head: Bytes,
-        payload: Bytes,
+        payload: Body,
         order: Option<u64>,
         role: Role,
         permit: OwnedSemaphorePermit,
@@ -744,7 +761,7 @@ async fn write_round(
     let pieces = round
         .frames
         .iter()
-        .flat_map(|f| [&f.head, &f.payload])
+        .flat_map(|f| std::iter::once(&f.head).chain(f.payload.bufs()))
         .chain(round.part.iter());
     for b in pieces {
         total += b.len();
@@ -827,7 +844,7 @@ pub(crate) mod testing {
         payload[0] = id;
         OutFrame {
             head: Bytes::from_static(&[0, 0, 0, 0, 0, 0]),
-            payload: Bytes::from(payload),
+            payload: Bytes::from(payload).into(),
             order,
             role: Role::Whole,
             permit: sem.clone().try_acquire_owned().expect("a fresh semaphore"),

@@ -246,7 +246,11 @@ mod tests {
     /// The ids (first payload byte) of the whole frames in a round, and whether it carries a
     /// part.
     fn ids(round: &Round) -> (Vec<u8>, bool) {
-        let ids = round.frames.iter().map(|f| f.payload[0]).collect();
+        let ids = round
+            .frames
+            .iter()
+            .map(|f| f.payload.bufs()[0][0])
+            .collect();
         (ids, !round.part.is_empty())
     }
 
@@ -259,9 +263,9 @@ mod tests {
             if round.is_empty() {
                 return out;
             }
-            out.extend(round.frames.iter().map(|f| f.payload[0]));
+            out.extend(round.frames.iter().map(|f| f.payload.bufs()[0][0]));
             if let Some(done) = s.written(&round) {
-                out.push(done.payload[0]);
+                out.push(done.payload.bufs()[0][0]);
             }
             round.clear();
         }
@@ -353,7 +357,7 @@ mod tests {
         );
         assert!(round.last_part, "both parts in one write");
         let dropped = s.lost(Some(&round)).expect("handed back");
-        assert_eq!(dropped.payload[0], 1);
+        assert_eq!(dropped.payload.bufs()[0][0], 1);
         round.clear();
         assert_eq!(run(&mut s, vec![]), vec![2]);
     }
@@ -493,7 +497,11 @@ mod tests {
             &mut round,
             false,
         );
-        let all: Vec<u8> = s.take_all().iter().map(|f| f.payload[0]).collect();
+        let all: Vec<u8> = s
+            .take_all()
+            .iter()
+            .map(|f| f.payload.bufs()[0][0])
+            .collect();
         assert_eq!(all, vec![1, 2, 3]);
         assert!(!s.busy());
     }

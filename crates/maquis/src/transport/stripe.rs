@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::{Bytes, BytesMut};
 use maquis_proto::wire::stripes::decode_striped;
 use maquis_proto::wire::{
-    encode_head, Assembled, CommitOutcome, Frame, Header, PartOutcome, StripeLimits, Stripes,
+    encode_head, Assembled, Body, CommitOutcome, Frame, Header, PartOutcome, StripeLimits, Stripes,
     WireError,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -148,7 +148,7 @@ pub(crate) async fn send(
     out: &StripesOut,
     ordering: Place<'_>,
     data: &[Arc<Lane>],
-    frame: (Bytes, Bytes),
+    frame: (Bytes, Body),
     keys: (u64, Option<u64>),
     piece: usize,
     wait: bool,
@@ -195,7 +195,7 @@ pub(crate) async fn send(
         _permit: permit,
     };
     let lane = ordering
-        .enqueue((Bytes::new(), Bytes::new()), order, commit, wait)
+        .enqueue((Bytes::new(), Body::default()), order, commit, wait)
         .await?;
     let _ = gate.lane.set(lane.clone());
     let total64 = total as u64;
@@ -206,7 +206,7 @@ pub(crate) async fn send(
         let guard = guards.pop().expect("one guard per piece");
         // The first piece carries the frame's head; the others are slices of its payload.
         let (inner, body) = if start == 0 {
-            (head.clone(), payload.slice(..end - head.len()))
+            (head.clone(), payload.slice(0..end - head.len()))
         } else {
             (
                 Bytes::new(),

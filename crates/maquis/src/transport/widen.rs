@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use maquis_proto::wire::{encode_head, Arrival, Barriers, Header, WireError};
+use maquis_proto::wire::{encode_head, Arrival, Barriers, Body, Header, WireError};
 use tokio::sync::Notify;
 
 use super::lane::Lane;
@@ -159,7 +159,7 @@ impl<'a> Place<'a> {
     /// `Backpressure`); the lane it went on.
     pub(crate) async fn enqueue(
         &self,
-        frame: (Bytes, Bytes),
+        frame: (Bytes, Body),
         order: u64,
         role: Role,
         wait: bool,
