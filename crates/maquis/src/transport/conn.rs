@@ -132,7 +132,16 @@ impl<D: StreamDecoder> Decoder for Codec<D> {
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<D::Item>, Self::Error> {
-        self.0.decode_eof(src)
+        match self.0.decode(src)? {
+            Some(item) => Ok(Some(item)),
+            None if src.is_empty() => Ok(None),
+            // The other end stopped writing inside a frame: it exited or was killed with the
+            // frame half written. A lost connection, like a reset, not bad data.
+            None => Err(WireError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the connection ended inside a frame",
+            ))),
+        }
     }
 }
 
@@ -793,5 +802,27 @@ impl<H: Host> tokio::io::AsyncRead for Counted<H> {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_that_ends_inside_a_frame_is_a_lost_connection_not_bad_data() {
+        let frame = crate::wire::encode_frame(&Header::Broadcast, &[7u8; 100], 1 << 20).unwrap();
+        let mut codec = Codec(FrameDecoder::new(1 << 20));
+        // The whole frame, then the end: the frame, then a clean end.
+        let mut src = frame.clone();
+        let got = codec.decode_eof(&mut src).unwrap().expect("the frame");
+        assert_eq!(got.header, Header::Broadcast);
+        assert!(codec.decode_eof(&mut src).unwrap().is_none());
+        // Half a frame, then the end: an i/o error (the reader's lost connection).
+        let mut src = BytesMut::from(&frame[..frame.len() / 2]);
+        match codec.decode_eof(&mut src) {
+            Err(WireError::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof),
+            other => panic!("expected an i/o error, got {other:?}"),
+        }
     }
 }
