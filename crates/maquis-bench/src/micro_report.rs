@@ -273,14 +273,7 @@ pub fn write(
         }
     }
     let _ = writeln!(r, "\n## Targets\n");
-    let check = |what: String, got: f64, want: f64| {
-        let verdict = if got >= want {
-            "met".to_string()
-        } else {
-            format!("missed by {:.0}%", (1.0 - got / want) * 100.0)
-        };
-        format!("- {what}: {got:.2} (target ≥ {want}) — {verdict}")
-    };
+    let check = at_least;
     for size in [512 * 1024, 8 * 1024 * 1024] {
         if let (Some(a), Some(raw), Some(erl)) = (
             find(cells, 20, size, 128, "affinity"),
@@ -364,6 +357,26 @@ pub fn write(
     Ok(())
 }
 
+/// A target's line for a ratio that must be at least `want`.
+fn at_least(what: String, got: f64, want: f64) -> String {
+    let verdict = if got >= want {
+        "met".to_string()
+    } else {
+        format!("missed by {:.0}%", (1.0 - got / want) * 100.0)
+    };
+    format!("- {what}: {got:.2} (target ≥ {want}) — {verdict}")
+}
+
+/// A target's line for a ratio that must be at most `want`.
+fn at_most(what: String, got: f64, want: f64) -> String {
+    let verdict = if got <= want {
+        "met".to_string()
+    } else {
+        format!("missed: {:.2}× the bound", got / want)
+    };
+    format!("- {what}: {got:.2} (target ≤ {want}) — {verdict}")
+}
+
 /// The Maquis configurations with affinity and the Distributed Erlang ones a target compares.
 const AFFINITY: [&str; 2] = ["affinity", "affinity-1t"];
 const ERLANG: [&str; 2] = ["erlang", "erlang-1t"];
@@ -371,22 +384,6 @@ const ERLANG: [&str; 2] = ["erlang", "erlang-1t"];
 /// The data path's targets, for each variant of `affinity` that ran (on its usual runtime and
 /// on one thread) against each variant of Distributed Erlang and raw TCP that ran.
 fn data_path_targets(r: &mut String, cells: &[Cell], actors: &[usize]) {
-    let at_least = |what: String, got: f64, want: f64| {
-        let verdict = if got >= want {
-            "met".to_string()
-        } else {
-            format!("missed by {:.0}%", (1.0 - got / want) * 100.0)
-        };
-        format!("- {what}: {got:.2} (target ≥ {want}) — {verdict}")
-    };
-    let at_most = |what: String, got: f64, want: f64| {
-        let verdict = if got <= want {
-            "met".to_string()
-        } else {
-            format!("missed: {:.2}× the bound", got / want)
-        };
-        format!("- {what}: {got:.2} (target ≤ {want}) — {verdict}")
-    };
     let pairs = |others: &'static [&'static str]| {
         AFFINITY
             .iter()
