@@ -178,9 +178,15 @@ pub fn split_one_thread(config: &str) -> (&str, bool) {
     }
 }
 
+/// A configuration's base name (`erlang`, `single`, …, `raw-tcp`), without `-tls` or `-1t`,
+/// and whether it had `-tls`.
+fn base_and_tls(config: &str) -> (&str, bool) {
+    split_tls(split_one_thread(config).0)
+}
+
 /// A configuration's base name (`erlang`, `single`, …, `raw-tcp`), without `-tls` or `-1t`.
 pub fn base_of(config: &str) -> &str {
-    split_tls(split_one_thread(config).0).0
+    base_and_tls(config).0
 }
 
 struct Plan {
@@ -381,11 +387,7 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     } else {
         None
     };
-    let tls_dir = if plan
-        .configs
-        .iter()
-        .any(|c| split_tls(split_one_thread(c).0).1)
-    {
+    let tls_dir = if plan.configs.iter().any(|c| base_and_tls(c).1) {
         Some(crate::certs::write(
             &args.out.join("tls"),
             &["bench-server", "bench-client"],
@@ -564,7 +566,7 @@ impl Setup<'_> {
     /// The options of a Maquis agent that follow from `config`: affinity, and TLS for a
     /// `-tls` configuration.
     fn maquis_opts(&self, c: &mut Command, config: &str) -> Result<(), String> {
-        let (base, tls) = split_tls(split_one_thread(config).0);
+        let (base, tls) = base_and_tls(config);
         let affinity = matches!(base, "affinity" | "keyed");
         c.args(["--affinity", if affinity { "on" } else { "off" }]);
         if base == "keyed" {
