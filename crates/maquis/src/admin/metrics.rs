@@ -8,12 +8,18 @@ use super::{LaneStatus, PeerStatus, Status};
 type LaneValue = fn(&LaneStatus) -> u64;
 
 /// The per-lane families: name, help, type, value.
-const LANE_FAMILIES: [(&str, &str, &str, LaneValue); 7] = [
+const LANE_FAMILIES: [(&str, &str, &str, LaneValue); 8] = [
     (
         "maquis_lane_messages_out_total",
         "Messages sent on the lane.",
         "counter",
         |l| l.msgs_out,
+    ),
+    (
+        "maquis_lane_messages_direct_out_total",
+        "Messages sent on the lane that their senders wrote themselves (the lane had nothing queued).",
+        "counter",
+        |l| l.direct_out,
     ),
     (
         "maquis_lane_bytes_out_total",

@@ -115,6 +115,10 @@ pub struct LaneStatus {
     pub connected: bool,
     /// Messages sent on the lane.
     pub msgs_out: u64,
+    /// Of `msgs_out`, the messages their senders wrote to the socket themselves, while the
+    /// lane had nothing queued (the others went through the lane's writer task).
+    #[serde(default)]
+    pub direct_out: u64,
     /// Bytes sent on the lane.
     pub bytes_out: u64,
     /// Messages received on the lane.

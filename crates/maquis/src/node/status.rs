@@ -46,6 +46,7 @@ impl Node {
                         index: l.id.index,
                         connected: l.is_connected(),
                         msgs_out: l.metrics.msgs_out.load(Ordering::Relaxed),
+                        direct_out: l.metrics.direct_out.load(Ordering::Relaxed),
                         bytes_out: l.metrics.bytes_out.load(Ordering::Relaxed),
                         msgs_in: l.metrics.msgs_in.load(Ordering::Relaxed),
                         bytes_in: l.metrics.bytes_in.load(Ordering::Relaxed),

@@ -18,6 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, AcquireError, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::direct::{Direct, Offered, Rest};
 use super::schedule::{Round, Schedule};
 use super::stream::WriteHalf;
 use super::stripe::Role;
@@ -132,6 +133,9 @@ impl QueueBudget {
 pub(crate) struct LaneMetrics {
     /// Frames written.
     pub msgs_out: AtomicU64,
+    /// Of those, the frames their senders wrote themselves while the writer waited
+    /// ([`super::direct`]).
+    pub direct_out: AtomicU64,
     /// Bytes written.
     pub bytes_out: AtomicU64,
     /// Frames read.
@@ -192,8 +196,9 @@ async fn acquire(sem: &Arc<Semaphore>, n: u32) -> Result<OwnedSemaphorePermit, A
 
 /// A write half handed to the lane's writer.
 pub(crate) struct ConnHandle {
-    /// Where frames are written.
-    pub writer: WriteHalf,
+    /// Where frames are written (`None` while the writer lends it to senders, see
+    /// [`super::direct`]).
+    pub writer: Option<WriteHalf>,
     /// Fires when the connection dies (either half).
     pub cancel: CancellationToken,
     /// Fires when the other end has finished writing (see [`ConnInfo::ended`]).
@@ -232,7 +237,10 @@ pub(crate) struct Lane {
     /// Raised, and the writer woken, when the gate of a striped frame's commit queued here
     /// opens.
     gate_open: AtomicBool,
+    /// Wakes the writer: a gate opened, or a sender's direct write left the rest of its frame.
     gates: Notify,
+    /// The write half the idle writer lends to senders of small frames.
+    direct: Direct,
     tx: mpsc::UnboundedSender<OutFrame>,
     budget: Arc<Semaphore>,
     capacity: u32,
@@ -275,6 +283,7 @@ impl Lane {
             demand: Notify::new(),
             gate_open: AtomicBool::new(false),
             gates: Notify::new(),
+            direct: Direct::default(),
             tx,
             budget: Arc::new(Semaphore::new(capacity as usize)),
             capacity,
@@ -450,18 +459,42 @@ impl Lane {
         permit: OwnedSemaphorePermit,
         node_permit: OwnedSemaphorePermit,
     ) -> Result<(), SendError> {
-        self.tx
-            .send(OutFrame {
-                head,
-                payload,
-                order,
-                role,
-                permit,
-                node_permit,
-            })
-            .map_err(|_| SendError::Unreachable(format!("lane {} closed", self.id)))?;
-        if !self.is_connected() {
-            self.demand.notify_one();
+        let whole = matches!(role, Role::Whole);
+        let queued = |head, payload| {
+            self.tx
+                .send(OutFrame {
+                    head,
+                    payload,
+                    order,
+                    role,
+                    permit,
+                    node_permit,
+                })
+                .is_ok()
+        };
+        let now = std::time::Instant::now();
+        match self.direct.offer(head, payload, whole, now, queued) {
+            Offered::Written(bytes) => {
+                self.metrics.msgs_out.fetch_add(1, Ordering::Relaxed);
+                self.metrics.direct_out.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .bytes_out
+                    .fetch_add(bytes as u64, Ordering::Relaxed);
+            }
+            Offered::Begun(bytes) => {
+                self.metrics
+                    .bytes_out
+                    .fetch_add(bytes as u64, Ordering::Relaxed);
+                self.gates.notify_one();
+            }
+            Offered::Queued(false) => {
+                return Err(SendError::Unreachable(format!("lane {} closed", self.id)));
+            }
+            Offered::Queued(true) => {
+                if !self.is_connected() {
+                    self.demand.notify_one();
+                }
+            }
         }
         Ok(())
     }
@@ -498,7 +531,7 @@ impl Lane {
         }
         self.set_connected(true);
         let handle = ConnHandle {
-            writer,
+            writer: Some(writer),
             cancel: info.cancel,
             ended: info.ended,
             max_frame,
@@ -509,10 +542,12 @@ impl Lane {
             // This end writes nothing on it: its write side is shut, and its reader goes on
             // until the other end has done the same (or the peer is cut), so that what the
             // other end wrote on it is read.
-            Err(mpsc::error::TrySendError::Closed(mut handle)) => {
-                tokio::spawn(async move {
-                    let _ = handle.writer.shutdown().await;
-                });
+            Err(mpsc::error::TrySendError::Closed(handle)) => {
+                if let Some(mut writer) = handle.writer {
+                    tokio::spawn(async move {
+                        let _ = writer.shutdown().await;
+                    });
+                }
             }
             // The writer lags by several connections: this one is closed (its dialer tries
             // again).
@@ -553,6 +588,9 @@ pub(crate) async fn run_writer(
     let mut bufs = WriteBufs::default();
     let mut conn: Option<(ConnHandle, Watch)> = None;
     let mut closing = false;
+    // Frames in the last write: when it carried several, frames come in bursts and are
+    // better written together by this writer than one by one by their senders.
+    let mut last_round = 0;
     // The connection's end, the other end's end of writing and the peer's close, as flags.
     let watched = |c: ConnHandle| {
         let watch = Watch::start(Tokens {
@@ -608,26 +646,64 @@ pub(crate) async fn run_writer(
                 raised => raised,
             }
         } else {
-            tokio::select! {
+            // Nothing to write: senders of small frames may write them themselves until
+            // something wakes this writer ([`super::direct`]).
+            let lent = !closing
+                && last_round <= 1
+                && incoming.is_empty()
+                && schedule.is_empty()
+                && lane.direct.lend(
+                    &mut c.writer,
+                    [&c.cancel, &c.ended],
+                    INLINE_PAYLOAD.min(part_bytes).min(c.max_frame),
+                    widen.as_ref().map(|d| d.due_at(std::time::Instant::now())),
+                    || task.rx.is_empty(),
+                );
+            let woke = tokio::select! {
                 biased;
-                raised = watch.raised(mask) => raised,
-                _ = lane.gates.notified() => 0,
-                next = task.conn_rx.recv() => {
+                raised = watch.raised(mask) => Woke::Raised(raised),
+                _ = lane.gates.notified() => Woke::Raised(0),
+                next = task.conn_rx.recv() => Woke::Conn(next),
+                n = task.rx.recv_many(&mut incoming, BATCH_FRAMES) => Woke::Frames(n),
+            };
+            let rest = if lent {
+                lane.direct.reclaim(&mut c.writer)
+            } else {
+                None
+            };
+            let mut raised = match woke {
+                Woke::Raised(r) => r,
+                _ => 0,
+            };
+            if let Some(rest) = rest {
+                if raised & (CANCELLED | ENDED) != 0 || matches!(woke, Woke::Conn(_)) {
+                    // It goes with its connection, as a frame cut mid-write does.
+                    lane.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                } else if let Err(e) = write_rest(c, watch, rest, &lane.metrics).await {
+                    tracing::debug!(lane = %lane.id, error = %e, "lane write failed");
+                    lane.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+                    raised |= CANCELLED;
+                }
+            }
+            match woke {
+                Woke::Conn(next) => {
                     conn = next.map(watched);
                     schedule.lost(None);
-                    continue
+                    continue;
                 }
-                n = task.rx.recv_many(&mut incoming, BATCH_FRAMES) => {
-                    if n == 0 {
-                        // Closed and drained: this end is done writing. The reader goes on
-                        // until the other end is done too (or the peer is cut), so that what
-                        // it still sends, replies among it, is read.
-                        let _ = c.writer.shutdown().await;
-                        conn = None;
-                        break;
+                Woke::Frames(0) => {
+                    // Closed and drained: this end is done writing. The reader goes on
+                    // until the other end is done too (or the peer is cut), so that what
+                    // it still sends, replies among it, is read.
+                    if raised & CANCELLED != 0 {
+                        c.cancel.cancel();
+                    } else if let Some(w) = c.writer.as_mut() {
+                        let _ = w.shutdown().await;
                     }
-                    0
+                    conn = None;
+                    break;
                 }
+                _ => raised,
             }
         };
         if raised & (CANCELLED | ENDED) != 0 {
@@ -650,6 +726,13 @@ pub(crate) async fn run_writer(
         let ConnHandle {
             writer, max_frame, ..
         } = c;
+        let Some(writer) = writer.as_mut() else {
+            // Never: the write half is lent only while the writer waits.
+            c.cancel.cancel();
+            conn = None;
+            schedule.lost(None);
+            continue;
+        };
         drop_too_large(&lane, &mut incoming, *max_frame);
         let opened = lane.gate_open.swap(false, Ordering::AcqRel);
         schedule.fill(&mut incoming, &mut round, opened);
@@ -666,6 +749,7 @@ pub(crate) async fn run_writer(
         };
         match written {
             Ok(bytes) => {
+                last_round = round.frames.len();
                 round.frames.iter_mut().for_each(OutFrame::written);
                 let done = schedule.written(&round).map_or(0, |_| 1);
                 lane.metrics.msgs_out.fetch_add(n + done, Ordering::Relaxed);
@@ -717,6 +801,40 @@ pub(crate) async fn run_writer(
         c.cancel.cancel();
     }
     lane.set_connected(false);
+}
+
+/// What woke an idle writer.
+enum Woke {
+    /// Flags of its connection or peer (none: a gate opened, or a sender left a rest).
+    Raised(u8),
+    /// A new connection (or the end of new ones).
+    Conn(Option<ConnHandle>),
+    /// That many frames queued (none: the queue is closed and drained).
+    Frames(usize),
+}
+
+/// Writes the rest of a frame a sender began on this connection ([`super::direct`]), unless
+/// the connection ends first.
+async fn write_rest(
+    c: &mut ConnHandle,
+    watch: &mut Watch,
+    mut rest: Rest,
+    metrics: &LaneMetrics,
+) -> std::io::Result<()> {
+    let Some(w) = c.writer.as_mut() else {
+        return Err(std::io::Error::other("no write half"));
+    };
+    let bytes: usize = rest.chunks.iter().map(Bytes::len).sum();
+    tokio::select! {
+        biased;
+        r = write_all_vectored(w, &mut rest.chunks, &metrics.waited_ns) => r?,
+        _ = watch.raised(CANCELLED) => {
+            return Err(std::io::Error::other("connection closed or peer dropped"));
+        }
+    }
+    metrics.msgs_out.fetch_add(1, Ordering::Relaxed);
+    metrics.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Drops (and counts) the frames larger than the other end accepts: frames queued before its

@@ -13,7 +13,10 @@
 //! a time (plain or TLS, `stream::Stream`), used in both directions; its outbound queue and writer task outlive connections, so
 //! frames queued while it is down wait for the next connection. The writer (`lane::run_writer`)
 //! takes up to 256 frames at once and writes them with vectored writes: headers and payloads up to
-//! 16 KiB are copied into one buffer, larger payloads are written from their own. With striping
+//! 16 KiB are copied into one buffer, larger payloads are written from their own. While it waits
+//! with nothing queued, it lends the write half to senders, who write a small frame themselves
+//! unless frames come in bursts ([`direct`]): one frame at a time costs no hand-off to the
+//! writer task. With striping
 //! (`transport.stripe_bytes`), a channel's first lane carries its small frames and the commits
 //! of its large ones, whose parts go over its other lanes ([`stripe`]); readers put them back
 //! together per peer and hand the frame on at its commit.
@@ -54,6 +57,7 @@
 
 pub(crate) mod conn;
 pub(crate) mod connector;
+pub(crate) mod direct;
 pub(crate) mod lane;
 pub(crate) mod listener;
 pub(crate) mod peer;

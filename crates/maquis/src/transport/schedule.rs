@@ -96,6 +96,11 @@ impl Schedule {
         }
     }
 
+    /// Whether it holds no frame at all (nothing in parts, held or let go).
+    pub(crate) fn is_empty(&self) -> bool {
+        !self.busy() && self.held.is_empty()
+    }
+
     /// Whether it has something to write without any new frame: parts left, or frames let go.
     pub(crate) fn busy(&self) -> bool {
         self.large.is_some() || !self.ready.is_empty()

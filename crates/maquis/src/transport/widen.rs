@@ -241,6 +241,11 @@ impl Policy {
         }
     }
 
+    /// When it is next time to look again; `now` when it never looked.
+    pub(crate) fn due_at(&self, now: Instant) -> Instant {
+        self.last.map_or(now, |last| last + PERIOD)
+    }
+
     /// Whether it is time to look again ([`Policy::tick`] does nothing before).
     pub(crate) fn due(&self, now: Instant) -> bool {
         self.last
@@ -368,6 +373,11 @@ impl Driver {
             waited: vec![0; n],
             rtt_us,
         }
+    }
+
+    /// When [`Driver::after_write`] next looks at the waiting times (`now` when it never did).
+    pub(crate) fn due_at(&self, now: Instant) -> Instant {
+        self.policy.due_at(now)
     }
 
     /// After a write: looks at the waiting times now and then, and changes the width when the
@@ -615,18 +625,30 @@ mod tests {
             .clone()
             .expect("the default channel widens");
         let lanes = peer.lanes[slot..slot + 4].to_vec();
+        // The width changes every 200 messages sent (of 12,000), whatever the pace.
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sent = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let progress = Arc::new(tokio::sync::Notify::new());
         let switcher = {
-            let stop = stop.clone();
+            let (stop, sent, progress) = (stop.clone(), sent.clone(), progress.clone());
             tokio::spawn(async move {
                 let mut switches = 0;
                 for w in [2, 4, 1, 3, 4, 2, 1, 4, 3, 1].iter().cycle() {
+                    widen.switch(&lanes, *w);
+                    switches += 1;
+                    let until = sent.load(Ordering::Relaxed) + 200;
+                    loop {
+                        let more = progress.notified();
+                        tokio::pin!(more);
+                        more.as_mut().enable();
+                        if stop.load(Ordering::Relaxed) || sent.load(Ordering::Relaxed) >= until {
+                            break;
+                        }
+                        more.await;
+                    }
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    widen.switch(&lanes, *w);
-                    switches += 1;
-                    tokio::time::sleep(Duration::from_millis(3)).await;
                 }
                 switches
             })
@@ -634,6 +656,7 @@ mod tests {
         let senders: Vec<_> = (0..KEYS)
             .map(|k| {
                 let r = r.clone();
+                let (sent, progress) = (sent.clone(), progress.clone());
                 tokio::spawn(async move {
                     for n in 0..EACH {
                         let p: crate::Payload = if k == 0 && n % 50 == 49 {
@@ -644,6 +667,11 @@ mod tests {
                         r.send_with(Seq(k, n, p), &SendOpts::default().partition(k))
                             .await
                             .unwrap();
+                        if sent.fetch_add(1, Ordering::Relaxed) % 50 == 49 {
+                            // A send that finds room never waits: let the switcher run.
+                            progress.notify_waiters();
+                            tokio::task::yield_now().await;
+                        }
                     }
                 })
             })
@@ -656,6 +684,7 @@ mod tests {
             .expect("every message arrived")
             .unwrap();
         stop.store(true, Ordering::Relaxed);
+        progress.notify_waiters();
         let switches = switcher.await.unwrap();
         assert!(switches > 10, "the width changed {switches} times");
         assert!(wrong.is_empty(), "out of order or damaged: {wrong:?}");
