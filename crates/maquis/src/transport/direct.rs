@@ -87,7 +87,7 @@ impl Direct {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Offers a frame at `now`: written here when the table is open, the frame whole and
+    /// Offers a frame (`now` read only when the table is open): written here when the table is open, the frame whole and
     /// small enough, not in a burst, and the socket takes at least part of it now; else it is
     /// given to `queue`, under the table's lock (which it closes). `whole`: not a piece,
     /// commit or barrier.
@@ -96,12 +96,12 @@ impl Direct {
         head: Bytes,
         payload: Body,
         whole: bool,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
         queue: impl FnOnce(Bytes, Body) -> T,
     ) -> Offered<T> {
         let mut st = self.lock();
         if st.open && whole {
-            match st.try_write(&head, &payload, now) {
+            match st.try_write(&head, &payload, now()) {
                 Tried::Written(n) => return Offered::Written(n),
                 Tried::Begun(n, rest) => {
                     st.rest = Some(rest);
@@ -262,7 +262,7 @@ mod tests {
         let queued = |h: Bytes, _| h[0];
         let (h, p) = frame(1, 10);
         assert!(
-            matches!(direct.offer(h, p, true, t0, queued), Offered::Queued(1)),
+            matches!(direct.offer(h, p, true, || t0, queued), Offered::Queued(1)),
             "not lent"
         );
 
@@ -275,19 +275,25 @@ mod tests {
         assert!(writer.is_none(), "lent");
         let (h, p) = frame(2, 10);
         assert!(matches!(
-            direct.offer(h, p, true, t0, queued),
+            direct.offer(h, p, true, || t0, queued),
             Offered::Written(12)
         ));
         let (h, p) = frame(3, 10);
         let soon = t0 + BURST / 2;
         assert!(
-            matches!(direct.offer(h, p, true, soon, queued), Offered::Queued(3)),
+            matches!(
+                direct.offer(h, p, true, || soon, queued),
+                Offered::Queued(3)
+            ),
             "in a burst"
         );
         let (h, p) = frame(4, 10);
         let later = t0 + BURST * 4;
         assert!(
-            matches!(direct.offer(h, p, true, later, queued), Offered::Queued(4)),
+            matches!(
+                direct.offer(h, p, true, || later, queued),
+                Offered::Queued(4)
+            ),
             "closed by the frame queued"
         );
         assert!(direct.reclaim(&mut writer).is_none());
@@ -296,39 +302,28 @@ mod tests {
         server.read_exact(&mut got).await.unwrap();
         assert_eq!(got, [2u8; 12]);
 
-        // Lent again: a piece, a frame too large, a frame past the width policy's time.
-        assert!(direct.lend(&mut writer, ends, 100, Some(later), || true));
-        let (h, p) = frame(5, 10);
+        // Lent again each time: a piece, a frame too large, a frame past the width policy's
+        // time, then a frame before it.
+        let mut once = |byte, len, whole, until| {
+            assert!(direct.lend(&mut writer, ends, 100, Some(until), || true));
+            let (h, p) = frame(byte, len);
+            let offered = direct.offer(h, p, whole, || later, queued);
+            direct.reclaim(&mut writer);
+            offered
+        };
+        assert!(matches!(once(5, 10, false, later), Offered::Queued(5)));
+        assert!(matches!(once(6, 99, true, later), Offered::Queued(6)));
+        assert!(matches!(once(7, 10, true, later), Offered::Queued(7)));
         assert!(matches!(
-            direct.offer(h, p, false, later, queued),
-            Offered::Queued(5)
-        ));
-        direct.reclaim(&mut writer);
-        assert!(direct.lend(&mut writer, ends, 100, Some(later), || true));
-        let (h, p) = frame(6, 99);
-        assert!(matches!(
-            direct.offer(h, p, true, later, queued),
-            Offered::Queued(6)
-        ));
-        direct.reclaim(&mut writer);
-        assert!(direct.lend(&mut writer, ends, 100, Some(later), || true));
-        let (h, p) = frame(7, 10);
-        assert!(matches!(
-            direct.offer(h, p, true, later, queued),
-            Offered::Queued(7)
-        ));
-        direct.reclaim(&mut writer);
-        assert!(direct.lend(&mut writer, ends, 100, Some(later + BURST), || true));
-        let (h, p) = frame(8, 10);
-        assert!(matches!(
-            direct.offer(h, p, true, later, queued),
+            once(8, 10, true, later + BURST),
             Offered::Written(12)
         ));
+        assert!(direct.lend(&mut writer, ends, 100, None, || true));
         // The connection ends: nothing more is written on it, and it is not lent again.
         cancel.cancel();
         let much_later = later + BURST * 4;
         let (h, p) = frame(9, 10);
-        let offered = direct.offer(h, p, true, much_later, queued);
+        let offered = direct.offer(h, p, true, || much_later, queued);
         assert!(matches!(offered, Offered::Queued(9)));
         direct.reclaim(&mut writer);
         assert!(!direct.lend(&mut writer, ends, 100, None, || true));
@@ -352,7 +347,7 @@ mod tests {
         assert!(direct.lend(&mut writer, ends, 100, None, || true));
         let (h, p) = frame(1, 10);
         let queued = |h: Bytes, _| h[0];
-        let offered = direct.offer(h, p, true, Instant::now(), queued);
+        let offered = direct.offer(h, p, true, Instant::now, queued);
         assert!(matches!(offered, Offered::Queued(1)));
         assert!(direct.reclaim(&mut writer).is_none());
     }

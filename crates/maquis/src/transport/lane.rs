@@ -472,8 +472,10 @@ impl Lane {
                 })
                 .is_ok()
         };
-        let now = std::time::Instant::now();
-        match self.direct.offer(head, payload, whole, now, queued) {
+        match self
+            .direct
+            .offer(head, payload, whole, std::time::Instant::now, queued)
+        {
             Offered::Written(bytes) => {
                 self.metrics.msgs_out.fetch_add(1, Ordering::Relaxed);
                 self.metrics.direct_out.fetch_add(1, Ordering::Relaxed);
