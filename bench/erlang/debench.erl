@@ -1,7 +1,7 @@
 %% The Distributed Erlang side of `maquis-bench debench`: DE-Bench's worker loop, the same as the
 %% Maquis agents run. One VM is one node `dbI@127.0.0.1`; it connects to every other node, starts
 %% its server process (a gen_server registered as debench_srv), prints "ready", and then reads
-%% stdin: a line "go W GlobalPct LocalPct ServerPct ArgBytes ComputeUs Seconds PaceUs" runs W
+%% stdin: a line "go W GlobalPct LocalPct ServerPct ArgBytes ComputeUs Seconds PaceUs Iters" runs W
 %% workers for Seconds and prints one line "result {json}"; "quit" (or the end of stdin) halts
 %% the VM. With PaceUs > 0 a worker starts a command (or a global sequence) every PaceUs
 %% microseconds (its waits have millisecond resolution) instead of as soon as the last one
@@ -12,11 +12,16 @@
 %% DE-Bench Fig. 4), with LocalPct % the local one (register -> whereis -> unregister), else a
 %% point-to-point command: with ServerPct % a gen_server call, else spawn or rpc (half each).
 %% Point-to-point commands carry ArgBytes bytes and compute for ComputeUs microseconds on the
-%% target (a busy loop) before answering; a spawn is timed until the new process acknowledges.
+%% target before answering; a spawn is timed until the new process acknowledges. The
+%% computation is Iters iterations of burn/2: the driver ran calibrate/0 once in a VM of its own
+%% before any cluster started and asks for ComputeUs times its iterations per microsecond. Not
+%% a loop that watches the clock: the schedulers preempt a process after a few thousand
+%% reductions, and clock-watching loops of several processes overlap and burn far less CPU
+%% than they claim.
 %% Latencies are counted in logarithmic buckets (2 % wide), as the Maquis side does.
 -module(debench).
 -behaviour(gen_server).
--export([run/2, spawned/3, compute_ret/2]).
+-export([run/2, spawned/3, compute_ret/2, calibrate/0]).
 -export([init/1, handle_call/3, handle_cast/2]).
 
 -define(TIMEOUT, 10000).
@@ -42,18 +47,18 @@ connect(Nodes) ->
 serve(Others) ->
     case io:get_line('') of
         "go " ++ Rest ->
-            [W, G, L, S, X, Y, Secs, Pace] = [list_to_integer(T) || T <- string:lexemes(string:trim(Rest), " ")],
+            [W, G, L, S, X, _Y, Secs, Pace, Iters] = [list_to_integer(T) || T <- string:lexemes(string:trim(Rest), " ")],
             %% Percentages arrive in hundredths of a percent (1 = 0.01 %).
-            io:format("result ~s~n", [measure(Others, W, G / 100, L / 100, S / 100, X, Y, Secs, Pace)]),
+            io:format("result ~s~n", [measure(Others, W, G / 100, L / 100, S / 100, X, Iters, Secs, Pace)]),
             serve(Others);
         _ -> halt(0)
     end.
 
-measure(Others, W, G, L, S, X, Y, Secs, Pace) ->
+measure(Others, W, G, L, S, X, Iters, Secs, Pace) ->
     Self = self(),
     Arg = binary:copy(<<16#42>>, X),
     Deadline = erlang:monotonic_time(microsecond) + Secs * 1000000,
-    Cfg = {list_to_tuple(Others), G, L, S, Arg, Y, Deadline, Pace},
+    Cfg = {list_to_tuple(Others), G, L, S, Arg, Iters, Deadline, Pace},
     {Cpu0, _} = erlang:statistics(runtime),
     T0 = erlang:monotonic_time(microsecond),
     %% Paced workers start at random points of their first interval, not all at once.
@@ -84,7 +89,7 @@ worker({_, _, _, _, _, _, Deadline, _} = Cfg, I, Next, St) ->
     end.
 
 %% One command (or one global or local sequence) to a random other node.
-command({Others, G, L, S, Arg, Y, _, _}, I, St) ->
+command({Others, G, L, S, Arg, Iters, _, _}, I, St) ->
     Target = element(rand:uniform(tuple_size(Others)), Others),
     R = rand:uniform() * 100,
     if
@@ -92,11 +97,11 @@ command({Others, G, L, S, Arg, Y, _, _}, I, St) ->
         R < G + L -> local_seq(I, St);
         true ->
             case rand:uniform() * 100 < S of
-                true -> timed(call, fun() -> gen_server:call({debench_srv, Target}, {compute, Arg, Y}, ?TIMEOUT) end, St);
+                true -> timed(call, fun() -> gen_server:call({debench_srv, Target}, {compute, Arg, Iters}, ?TIMEOUT) end, St);
                 false ->
                     case rand:uniform(2) of
-                        1 -> timed(spawn, fun() -> spawn_ack(Target, Arg, Y) end, St);
-                        2 -> timed(rpc, fun() -> rpc:call(Target, ?MODULE, compute_ret, [Arg, Y], ?TIMEOUT) end, St)
+                        1 -> timed(spawn, fun() -> spawn_ack(Target, Arg, Iters) end, St);
+                        2 -> timed(rpc, fun() -> rpc:call(Target, ?MODULE, compute_ret, [Arg, Iters], ?TIMEOUT) end, St)
                     end
             end
     end.
@@ -115,26 +120,29 @@ local_seq(I, St) ->
         true = unregister(Name)
     end, St).
 
-spawn_ack(Target, Arg, Y) ->
+spawn_ack(Target, Arg, Iters) ->
     Self = self(),
     Ref = make_ref(),
-    spawn(Target, ?MODULE, spawned, [{Self, Ref}, Arg, Y]),
+    spawn(Target, ?MODULE, spawned, [{Self, Ref}, Arg, Iters]),
     receive {Ref, ok} -> ok after ?TIMEOUT -> error(timeout) end.
 
-spawned({From, Ref}, Arg, Y) ->
+spawned({From, Ref}, Arg, Iters) ->
     From ! {Ref, ok},
-    compute_ret(Arg, Y).
+    compute_ret(Arg, Iters).
 
-compute_ret(Arg, Y) ->
-    Until = erlang:monotonic_time(microsecond) + Y,
-    spin(Until),
+compute_ret(Arg, Iters) ->
+    burn(Iters, 1),
     Arg.
 
-spin(Until) ->
-    case erlang:monotonic_time(microsecond) >= Until of
-        true -> ok;
-        false -> spin(Until)
-    end.
+%% Iterations of burn/2 per microsecond: the fastest of several timed runs (a run that was
+%% preempted is slower, never faster).
+calibrate() ->
+    Chunk = 50000,
+    Best = lists:min([element(1, timer:tc(fun() -> burn(Chunk, 1) end)) || _ <- lists:seq(1, 50)]),
+    Chunk / max(Best, 1).
+
+burn(0, Acc) -> Acc;
+burn(N, Acc) -> burn(N - 1, (Acc * 31 + 7) band 16#FFFFFF).
 
 %% Runs F, counting its latency under Kind (or an error).
 timed(Kind, F, St) ->
@@ -167,5 +175,5 @@ json(Stats, Secs, Cpu) ->
 
 %% The server process: computes and answers.
 init([]) -> {ok, nostate}.
-handle_call({compute, Arg, Y}, _From, State) -> {reply, compute_ret(Arg, Y), State}.
+handle_call({compute, Arg, Iters}, _From, State) -> {reply, compute_ret(Arg, Iters), State}.
 handle_cast(_, State) -> {noreply, State}.

@@ -148,6 +148,12 @@ pub struct Cell {
     /// What the runtime's counters rose by over the measurement, all nodes (Maquis only).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub counters: BTreeMap<String, u64>,
+    /// The computation's calibration: iterations of the system's own loop per microsecond,
+    /// measured once by the driver before any cluster started (a computation of `compute_us`
+    /// runs `compute_us` × this many; absent in results from before the computation was
+    /// calibrated, when it was a loop that watched the clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_per_us: Option<f64>,
 }
 
 /// The grid of workloads of the selected series.
@@ -250,10 +256,15 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
     let mut cells = Vec::new();
     let mut warmups = Vec::new();
     for system in &systems {
+        let work_per_us = calibrate(system, erlang_dir.as_deref())?;
+        eprintln!(
+            "debench: {system}: the computation's loop runs {work_per_us:.0} iterations per µs"
+        );
         for &n in &sizes {
             eprintln!("debench: {system}, {n} nodes: starting the cluster ...");
             let t = Instant::now();
-            let mut cluster = Cluster::start(args, system, n, erlang_dir.as_deref(), &log)?;
+            let mut cluster =
+                Cluster::start(args, system, n, erlang_dir.as_deref(), &log, work_per_us)?;
             eprintln!("  formed in {:.1} s", t.elapsed().as_secs_f64());
             if args.warmup > 0 {
                 if let Some((wl, _)) = grid.first() {
@@ -326,12 +337,42 @@ pub fn workers_per_node(args: &DebenchArgs, nodes: usize) -> usize {
 /// The Erlang program, built into the binary.
 const DEBENCH_ERL: &str = include_str!("../../../bench/erlang/debench.erl");
 
+/// The iterations per microsecond of `system`'s computation loop, on this machine with nothing
+/// else of the benchmark running: Maquis's in this process (the agents run the same code),
+/// Distributed Erlang's in a VM of its own started as the nodes are.
+fn calibrate(system: &str, erlang_dir: Option<&std::path::Path>) -> Result<f64, String> {
+    if system != "erlang" {
+        return Ok(crate::debench_agent::calibrate());
+    }
+    let dir = erlang_dir.ok_or("erlang was not prepared")?;
+    let out = Command::new("erl")
+        .args(["-noshell", "+S", "1:1", "+SDcpu", "1:1", "+SDio", "1"])
+        .args(crate::erlang::NO_BUSY_WAIT)
+        .arg("-pa")
+        .arg(dir)
+        .args([
+            "-eval",
+            "io:format(\"~f~n\", [debench:calibrate()]), halt().",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("erl: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| format!("the Erlang calibration printed {text:?}"))
+}
+
 /// A running cluster of one system.
 struct Cluster {
     system: String,
     overlay: String,
     nodes: usize,
     procs: Vec<Proc>,
+    /// The system's computation loop, iterations per microsecond.
+    work_per_us: f64,
 }
 
 impl Cluster {
@@ -341,6 +382,7 @@ impl Cluster {
         n: usize,
         erlang_dir: Option<&std::path::Path>,
         log: &std::fs::File,
+        work_per_us: f64,
     ) -> Result<Cluster, String> {
         let stderr = || log.try_clone().map(Stdio::from).map_err(|e| e.to_string());
         let mut procs = Vec::new();
@@ -399,6 +441,7 @@ impl Cluster {
             overlay,
             nodes: n,
             procs,
+            work_per_us,
         })
     }
 
@@ -445,7 +488,7 @@ impl Cluster {
             None => 0,
         };
         let go = format!(
-            "go {} {} {} {} {} {} {} {}",
+            "go {} {} {} {} {} {} {} {} {}",
             workers,
             hundredths(wl.global_pct),
             hundredths(args.local_pct),
@@ -453,7 +496,8 @@ impl Cluster {
             wl.arg_bytes,
             wl.compute_us,
             seconds,
-            pace_us
+            pace_us,
+            (wl.compute_us as f64 * self.work_per_us).round() as u64
         );
         let idle = self.idle_rate();
         let cpu0 = self.cpu();
@@ -526,6 +570,7 @@ impl Cluster {
             errors,
             commands,
             counters,
+            work_per_us: Some(self.work_per_us),
         })
     }
 

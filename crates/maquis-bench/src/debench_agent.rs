@@ -3,7 +3,8 @@
 //!
 //! The protocol with the driver is the Erlang side's (`bench/erlang/debench.erl`): `ready` once
 //! every node of this process sees the whole cluster; then, for each line `go W G L S X Y
-//! SECONDS PACE` (percentages in hundredths), W workers per node run for SECONDS and the process
+//! SECONDS PACE ITERS` (percentages in hundredths; Y, the computation in microseconds, is
+//! carried out as ITERS iterations of [`burn`], see [`calibrate`]), W workers per node run for SECONDS and the process
 //! prints one line `result {json}` for all its nodes; `quit` or the end of stdin stops it.
 //! With PACE > 0 a worker starts a command (or a global sequence) every PACE microseconds
 //! instead of as soon as the last one ended, without catching up on starts it missed.
@@ -56,7 +57,8 @@ pub struct DebenchNodesArgs {
 #[derive(Debug, Serialize, Deserialize)]
 struct Work {
     data: Bytes,
-    compute_us: u64,
+    /// Iterations of [`burn`].
+    iters: u64,
 }
 
 /// A call to a node's server actor.
@@ -66,12 +68,37 @@ struct SrvReq {
     reply: ReplyTo<Bytes>,
 }
 
-/// Busy for `us` microseconds (DE-Bench's computation on the target).
-fn spin(us: u64) {
-    let until = Instant::now() + Duration::from_micros(us);
-    while Instant::now() < until {
-        std::hint::spin_loop();
+/// Iterations of [`burn`] per microsecond on this machine: the best of several timed runs (a
+/// run that was preempted or shared its core is slower, never faster). The driver calls it
+/// once, before any cluster starts, and asks the nodes for a computation of Y µs as Y times
+/// this many iterations.
+///
+/// DE-Bench's computation is a fixed amount of arithmetic, not a wait on the clock: a loop that
+/// watches the clock burns less CPU than it claims whenever its thread is preempted (a hundred
+/// nodes share two cores), and the BEAM preempts its own processes after a few thousand
+/// reductions, so clock-watching loops would measure the schedulers, not the systems. The
+/// Erlang side calibrates its own loop the same way (`bench/erlang/debench.erl`).
+pub(crate) fn calibrate() -> f64 {
+    const CHUNK: u64 = 50_000;
+    let best = (0..50)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(burn(CHUNK));
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or(Duration::from_micros(1))
+        .max(Duration::from_nanos(1));
+    CHUNK as f64 / (best.as_nanos() as f64 / 1000.0)
+}
+
+/// `n` dependent multiply-adds that the compiler can neither fold nor skip.
+fn burn(n: u64) -> u64 {
+    let mut acc = 1u64;
+    for _ in 0..n {
+        acc = std::hint::black_box(acc.wrapping_mul(31).wrapping_add(7));
     }
+    acc
 }
 
 fn addr(base: u16, i: usize) -> SocketAddr {
@@ -91,19 +118,19 @@ async fn start_node(args: &DebenchNodesArgs, i: usize) -> Result<Node, String> {
     cfg.transport.heartbeat_timeout_ms = 10_000;
     cfg.broadcast.member_timeout_ms = 15_000;
     let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
-    node.register_kind(WORK, |node: &Node, w: Work| {
+    node.register_kind(WORK, move |node: &Node, w: Work| {
         node.spawn_fn(move |_inbox: Inbox<()>| async move {
-            spin(w.compute_us);
+            burn(w.iters);
             drop(w.data);
         })
     });
-    node.register_fn(WORK, |w: Work| async move {
-        spin(w.compute_us);
+    node.register_fn(WORK, move |w: Work| async move {
+        burn(w.iters);
         w.data
     });
-    let server = node.spawn_fn(|mut inbox: Inbox<SrvReq>| async move {
+    let server = node.spawn_fn(move |mut inbox: Inbox<SrvReq>| async move {
         while let Some(r) = inbox.recv().await {
-            spin(r.work.compute_us);
+            burn(r.work.iters);
             let _ = r.reply.send(r.work.data).await;
         }
     });
@@ -157,7 +184,8 @@ struct Go {
     local_pct: f64,
     server_pct: f64,
     arg_bytes: usize,
-    compute_us: u64,
+    /// The computation, iterations of [`burn`].
+    iters: u64,
     seconds: u64,
     /// Microseconds between a worker's starts; 0: each start right after the last end.
     pace_us: u64,
@@ -172,8 +200,8 @@ impl Go {
                     .map_err(|e| format!("bad go line {s:?}: {e}"))
             })
             .collect::<Result<_, _>>()?;
-        let [w, g, l, sv, x, y, secs, pace] = v[..] else {
-            return Err(format!("bad go line {s:?}: 8 numbers expected"));
+        let [w, g, l, sv, x, _y, secs, pace, iters] = v[..] else {
+            return Err(format!("bad go line {s:?}: 9 numbers expected"));
         };
         Ok(Go {
             workers: w as usize,
@@ -181,7 +209,7 @@ impl Go {
             local_pct: l as f64 / 100.0,
             server_pct: sv as f64 / 100.0,
             arg_bytes: x as usize,
-            compute_us: y,
+            iters,
             seconds: secs,
             pace_us: pace,
         })
@@ -282,7 +310,7 @@ async fn worker(
         };
         let work = || Work {
             data: data.clone(),
-            compute_us: go.compute_us,
+            iters: go.iters,
         };
         if r < go.global_pct {
             seq += 1;
