@@ -46,6 +46,11 @@ pub struct Report {
     pub routed_unreachable: u64,
     /// Routed messages lost with a connection or a crashed node.
     pub routed_lost: u64,
+    /// Links travelled by the routed messages that arrived, mean (`None`: none arrived).
+    pub routed_links: Option<f64>,
+    /// Links of a shortest path over the active views between the two ends of each routed
+    /// message when it was sent, mean: what the routes could take at best.
+    pub routed_shortest: Option<f64>,
     /// Massive failure: per crashed node, the time from the crash until every node that
     /// counted it a member then (and is alive at the end) reported it down; the median over
     /// the crashed nodes, in ms (`None`: no crash detected).
@@ -134,9 +139,9 @@ impl Report {
     pub fn header() -> String {
         "| scenario | overlay | nodes | live | components | isolated | symmetry | delivery_first | \
          delivery_mean_100 | delivery_last | rmr | ldh | healing_periods | routed_delivery | \
-         routed drops (no route / hop limit / unreachable / lost) | detect p50 / max ms | \
+         routed drops (no route / hop limit / unreachable / lost) | routed links (shortest) | detect p50 / max ms | \
          undetected | false_downs | messages | grafts | prunes | wall_ms | peak_rss_kb |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
             .to_string()
     }
 
@@ -149,8 +154,13 @@ impl Report {
             .routed_delivery
             .map_or("-".to_string(), |r| format!("{:.4}", r));
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        let links = match (self.routed_links, self.routed_shortest) {
+            (Some(l), Some(s)) => format!("{l:.2} ({s:.2})"),
+            (Some(l), None) => format!("{l:.2}"),
+            _ => "-".to_string(),
+        };
         format!(
-            "| {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.1} | {} | {} | {} / {} / {} / {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.3} | {:.1} | {} | {} | {} / {} / {} / {} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
             self.name,
             self.overlay,
             self.nodes,
@@ -169,6 +179,7 @@ impl Report {
             self.routed_hop_limit,
             self.routed_unreachable,
             self.routed_lost,
+            links,
             ms(self.detect_p50_ms),
             ms(self.detect_max_ms),
             self.undetected,

@@ -19,6 +19,10 @@ struct Routed {
     hop_limit: u64,
     unreachable: u64,
     lost: u64,
+    /// Mean links travelled by the messages that arrived.
+    links_mean: Option<f64>,
+    /// Mean links of a shortest path between each message's ends when it was sent.
+    shortest_mean: Option<f64>,
 }
 
 fn us(d: Duration) -> Micros {
@@ -281,11 +285,16 @@ pub fn run(s: &Scenario) -> Report {
             dests.truncate(k);
         }
         let before = w.net.observer.routed.clone();
-        let mut sent = 0u64;
+        let links_before = w.net.observer.routed_links;
+        let (mut sent, mut shortest, mut paths) = (0u64, 0u64, 0u64);
         for _ in 0..s.routed_sends {
             let Some(a) = w.random_live() else { break };
             let b = dests[w.rng.gen_range(0..dests.len())];
             if a != b && w.alive(b as usize) {
+                if let Some(d) = w.net.distance(a, b) {
+                    shortest += u64::from(d);
+                    paths += 1;
+                }
                 w.net.route(a, b);
                 sent += 1;
             }
@@ -296,11 +305,15 @@ pub fn run(s: &Scenario) -> Report {
             w.net.observer.routed.get(&o).copied().unwrap_or(0)
                 - before.get(&o).copied().unwrap_or(0)
         };
+        let arrived = count(RoutedOutcome::Delivered(0));
         routed = Routed {
             no_route: count(RoutedOutcome::NoRoute),
             hop_limit: count(RoutedOutcome::HopLimit),
             unreachable: count(RoutedOutcome::Unreachable),
             lost: count(RoutedOutcome::Lost),
+            links_mean: (arrived > 0)
+                .then(|| (w.net.observer.routed_links - links_before) as f64 / arrived as f64),
+            shortest_mean: (paths > 0).then(|| shortest as f64 / paths as f64),
         };
         if sent > 0 {
             routed_delivery = Some(count(RoutedOutcome::Delivered(0)) as f64 / sent as f64);
@@ -339,6 +352,8 @@ pub fn run(s: &Scenario) -> Report {
         routed_hop_limit: routed.hop_limit,
         routed_unreachable: routed.unreachable,
         routed_lost: routed.lost,
+        routed_links: routed.links_mean,
+        routed_shortest: routed.shortest_mean,
         wall_ms: started.elapsed().as_millis() as u64,
         peak_rss_kb: peak_rss_kb(),
         messages: w.net.counters().messages,

@@ -42,6 +42,8 @@ pub(crate) struct Watch {
     /// The notices seen so far (to count distinct ones).
     notices: HashSet<MsgId>,
     pub routed: HashMap<RoutedOutcome, u64>,
+    /// Links travelled by the routed messages that arrived, all added up.
+    pub routed_links: u64,
     /// Every `Down` event: (when, the node that reported it, the node reported down).
     pub downs: Vec<(Micros, u32, u32)>,
 }
@@ -125,7 +127,11 @@ impl Observer for Watch {
 
     fn on_routed(&mut self, _token: u64, outcome: RoutedOutcome) {
         let key = match outcome {
-            RoutedOutcome::Delivered(_) => RoutedOutcome::Delivered(0),
+            RoutedOutcome::Delivered(hops) => {
+                // `hops` counts the forwards: a message sent straight to its destination has 0.
+                self.routed_links += u64::from(hops) + 1;
+                RoutedOutcome::Delivered(0)
+            }
             other => other,
         };
         *self.routed.entry(key).or_default() += 1;

@@ -689,6 +689,32 @@ impl<O: Observer> Network<O> {
         }
     }
 
+    /// Links on a shortest path from `a` to `b` over the live nodes' active views (each node's
+    /// own view; `None`: no path). What a routed message between them could take at best.
+    pub fn distance(&self, a: u32, b: u32) -> Option<u32> {
+        let n = self.nodes.len();
+        let (a, b) = (a as usize, b as usize);
+        if a >= n || b >= n || !self.nodes[a].alive || !self.nodes[b].alive {
+            return None;
+        }
+        let mut dist = vec![u32::MAX; n];
+        let mut queue = std::collections::VecDeque::from([a]);
+        dist[a] = 0;
+        while let Some(i) = queue.pop_front() {
+            if i == b {
+                return Some(dist[i]);
+            }
+            for nb in self.nodes[i].machine.neighbors() {
+                let j = nb.index as usize;
+                if j < n && self.nodes[j].alive && dist[j] == u32::MAX {
+                    dist[j] = dist[i] + 1;
+                    queue.push_back(j);
+                }
+            }
+        }
+        None
+    }
+
     fn cut(&self, a: u32, b: u32) -> bool {
         self.side
             .as_ref()
