@@ -81,7 +81,11 @@ fn failed_neighbour_is_replaced_from_passive() {
     net.crash(victim.index);
     net.run_for(Duration::from_secs(2));
     let a = hv(&net, 0);
-    assert!(!a.neighbors().contains(&victim) && !a.passive().contains(&victim));
+    // Not in the active view. (It may be back in the passive view: another node that had it
+    // in its own can pass it on in a shuffle, and passive identities are not checked until
+    // they are dialed, as in the paper; whether that happens within the 2 s depends on the
+    // order of the messages.)
+    assert!(!a.neighbors().contains(&victim));
     assert_eq!(
         a.neighbors().len(),
         before,

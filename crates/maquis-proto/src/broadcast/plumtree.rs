@@ -19,8 +19,14 @@
 //! - A neighbour that comes up is offered the ids of the recent messages (an IHAVE), so a node
 //!   that gets new neighbours after a massive failure fetches what it missed.
 //! - Every node can broadcast a small heartbeat on the same trees (a message kind of its own, so
-//!   no application topic is reserved), from which every node learns, per origin, the neighbour
-//!   the heartbeat first came from: the next hop of a route back along the tree.
+//!   no application topic is reserved). Its round is not the hops the copy travelled but a
+//!   distance: a node passes a heartbeat on with its own way's length to the origin plus one
+//!   (`u16::MAX`, "no way", to the neighbour its way goes through), announces it to the
+//!   neighbour whose copy it is when it is nearer the origin than that one, and takes as its
+//!   way, per origin, the neighbour that offers the shortest (see `routing`). The routes of a
+//!   shared spanning tree are long: at 100 nodes 9.6 links against 3.1 for a shortest path, at
+//!   1,000 nodes 23.8 against 4.8 (the simulator's `routed links`); these offers bring them to
+//!   4.1 and 6.3, for 4–14 % more messages.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -210,6 +216,44 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             m.announcers.retain(|(p, _)| p != peer);
             !m.announcers.is_empty()
         });
+        for origin in self.routes.forget_via(peer) {
+            self.route_moved(origin);
+        }
+    }
+
+    fn route_moved(&mut self, origin: P) {
+        self.stats.route_moves += 1;
+        if self.moved.len() < self.cfg.routes_max {
+            self.moved.insert(origin);
+        }
+    }
+
+    /// A neighbour's offer of a way to `origin`, learnt from its heartbeat `seq`.
+    fn offer(&mut self, origin: &P, from: &P, seq: u32, hops: u16, now: Duration) -> Recorded {
+        let r = self
+            .routes
+            .offer(origin.clone(), from.clone(), seq, hops, now);
+        if r == Recorded::Moved {
+            self.route_moved(origin.clone());
+        }
+        r
+    }
+
+    /// Tells the neighbour a route to `origin` now goes through that this node is no way to
+    /// `origin` for it, at once rather than with the next heartbeat: what this node offered
+    /// it before is stale, and taking it would make a loop.
+    fn poison_new_way(&mut self, origin: &P, out: &mut Out<P>) {
+        let Some(e) = self.routes.get(origin) else {
+            return;
+        };
+        let (via, seq) = (e.via.clone(), e.seq);
+        if self.is_neighbor(&via) {
+            let key = Key::Beat {
+                origin: origin.clone(),
+                seq,
+            };
+            self.announce_to(&via, key, u16::MAX, out);
+        }
     }
 
     /// Broadcasts a payload to every node; it is delivered here too.
@@ -344,6 +388,16 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         }
     }
 
+    /// Queues one announcement for the next IHAVE batch to `to`.
+    fn announce_to(&mut self, to: &P, key: Key<P>, round: u16, out: &mut Out<P>) {
+        if self.queue.len() >= self.cfg.lazy_queue_max {
+            self.stats.lazy_dropped += 1;
+            return;
+        }
+        self.queue.push((to.clone(), Announce { key, round }));
+        self.arm_tick(out);
+    }
+
     fn lazy_push(&mut self, key: Key<P>, round: u16, except: Option<&P>, out: &mut Out<P>) {
         let mut any = false;
         for p in self.lazy.iter().filter(|p| Some(*p) != except) {
@@ -416,9 +470,12 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 continue;
             };
             m.deadline = now + self.cfg.graft_retry;
-            // The first announcer still a neighbour (announcers that left are skipped).
-            m.announcers
-                .retain(|(p, _)| self.eager.contains(p) || self.lazy.contains(p));
+            // The first announcer still a neighbour (announcers that left are skipped), and not
+            // one whose way to the origin goes through this node (a heartbeat announced with
+            // round u16::MAX: it will come from elsewhere, and a graft would reshape the tree).
+            m.announcers.retain(|(p, r)| {
+                *r != u16::MAX && (self.eager.contains(p) || self.lazy.contains(p))
+            });
             let next = (!m.announcers.is_empty()).then(|| m.announcers.remove(0));
             match next {
                 Some((p, round)) => {
@@ -471,7 +528,9 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         let threshold = self.cfg.optimization_threshold;
         let best = m.announcers.iter().min_by_key(|(_, r)| *r);
         if let Some((p, r)) = best {
-            let better = threshold > 0 && *r < round && round - r >= threshold;
+            // A heartbeat's round is a way's length; u16::MAX says "not through me", not a
+            // length, and is no reason to reshape the tree.
+            let better = threshold > 0 && round != u16::MAX && *r < round && round - r >= threshold;
             if better && p != from && self.is_neighbor(p) && self.is_neighbor(from) {
                 let graft = PlumtreeMsg::Graft {
                     key: None,
@@ -539,40 +598,73 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             self.stats.strangers_ignored += 1;
             return;
         }
+        if origin == self.me {
+            return self.duplicate(from, out);
+        }
         let key = Key::Beat { origin, seq };
         if self.known(&key) {
+            let Key::Beat { origin, seq } = key else {
+                return;
+            };
+            if self.offer(&origin, from, seq, round, now) == Recorded::Moved {
+                self.poison_new_way(&origin, out);
+            }
             return self.duplicate(from, out);
         }
         let Key::Beat { origin, seq } = key else {
             return;
         };
-        match self
-            .routes
-            .record(origin.clone(), from.clone(), seq, round, now)
-        {
-            Recorded::Full => return,
-            Recorded::Same => {}
-            Recorded::Moved => {
-                self.stats.route_moves += 1;
-                if self.moved.len() < self.cfg.routes_max {
-                    self.moved.insert(origin.clone());
-                }
-            }
+        if self.offer(&origin, from, seq, round, now) == Recorded::Full {
+            return;
         }
-        let next = round.saturating_add(1);
-        let beat = PlumtreeMsg::Heartbeat {
-            origin: origin.clone(),
-            seq,
-            round: next,
-        };
-        self.eager_push(beat, Some(from), out);
+        // The announcements of it that came before it are offers too.
+        let early: Vec<(P, u16)> = self
+            .missing
+            .get(&Key::Beat {
+                origin: origin.clone(),
+                seq,
+            })
+            .map(|m| m.announcers.clone())
+            .unwrap_or_default();
+        for (p, r) in early {
+            self.offer(&origin, &p, seq, r, now);
+        }
+        // What this node passes on is its own way's length plus one (see `routing`), to every
+        // neighbour; the one this node's way goes through is told it is unreachable this way
+        // instead (a way back through this node would be a loop). The one whose copy this is
+        // gets an announcement only when this node is nearer the origin than it: its copy's
+        // round is its own way's length plus one.
+        let route = self.routes.get(&origin).map(|e| (e.via.clone(), e.hops));
+        let (via, hops) = route.unwrap_or((from.clone(), round));
+        let next = hops.saturating_add(1);
+        let round_for = |p: &P| if *p == via { u16::MAX } else { next };
+        for p in self.eager.iter().filter(|p| *p != from) {
+            let beat = PlumtreeMsg::Heartbeat {
+                origin: origin.clone(),
+                seq,
+                round: round_for(p),
+            };
+            out.push(PlumtreeEffect::Send(p.clone(), beat));
+        }
         let key = Key::Beat { origin, seq };
-        self.lazy_push(key.clone(), next, Some(from), out);
+        let lazy: Vec<P> = self.lazy.iter().filter(|p| *p != from).cloned().collect();
+        let nearer = via != *from && next.saturating_add(1) < round;
+        for p in lazy.iter().chain(nearer.then_some(from)) {
+            self.announce_to(p, key.clone(), round_for(p), out);
+        }
         self.adopt(&key, round, from, out);
     }
 
     fn on_ihave(&mut self, from: &P, a: Announce<P>, now: Duration, out: &mut Out<P>) {
         if self.known(&a.key) {
+            if let Key::Beat { origin, seq } = &a.key {
+                if *origin != self.me
+                    && self.is_neighbor(from)
+                    && self.offer(origin, from, *seq, a.round, now) == Recorded::Moved
+                {
+                    self.poison_new_way(origin, out);
+                }
+            }
             return;
         }
         if let Some(m) = self.missing.get_mut(&a.key) {

@@ -459,32 +459,54 @@ fn duplicates_prune_a_link_only_once_its_credit_is_spent() {
 
 #[test]
 fn routes_come_from_neighbours_and_their_moves_are_reported() {
-    let beat = |origin, seq| PlumtreeMsg::Heartbeat {
-        origin,
-        seq,
-        round: 3,
-    };
+    let beat = |origin, seq, round| PlumtreeMsg::Heartbeat { origin, seq, round };
     let t = Duration::ZERO;
     let mut p = Plumtree::new(0u32, cfg());
     let mut out = Vec::new();
-    for n in [1, 2] {
+    for n in [1, 2, 3] {
         p.on_neighbor_up(n, t, &mut out);
     }
     // Node 7 still takes 0 for its neighbour: what it brings makes no route.
-    p.on_message(&7, beat(9, 1), t, &mut out);
+    p.on_message(&7, beat(9, 1, 3), t, &mut out);
     assert_eq!(p.next_hop(&9), None);
     assert_eq!(p.stats().strangers_ignored, 1);
     assert!(p.take_moved_routes().is_empty());
-    p.on_message(&1, beat(9, 1), t, &mut out);
-    p.on_message(&1, beat(8, 1), t, &mut out);
+    p.on_message(&1, beat(9, 1, 3), t, &mut out);
+    p.on_message(&1, beat(8, 1, 3), t, &mut out);
     let mut moved = p.take_moved_routes();
     moved.sort();
     assert_eq!(moved, vec![(8, 1), (9, 1)], "first routes");
-    // The next heartbeat of 9 comes first through 2; of 8, through 1 again.
-    p.on_message(&2, beat(9, 2), t, &mut out);
-    p.on_message(&1, beat(8, 2), t, &mut out);
-    assert_eq!(p.take_moved_routes(), vec![(9, 2)]);
+    // The next heartbeat of 9 comes first through 2, from as far: the way stays; then 3
+    // announces it nearer, and the way moves there.
+    p.on_message(&2, beat(9, 2, 3), t, &mut out);
+    p.on_message(&1, beat(8, 2, 3), t, &mut out);
+    assert!(p.take_moved_routes().is_empty());
+    let ihave = |round| {
+        PlumtreeMsg::IHave(vec![Announce {
+            key: Key::Beat { origin: 9, seq: 2 },
+            round,
+        }])
+    };
+    p.on_message(&3, ihave(2), t, &mut out);
+    assert_eq!(p.take_moved_routes(), vec![(9, 3)]);
     assert!(p.take_moved_routes().is_empty(), "taken");
     assert_eq!(p.stats().route_moves, 3);
-    assert_eq!(p.next_hop(&9), Some(2));
+    assert_eq!(p.next_hop(&9), Some(3));
+    // What this node passes on is its own way's length plus one; the neighbour its way goes
+    // through hears that it is no way at all.
+    out.clear();
+    p.on_message(&2, beat(9, 3, 5), t, &mut out);
+    let mut rounds: Vec<(u32, u16)> = out
+        .iter()
+        .filter_map(|e| match e {
+            PlumtreeEffect::Send(to, PlumtreeMsg::Heartbeat { round, .. }) => Some((*to, *round)),
+            _ => None,
+        })
+        .collect();
+    rounds.sort();
+    assert_eq!(rounds, vec![(1, 3), (3, u16::MAX)]);
+    // Its neighbour gone, the best offer of the newest heartbeat takes over.
+    p.on_neighbor_down(&3);
+    assert_eq!(p.take_moved_routes(), vec![(9, 2)]);
+    assert_eq!(p.route_info(&9, t).map(|i| i.hops), Some(5));
 }

@@ -2,8 +2,8 @@
 //! what membership learns from it.
 //!
 //! On overlays with [`Liveness::Membership`](crate::overlay::Liveness) every node broadcasts a
-//! heartbeat; the routes the heartbeats reveal (per origin, the neighbour its heartbeat first
-//! came from) tell which nodes are alive and how to reach them. A node that leaves broadcasts a
+//! heartbeat; the heartbeats tell which nodes are alive, and the routes they carry (per origin,
+//! the neighbour that offers the shortest way: see `broadcast::routing`) how to reach them. A node that leaves broadcasts a
 //! notice first, so that every member reports it `Left` at once; routes from before a departure
 //! are ignored until a newer heartbeat of that node arrives (it joined again).
 //!

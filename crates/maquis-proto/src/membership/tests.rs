@@ -391,11 +391,11 @@ fn a_heartbeat_that_moves_a_route_moves_the_route_table_at_once() {
         m.handle_connected(t, &id(n));
     }
     outputs(&mut m);
-    let beat = |seq| {
+    let beat = |seq, round| {
         let msg = PlumtreeMsg::Heartbeat {
             origin: id("d"),
             seq,
-            round: 2,
+            round,
         };
         crate::encode(&msg).unwrap()
     };
@@ -409,15 +409,16 @@ fn a_heartbeat_that_moves_a_route_moves_the_route_table_at_once() {
             .collect()
     };
     // No refresh is due: the table follows each heartbeat that moves the route.
-    m.handle_broadcast_msg(t, &id("b"), &beat(1)).unwrap();
+    m.handle_broadcast_msg(t, &id("b"), &beat(1, 2)).unwrap();
     let set = |via: &str| RouteChange::Set {
         dst: id("d"),
         via: id(via),
     };
     assert_eq!(routes(&mut m), vec![set("b")]);
-    m.handle_broadcast_msg(t, &id("c"), &beat(2)).unwrap();
+    // A shorter way through `c`.
+    m.handle_broadcast_msg(t, &id("c"), &beat(2, 1)).unwrap();
     assert_eq!(routes(&mut m), vec![set("c")]);
-    m.handle_broadcast_msg(t, &id("c"), &beat(3)).unwrap();
+    m.handle_broadcast_msg(t, &id("c"), &beat(3, 1)).unwrap();
     assert_eq!(routes(&mut m), vec![], "the same way: nothing to write");
     assert_eq!(m.route(&"d".to_string()), Some(&(id("d"), id("c"))));
 }
