@@ -28,4 +28,4 @@ mod types;
 pub use config::PlumtreeConfig;
 pub use plumtree::{Plumtree, PlumtreeStats};
 pub use routing::{decide_forward, DropReason, ForwardDecision, RouteInfo};
-pub use types::{Announce, Key, MsgId, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic};
+pub use types::{Announce, Key, MsgId, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic, NO_WAY};

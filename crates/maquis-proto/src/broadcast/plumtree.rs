@@ -19,14 +19,15 @@
 //! - A neighbour that comes up is offered the ids of the recent messages (an IHAVE), so a node
 //!   that gets new neighbours after a massive failure fetches what it missed.
 //! - Every node can broadcast a small heartbeat on the same trees (a message kind of its own, so
-//!   no application topic is reserved). Its round is not the hops the copy travelled but a
-//!   distance: a node passes a heartbeat on with its own way's length to the origin plus one
-//!   (`u16::MAX`, "no way", to the neighbour its way goes through), announces it to the
-//!   neighbour whose copy it is when it is nearer the origin than that one, and takes as its
-//!   way, per origin, the neighbour that offers the shortest (see `routing`). The routes of a
-//!   shared spanning tree are long: at 100 nodes 9.6 links against 3.1 for a shortest path, at
-//!   1,000 nodes 23.8 against 4.8 (the simulator's `routed links`); these offers bring them to
-//!   4.1 and 6.3, for 4–14 % more messages.
+//!   no application topic is reserved). A heartbeat's copy and its announcements carry two
+//!   numbers: its round, the hops the copy travelled, which shapes the tree as a broadcast's
+//!   does (optimisation included), and a *way*, the sender's distance to the origin: a node
+//!   passes a heartbeat on with its own route's length plus one ([`NO_WAY`] to the neighbour
+//!   its route goes through), announces it to the neighbour whose copy it is when it is nearer
+//!   the origin than that one, and takes as its route, per origin, the neighbour that offers
+//!   the shortest way (see `routing`). The routes of a shared spanning tree are long: at 100
+//!   nodes 9.6 links against 3.1 for a shortest path, at 1,000 nodes 23.8 against 4.8 (the
+//!   simulator's `routed links`); the ways bring them to about 4.1 and 6.3.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -39,7 +40,9 @@ use rand::{Rng, SeedableRng};
 use super::cache::{Cache, Cached, Fixed};
 use super::config::PlumtreeConfig;
 use super::routing::{Recorded, RouteInfo, Routes};
-use super::types::{Announce, Key, MsgId, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic};
+use super::types::{
+    Announce, Key, MsgId, PlumtreeEffect, PlumtreeMsg, PlumtreeTimer, Topic, NO_WAY,
+};
 
 type Out<P> = Vec<PlumtreeEffect<P>>;
 
@@ -47,8 +50,18 @@ type Out<P> = Vec<PlumtreeEffect<P>>;
 #[derive(Debug)]
 struct Missing<P> {
     deadline: Duration,
-    /// Who announced it, with the hop count they offered, in arrival order.
-    announcers: Vec<(P, u16)>,
+    /// Who announced it, in arrival order.
+    announcers: Vec<Announcer<P>>,
+}
+
+/// A neighbour that announced a missing message.
+#[derive(Clone, Debug)]
+struct Announcer<P> {
+    peer: P,
+    /// The hop count its copy would arrive with.
+    round: u16,
+    /// For a heartbeat, its offer of a way to the origin.
+    way: Option<u16>,
 }
 
 /// Sizes and counters, for monitoring.
@@ -199,6 +212,7 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 .map(|(id, c)| Announce {
                     key: Key::Msg(id),
                     round: c.round.saturating_add(1),
+                    way: None,
                 })
                 .collect();
             self.send_batches(&peer, offer, out);
@@ -213,7 +227,7 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         self.queue.retain(|(p, _)| p != peer);
         self.credit.retain(|(p, _)| p != peer);
         self.missing.retain(|_, m| {
-            m.announcers.retain(|(p, _)| p != peer);
+            m.announcers.retain(|a| a.peer != *peer);
             !m.announcers.is_empty()
         });
         for origin in self.routes.forget_via(peer) {
@@ -252,7 +266,13 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 origin: origin.clone(),
                 seq,
             };
-            self.announce_to(&via, key, u16::MAX, out);
+            // It has the heartbeat (its offer was of it): only the way is news to it.
+            let a = Announce {
+                key,
+                round: u16::MAX,
+                way: Some(NO_WAY),
+            };
+            self.announce_to(&via, a, out);
         }
     }
 
@@ -287,8 +307,8 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             payload,
             round: 1,
         };
-        self.eager_push(msg, None, out);
-        self.lazy_push(Key::Msg(id), 1, None, out);
+        self.eager_push(None, |_| msg.clone(), out);
+        self.lazy_push(Key::Msg(id), 1, None, |_| None, out);
         id
     }
 
@@ -314,13 +334,15 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
     fn beat(&mut self, out: &mut Out<P>) {
         self.hb_seq = self.hb_seq.wrapping_add(1);
         let (origin, seq) = (self.me.clone(), self.hb_seq);
+        // Every neighbour is one hop from this node.
         let beat = PlumtreeMsg::Heartbeat {
             origin: origin.clone(),
             seq,
             round: 1,
+            way: 1,
         };
-        self.eager_push(beat, None, out);
-        self.lazy_push(Key::Beat { origin, seq }, 1, None, out);
+        self.eager_push(None, |_| beat.clone(), out);
+        self.lazy_push(Key::Beat { origin, seq }, 1, None, |_| Some(1), out);
     }
 
     /// Stops this node's heartbeats (relaying others' goes on).
@@ -344,9 +366,12 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 payload,
                 round,
             } => self.on_gossip(from, id, topic, payload, round, now, out),
-            PlumtreeMsg::Heartbeat { origin, seq, round } => {
-                self.on_heartbeat(from, origin, seq, round, now, out)
-            }
+            PlumtreeMsg::Heartbeat {
+                origin,
+                seq,
+                round,
+                way,
+            } => self.on_heartbeat(from, origin, seq, round, way, now, out),
             PlumtreeMsg::IHave(list) => {
                 for a in list.into_iter().take(self.cfg.ihave_batch_max) {
                     self.on_ihave(from, a, now, out);
@@ -382,23 +407,38 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         }
     }
 
-    fn eager_push(&self, msg: PlumtreeMsg<P>, except: Option<&P>, out: &mut Out<P>) {
+    /// Sends `msg_for(peer)` to every eager peer but `except`.
+    fn eager_push(
+        &self,
+        except: Option<&P>,
+        msg_for: impl Fn(&P) -> PlumtreeMsg<P>,
+        out: &mut Out<P>,
+    ) {
         for p in self.eager.iter().filter(|p| Some(*p) != except) {
-            out.push(PlumtreeEffect::Send(p.clone(), msg.clone()));
+            out.push(PlumtreeEffect::Send(p.clone(), msg_for(p)));
         }
     }
 
     /// Queues one announcement for the next IHAVE batch to `to`.
-    fn announce_to(&mut self, to: &P, key: Key<P>, round: u16, out: &mut Out<P>) {
+    fn announce_to(&mut self, to: &P, a: Announce<P>, out: &mut Out<P>) {
         if self.queue.len() >= self.cfg.lazy_queue_max {
             self.stats.lazy_dropped += 1;
             return;
         }
-        self.queue.push((to.clone(), Announce { key, round }));
+        self.queue.push((to.clone(), a));
         self.arm_tick(out);
     }
 
-    fn lazy_push(&mut self, key: Key<P>, round: u16, except: Option<&P>, out: &mut Out<P>) {
+    /// Queues an announcement of `key` to every lazy peer but `except`, with the way
+    /// `way_for(peer)`.
+    fn lazy_push(
+        &mut self,
+        key: Key<P>,
+        round: u16,
+        except: Option<&P>,
+        way_for: impl Fn(&P) -> Option<u16>,
+        out: &mut Out<P>,
+    ) {
         let mut any = false;
         for p in self.lazy.iter().filter(|p| Some(*p) != except) {
             if self.queue.len() >= self.cfg.lazy_queue_max {
@@ -406,7 +446,8 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 continue;
             }
             let key = key.clone();
-            self.queue.push((p.clone(), Announce { key, round }));
+            let way = way_for(p);
+            self.queue.push((p.clone(), Announce { key, round, way }));
             any = true;
         }
         if any {
@@ -472,16 +513,20 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             m.deadline = now + self.cfg.graft_retry;
             // The first announcer still a neighbour (announcers that left are skipped), and not
             // one whose way to the origin goes through this node (a heartbeat announced with
-            // round u16::MAX: it will come from elsewhere, and a graft would reshape the tree).
-            m.announcers.retain(|(p, r)| {
-                *r != u16::MAX && (self.eager.contains(p) || self.lazy.contains(p))
+            // no way: it will come from elsewhere, and a graft would reshape the tree).
+            m.announcers.retain(|a| {
+                a.way != Some(NO_WAY)
+                    && (self.eager.contains(&a.peer) || self.lazy.contains(&a.peer))
             });
             let next = (!m.announcers.is_empty()).then(|| m.announcers.remove(0));
             match next {
-                Some((p, round)) => {
-                    self.make_eager(&p);
+                Some(Announcer { peer, round, .. }) => {
+                    self.make_eager(&peer);
                     let key = Some(key);
-                    out.push(PlumtreeEffect::Send(p, PlumtreeMsg::Graft { key, round }));
+                    out.push(PlumtreeEffect::Send(
+                        peer,
+                        PlumtreeMsg::Graft { key, round },
+                    ));
                 }
                 None => {
                     self.missing.remove(&key);
@@ -526,11 +571,12 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             return;
         };
         let threshold = self.cfg.optimization_threshold;
-        let best = m.announcers.iter().min_by_key(|(_, r)| *r);
-        if let Some((p, r)) = best {
-            // A heartbeat's round is a way's length; u16::MAX says "not through me", not a
-            // length, and is no reason to reshape the tree.
-            let better = threshold > 0 && round != u16::MAX && *r < round && round - r >= threshold;
+        let best = m.announcers.iter().min_by_key(|a| a.round);
+        if let Some(Announcer {
+            peer: p, round: r, ..
+        }) = best
+        {
+            let better = threshold > 0 && *r < round && round - r >= threshold;
             if better && p != from && self.is_neighbor(p) && self.is_neighbor(from) {
                 let graft = PlumtreeMsg::Graft {
                     key: None,
@@ -577,17 +623,19 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             payload,
             round: next,
         };
-        self.eager_push(msg, Some(from), out);
-        self.lazy_push(Key::Msg(id), next, Some(from), out);
+        self.eager_push(Some(from), |_| msg.clone(), out);
+        self.lazy_push(Key::Msg(id), next, Some(from), |_| None, out);
         self.adopt(&Key::Msg(id), round, from, out);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_heartbeat(
         &mut self,
         from: &P,
         origin: P,
         seq: u32,
         round: u16,
+        way: u16,
         now: Duration,
         out: &mut Out<P>,
     ) {
@@ -606,7 +654,7 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             let Key::Beat { origin, seq } = key else {
                 return;
             };
-            if self.offer(&origin, from, seq, round, now) == Recorded::Moved {
+            if self.offer(&origin, from, seq, way, now) == Recorded::Moved {
                 self.poison_new_way(&origin, out);
             }
             return self.duplicate(from, out);
@@ -614,7 +662,7 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         let Key::Beat { origin, seq } = key else {
             return;
         };
-        if self.offer(&origin, from, seq, round, now) == Recorded::Full {
+        if self.offer(&origin, from, seq, way, now) == Recorded::Full {
             return;
         }
         // The announcements of it that came before it are offers too.
@@ -624,58 +672,92 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 origin: origin.clone(),
                 seq,
             })
-            .map(|m| m.announcers.clone())
+            .map(|m| {
+                m.announcers
+                    .iter()
+                    .filter_map(|a| Some((a.peer.clone(), a.way?)))
+                    .collect()
+            })
             .unwrap_or_default();
-        for (p, r) in early {
-            self.offer(&origin, &p, seq, r, now);
+        for (p, w) in early {
+            self.offer(&origin, &p, seq, w, now);
         }
-        // What this node passes on is its own way's length plus one (see `routing`), to every
-        // neighbour; the one this node's way goes through is told it is unreachable this way
-        // instead (a way back through this node would be a loop). The one whose copy this is
-        // gets an announcement only when this node is nearer the origin than it: its copy's
-        // round is its own way's length plus one.
-        let route = self.routes.get(&origin).map(|e| (e.via.clone(), e.hops));
-        let (via, hops) = route.unwrap_or((from.clone(), round));
-        let next = hops.saturating_add(1);
-        let round_for = |p: &P| if *p == via { u16::MAX } else { next };
-        for p in self.eager.iter().filter(|p| *p != from) {
-            let beat = PlumtreeMsg::Heartbeat {
+        // The copies go on along the tree with their round plus one; the way each neighbour is
+        // offered is this node's own (see `way_for`). The neighbour whose copy this is gets an
+        // announcement only when this node is nearer the origin than it (its copy's way is its
+        // own way's length plus one).
+        let next = round.saturating_add(1);
+        self.eager_push(
+            Some(from),
+            |p| PlumtreeMsg::Heartbeat {
                 origin: origin.clone(),
                 seq,
-                round: round_for(p),
-            };
-            out.push(PlumtreeEffect::Send(p.clone(), beat));
-        }
+                round: next,
+                way: self.way_for(&origin, p),
+            },
+            out,
+        );
+        let nearer = self
+            .routes
+            .get(&origin)
+            .is_some_and(|e| e.via != *from && e.hops.saturating_add(2) < way);
+        let lazy: Vec<(P, Option<u16>)> = self
+            .lazy
+            .iter()
+            .filter(|p| *p != from)
+            .chain(nearer.then_some(from))
+            .map(|p| (p.clone(), Some(self.way_for(&origin, p))))
+            .collect();
         let key = Key::Beat { origin, seq };
-        let lazy: Vec<P> = self.lazy.iter().filter(|p| *p != from).cloned().collect();
-        let nearer = via != *from && next.saturating_add(1) < round;
-        for p in lazy.iter().chain(nearer.then_some(from)) {
-            self.announce_to(p, key.clone(), round_for(p), out);
+        for (p, way) in lazy {
+            let a = Announce {
+                key: key.clone(),
+                round: next,
+                way,
+            };
+            self.announce_to(&p, a, out);
         }
         self.adopt(&key, round, from, out);
     }
 
+    /// The way to `origin` this node offers the neighbour `to`: its own route's length plus
+    /// one, or [`NO_WAY`] when that route goes through `to` (or when it has none).
+    fn way_for(&self, origin: &P, to: &P) -> u16 {
+        if *origin == self.me {
+            return 1;
+        }
+        match self.routes.get(origin) {
+            Some(e) if e.via != *to => e.hops.saturating_add(1).min(NO_WAY - 1),
+            _ => NO_WAY,
+        }
+    }
+
     fn on_ihave(&mut self, from: &P, a: Announce<P>, now: Duration, out: &mut Out<P>) {
         if self.known(&a.key) {
-            if let Key::Beat { origin, seq } = &a.key {
+            if let (Key::Beat { origin, seq }, Some(way)) = (&a.key, a.way) {
                 if *origin != self.me
                     && self.is_neighbor(from)
-                    && self.offer(origin, from, *seq, a.round, now) == Recorded::Moved
+                    && self.offer(origin, from, *seq, way, now) == Recorded::Moved
                 {
                     self.poison_new_way(origin, out);
                 }
             }
             return;
         }
+        let announcer = Announcer {
+            peer: from.clone(),
+            round: a.round,
+            way: a.way,
+        };
         if let Some(m) = self.missing.get_mut(&a.key) {
-            let listed = m.announcers.iter().any(|(p, _)| p == from);
+            let listed = m.announcers.iter().any(|x| x.peer == *from);
             if !listed && m.announcers.len() < self.cfg.announcers_max.max(1) {
-                m.announcers.push((from.clone(), a.round));
+                m.announcers.push(announcer);
             }
         } else if self.missing.len() < self.cfg.missing_max {
             let m = Missing {
                 deadline: now + self.cfg.graft_timeout,
-                announcers: vec![(from.clone(), a.round)],
+                announcers: vec![announcer],
             };
             self.missing.insert(a.key, m);
             self.arm_tick(out);
@@ -704,7 +786,12 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
                 };
                 newest
                     .filter(|s| *s >= seq)
-                    .map(|seq| PlumtreeMsg::Heartbeat { origin, seq, round })
+                    .map(|seq| PlumtreeMsg::Heartbeat {
+                        way: self.way_for(&origin, from),
+                        origin,
+                        seq,
+                        round,
+                    })
             }
             None => None,
         };

@@ -229,6 +229,7 @@ fn graft_timer_sends_graft_to_announcer_then_next() {
         let ann = vec![Announce {
             key: key.clone(),
             round: 3,
+            way: None,
         }];
         p.on_message(&from, PlumtreeMsg::IHave(ann), Duration::ZERO, &mut out);
     }
@@ -252,38 +253,58 @@ fn graft_timer_sends_graft_to_announcer_then_next() {
 
 #[test]
 fn optimisation_grafts_the_shorter_lazy_path() {
-    let c = PlumtreeConfig {
-        optimization_threshold: 3,
-        ..cfg()
-    };
-    let mut p = Plumtree::new(0u32, c);
-    let mut out = Vec::new();
-    p.on_neighbor_up(1, Duration::ZERO, &mut out);
-    p.on_neighbor_up(2, Duration::ZERO, &mut out);
-    p.on_message(&2, PlumtreeMsg::Prune, Duration::ZERO, &mut out);
+    // For a broadcast, and for a heartbeat whose ways say the opposite of its rounds: the
+    // tree follows the rounds (hops travelled), the route the ways.
     let id = MsgId { origin: 9, seq: 1 };
-    let ann = vec![Announce {
-        key: Key::Msg(id),
-        round: 2,
-    }];
-    p.on_message(&2, PlumtreeMsg::IHave(ann), Duration::ZERO, &mut out);
-    out.clear();
-    let gossip = PlumtreeMsg::Gossip {
-        id,
-        topic: Topic::from("t"),
-        payload: Bytes::new(),
-        round: 6,
-    };
-    p.on_message(&1, gossip, MS, &mut out);
-    assert!(out.contains(&PlumtreeEffect::Send(
-        2,
-        PlumtreeMsg::Graft {
-            key: None,
-            round: 2
-        }
-    )));
-    assert!(out.contains(&PlumtreeEffect::Send(1, PlumtreeMsg::Prune)));
-    assert_eq!((p.eager_peers(), p.lazy_peers()), (&[2][..], &[1][..]));
+    let cases = [
+        (
+            Key::Msg(id),
+            None,
+            PlumtreeMsg::Gossip {
+                id,
+                topic: Topic::from("t"),
+                payload: Bytes::new(),
+                round: 6,
+            },
+            None,
+        ),
+        (
+            Key::Beat { origin: 9, seq: 1 },
+            Some(5),
+            PlumtreeMsg::Heartbeat {
+                origin: 9,
+                seq: 1,
+                round: 6,
+                way: 2,
+            },
+            Some(1),
+        ),
+    ];
+    for (key, way, copy, route) in cases {
+        let c = PlumtreeConfig {
+            optimization_threshold: 3,
+            ..cfg()
+        };
+        let mut p = Plumtree::new(0u32, c);
+        let mut out = Vec::new();
+        p.on_neighbor_up(1, Duration::ZERO, &mut out);
+        p.on_neighbor_up(2, Duration::ZERO, &mut out);
+        p.on_message(&2, PlumtreeMsg::Prune, Duration::ZERO, &mut out);
+        let ann = vec![Announce { key, round: 2, way }];
+        p.on_message(&2, PlumtreeMsg::IHave(ann), Duration::ZERO, &mut out);
+        out.clear();
+        p.on_message(&1, copy, MS, &mut out);
+        assert!(out.contains(&PlumtreeEffect::Send(
+            2,
+            PlumtreeMsg::Graft {
+                key: None,
+                round: 2
+            }
+        )));
+        assert!(out.contains(&PlumtreeEffect::Send(1, PlumtreeMsg::Prune)));
+        assert_eq!((p.eager_peers(), p.lazy_peers()), (&[2][..], &[1][..]));
+        assert_eq!(p.route_info(&9, MS).map(|i| i.via), route);
+    }
 }
 
 #[test]
@@ -306,6 +327,7 @@ fn new_neighbour_is_offered_recent_ids() {
     let ann = |id, round| Announce {
         key: Key::Msg(id),
         round,
+        way: None,
     };
     assert_eq!(
         out,
@@ -397,6 +419,7 @@ fn buffers_are_bounded() {
         .map(|seq| Announce {
             key: Key::Msg(MsgId { origin: 5, seq }),
             round: 1,
+            way: None,
         })
         .collect();
     p.on_message(&1, PlumtreeMsg::IHave(list), Duration::ZERO, &mut out);
@@ -459,7 +482,13 @@ fn duplicates_prune_a_link_only_once_its_credit_is_spent() {
 
 #[test]
 fn routes_come_from_neighbours_and_their_moves_are_reported() {
-    let beat = |origin, seq, round| PlumtreeMsg::Heartbeat { origin, seq, round };
+    // Rounds (hops travelled) shape the tree only; ways make the routes.
+    let beat = |origin, seq, way| PlumtreeMsg::Heartbeat {
+        origin,
+        seq,
+        round: 4,
+        way,
+    };
     let t = Duration::ZERO;
     let mut p = Plumtree::new(0u32, cfg());
     let mut out = Vec::new();
@@ -481,10 +510,11 @@ fn routes_come_from_neighbours_and_their_moves_are_reported() {
     p.on_message(&2, beat(9, 2, 3), t, &mut out);
     p.on_message(&1, beat(8, 2, 3), t, &mut out);
     assert!(p.take_moved_routes().is_empty());
-    let ihave = |round| {
+    let ihave = |way| {
         PlumtreeMsg::IHave(vec![Announce {
             key: Key::Beat { origin: 9, seq: 2 },
-            round,
+            round: 9,
+            way: Some(way),
         }])
     };
     p.on_message(&3, ihave(2), t, &mut out);
@@ -493,18 +523,20 @@ fn routes_come_from_neighbours_and_their_moves_are_reported() {
     assert_eq!(p.stats().route_moves, 3);
     assert_eq!(p.next_hop(&9), Some(3));
     // What this node passes on is its own way's length plus one; the neighbour its way goes
-    // through hears that it is no way at all.
+    // through hears that it is no way at all. The round is the copy's plus one for both.
     out.clear();
     p.on_message(&2, beat(9, 3, 5), t, &mut out);
-    let mut rounds: Vec<(u32, u16)> = out
+    let mut sent: Vec<(u32, u16, u16)> = out
         .iter()
         .filter_map(|e| match e {
-            PlumtreeEffect::Send(to, PlumtreeMsg::Heartbeat { round, .. }) => Some((*to, *round)),
+            PlumtreeEffect::Send(to, PlumtreeMsg::Heartbeat { round, way, .. }) => {
+                Some((*to, *round, *way))
+            }
             _ => None,
         })
         .collect();
-    rounds.sort();
-    assert_eq!(rounds, vec![(1, 3), (3, u16::MAX)]);
+    sent.sort();
+    assert_eq!(sent, vec![(1, 5, 3), (3, 5, NO_WAY)]);
     // Its neighbour gone, the best offer of the newest heartbeat takes over.
     p.on_neighbor_down(&3);
     assert_eq!(p.take_moved_routes(), vec![(9, 2)]);

@@ -57,6 +57,25 @@ pub(crate) struct Entry<P> {
     seen: u32,
 }
 
+impl<P> Entry<P> {
+    /// Moves the route to the best offer of the newest heartbeat when there is one and `take`
+    /// (given its length and the route's) says so; returns whether it moved.
+    fn take_best(&mut self, take: impl FnOnce(u16, u16) -> bool) -> bool {
+        match self.best.take() {
+            Some((p, h)) if take(h, self.hops) => {
+                self.via = p;
+                self.hops = h;
+                self.via_seq = Some(self.seq);
+                true
+            }
+            best => {
+                self.best = best;
+                false
+            }
+        }
+    }
+}
+
 /// What [`Routes::offer`] did with an offer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Recorded {
@@ -128,17 +147,10 @@ impl<P: Clone + Eq + Hash> Routes<P> {
             e.best = Some((from, hops));
         }
         let silent = e.via_seq.is_none_or(|v| e.seq.saturating_sub(v) >= 2);
-        match e.best.take() {
-            Some((p, h)) if h < e.hops || silent => {
-                e.via = p;
-                e.hops = h;
-                e.via_seq = Some(e.seq);
-                Recorded::Moved
-            }
-            best => {
-                e.best = best;
-                Recorded::Same
-            }
+        if e.take_best(|h, hops| h < hops || silent) {
+            Recorded::Moved
+        } else {
+            Recorded::Same
         }
     }
 
@@ -148,14 +160,10 @@ impl<P: Clone + Eq + Hash> Routes<P> {
     pub fn forget_via(&mut self, peer: &P) -> Vec<P> {
         let mut moved = Vec::new();
         for (o, e) in self.map.iter_mut().filter(|(_, e)| e.via == *peer) {
-            match e.best.take() {
-                Some((p, h)) => {
-                    e.via = p;
-                    e.hops = h;
-                    e.via_seq = Some(e.seq);
-                    moved.push(o.clone());
-                }
-                None => e.via_seq = None,
+            if e.take_best(|_, _| true) {
+                moved.push(o.clone());
+            } else {
+                e.via_seq = None;
             }
         }
         moved

@@ -82,9 +82,17 @@ pub enum Key<P> {
 pub struct Announce<P> {
     /// What is announced.
     pub key: Key<P>,
-    /// Hops from the origin to the receiver, through the sender.
+    /// Hops from the origin to the receiver, through the sender, along the copies' path.
     pub round: u16,
+    /// For a heartbeat, the sender's offer of a way to its origin: the length of the sender's
+    /// own route plus one, or [`NO_WAY`] when that route goes through the receiver. `None`
+    /// for a broadcast.
+    pub way: Option<u16>,
 }
+
+/// A heartbeat's way for a neighbour whose route to the origin goes through the sender: a way
+/// back through the sender would be a loop.
+pub const NO_WAY: u16 = u16::MAX;
 
 /// Plumtree protocol messages between neighbours.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,8 +114,12 @@ pub enum PlumtreeMsg<P> {
         origin: P,
         /// Its sequence number (larger is newer).
         seq: u32,
-        /// Hops from the origin to the receiver.
+        /// Hops from the origin to the receiver, along the path this copy travelled (what
+        /// shapes the tree, as a broadcast's round).
         round: u16,
+        /// The sender's offer of a way to `origin`: its own route's length plus one, or
+        /// [`NO_WAY`] when that route goes through the receiver (what shapes the routes).
+        way: u16,
     },
     /// Lazy announcements, batched.
     IHave(Vec<Announce<P>>),

@@ -391,11 +391,12 @@ fn a_heartbeat_that_moves_a_route_moves_the_route_table_at_once() {
         m.handle_connected(t, &id(n));
     }
     outputs(&mut m);
-    let beat = |seq, round| {
+    let beat = |seq, way| {
         let msg = PlumtreeMsg::Heartbeat {
             origin: id("d"),
             seq,
-            round,
+            round: way,
+            way,
         };
         crate::encode(&msg).unwrap()
     };
