@@ -154,6 +154,10 @@ pub struct Cell {
     /// calibrated, when it was a loop that watched the clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_per_us: Option<f64>,
+    /// The system's CPU use at rest just before the measurement (heartbeats, failure
+    /// detection and the like), in cores, over one second; absent in older results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rest_cores: Option<f64>,
 }
 
 /// The grid of workloads of the selected series.
@@ -279,14 +283,15 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
             for (wl, _) in &grid {
                 let cell = cluster.measure(args, wl, seconds)?;
                 eprintln!(
-                    "  global {}% arg {} B compute {} µs server {}%: {:.0} ops/s, {:.0} ops/CPU-s, {} errors",
+                    "  global {}% arg {} B compute {} µs server {}%: {:.0} ops/s, {:.0} ops/CPU-s, {} errors, {:.3} cores at rest before",
                     wl.global_pct,
                     wl.arg_bytes,
                     wl.compute_us,
                     wl.server_pct,
                     cell.ops_per_s,
                     cell.ops_per_cpu_s,
-                    cell.errors
+                    cell.errors,
+                    cell.rest_cores.unwrap_or(0.0)
                 );
                 cells.push(cell);
             }
@@ -571,6 +576,7 @@ impl Cluster {
             commands,
             counters,
             work_per_us: Some(self.work_per_us),
+            rest_cores: Some(idle),
         })
     }
 

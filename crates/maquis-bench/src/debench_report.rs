@@ -116,7 +116,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime; the same number at every size); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others and after a warm-up of {} s (see the end).",
+        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime; the same number at every size), each node probing a link it wrote nothing to every 3.3 s and declaring a peer down after 10 s of silence (member timeout 15 s on peer-to-peer); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting, its default net_ticktime: a tick every 15 s, a node down after 60 s), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others and after a warm-up of {} s (see the end).",
         run.sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
         run.systems.join(", "),
         a.procs,
@@ -305,7 +305,7 @@ fn warmups(r: &mut String, run: &Run) {
     }
     let _ = writeln!(
         r,
-        "\n## Warm-up\n\n{} s of the first workload on every new cluster before its first cell, counted in no cell:\n\n| system | nodes | ops/s | errors | first error |\n|---|---|---|---|---|",
+        "\n## Warm-up\n\n{} s of the first workload on every new cluster before its first cell, counted in no cell, with the CPU the cluster used at rest just before it (heartbeats, failure detection; cores, over 1 s):\n\n| system | nodes | cores at rest | ops/s | errors | first error |\n|---|---|---|---|---|---|",
         run.args.warmup
     );
     for w in run.warmups {
@@ -316,9 +316,11 @@ fn warmups(r: &mut String, run: &Run) {
             .unwrap_or_default();
         let _ = writeln!(
             r,
-            "| {} | {} | {:.0} | {} | {first} |",
+            "| {} | {} | {} | {:.0} | {} | {first} |",
             label(w),
             w.nodes,
+            w.rest_cores
+                .map_or_else(|| "–".to_string(), |c| format!("{c:.3}")),
             w.ops_per_s,
             w.errors
         );
