@@ -650,15 +650,15 @@ impl<P: PeerId> Membership<P> {
     fn settle(&mut self, now: Duration, refresh: bool) {
         // An overlay that counts its changes saves the work below when nothing changed, unless
         // heartbeat routes are due (they come from the heartbeats, not the overlay).
-        let epoch = self.overlay.epoch().map(|e| (e, self.up_changes));
+        // Connections count only when the neighbours are the connected members.
+        let named = self.overlay.neighbors();
+        let ups = if named.is_some() { 0 } else { self.up_changes };
+        let epoch = self.overlay.epoch().map(|e| (e, ups));
         if epoch.is_some() && epoch == self.epoch && !(refresh && self.heartbeats) {
             return;
         }
         self.epoch = epoch;
-        let want = self
-            .overlay
-            .neighbors()
-            .unwrap_or_else(|| self.connected_members());
+        let want = named.unwrap_or_else(|| self.connected_members());
         let changed = self.bcast.sync_neighbors(want, now, &mut self.pt_out);
         if changed {
             let nbrs = self.bcast.neighbors().to_vec();

@@ -199,9 +199,14 @@ pub trait Overlay<P: PeerId = NodeId>: Send + 'static {
     }
     /// A number that changes whenever [`Overlay::members`], [`Overlay::neighbors`] or
     /// [`Overlay::route`] may answer differently, a counter bumped on every change for
-    /// instance. While it stays the same the runtime does not recompute its member list and
-    /// route table after an event, which keeps a node with a thousand members cheap. `None`
-    /// (the default): recompute after every event.
+    /// instance; a route that [`Overlay::update_route`] only moved to another neighbour need
+    /// not change it (the runtime writes that route out itself when it calls it). While it
+    /// stays the same the runtime does not recompute its member list and route table after
+    /// an event, which keeps a node with a thousand members cheap. A connection that comes or
+    /// goes makes the runtime recompute too, unless the overlay names its neighbours
+    /// ([`Overlay::neighbors`] is `Some`): then the epoch alone says when (a HyParView
+    /// shuffle's reply opens a connection for one message). `None` (the default): recompute
+    /// after every event.
     fn epoch(&self) -> Option<u64> {
         None
     }
