@@ -220,8 +220,9 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
         self.eager.push(peer);
     }
 
-    /// A neighbour went down (left the active view).
-    pub fn on_neighbor_down(&mut self, peer: &P) {
+    /// A neighbour went down (left the active view). The origins it was the way to move to
+    /// the best other offer, whose neighbours are told at once that this node is no way back.
+    pub fn on_neighbor_down(&mut self, peer: &P, out: &mut Out<P>) {
         self.eager.retain(|p| p != peer);
         self.lazy.retain(|p| p != peer);
         self.queue.retain(|(p, _)| p != peer);
@@ -231,6 +232,7 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             !m.announcers.is_empty()
         });
         for origin in self.routes.forget_via(peer) {
+            self.poison_new_way(&origin, out);
             self.route_moved(origin);
         }
     }

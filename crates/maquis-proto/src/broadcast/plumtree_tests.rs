@@ -537,8 +537,21 @@ fn routes_come_from_neighbours_and_their_moves_are_reported() {
         .collect();
     sent.sort();
     assert_eq!(sent, vec![(1, 5, 3), (3, 5, NO_WAY)]);
-    // Its neighbour gone, the best offer of the newest heartbeat takes over.
-    p.on_neighbor_down(&3);
+    // Its neighbour gone, the best offer of the newest heartbeat takes over, and the new
+    // way is told at once that this node is no way back (its earlier offer is stale).
+    out.clear();
+    p.on_neighbor_down(&3, &mut out);
     assert_eq!(p.take_moved_routes(), vec![(9, 2)]);
     assert_eq!(p.route_info(&9, t).map(|i| i.hops), Some(5));
+    out.clear();
+    p.on_timer(PlumtreeTimer::Tick, t, &mut out);
+    let no_way = Announce {
+        key: Key::Beat { origin: 9, seq: 3 },
+        round: u16::MAX,
+        way: Some(NO_WAY),
+    };
+    assert!(out.iter().any(|e| matches!(
+        e,
+        PlumtreeEffect::Send(2, PlumtreeMsg::IHave(list)) if list.contains(&no_way)
+    )));
 }

@@ -102,7 +102,7 @@ impl<P: PeerId> Bcast<P> {
         // Both lists are sorted: binary searches keep a large neighbourhood (a server with a
         // thousand clients) linear-logarithmic instead of quadratic.
         for gone in self.nbrs.iter().filter(|n| want.binary_search(n).is_err()) {
-            self.pt.on_neighbor_down(gone);
+            self.pt.on_neighbor_down(gone, out);
             if !self.quiet && !self.departed.contains_key(gone) {
                 self.former.insert(gone.clone(), now);
             }
