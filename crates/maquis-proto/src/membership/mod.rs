@@ -231,6 +231,11 @@ pub struct Membership<P: PeerId = NodeId> {
     /// Bumped whenever `up` changes: an overlay without neighbour views has the connected
     /// members as its neighbours.
     up_changes: u64,
+    /// Whether the overlay named its neighbours at the last full `settle`: then connections
+    /// coming and going (`up_changes`) do not count in the epoch. Kept rather than asked, so
+    /// that an event that changes nothing costs no copy of the neighbour list; an overlay
+    /// whose answer changes bumps its epoch anyway.
+    named_neighbors: bool,
     /// Nodes known to have left on purpose: their departure is reported `Left`, not `Down`.
     left_hint: HashSet<P>,
     /// Peers whose membership lane is up.
@@ -270,6 +275,7 @@ impl<P: PeerId> Membership<P> {
             pt_out: Vec::new(),
             epoch: None,
             up_changes: 0,
+            named_neighbors: false,
             left_hint: HashSet::new(),
             up: HashSet::new(),
             unneeded: HashSet::new(),
@@ -651,13 +657,27 @@ impl<P: PeerId> Membership<P> {
         // An overlay that counts its changes saves the work below when nothing changed, unless
         // heartbeat routes are due (they come from the heartbeats, not the overlay).
         // Connections count only when the neighbours are the connected members.
-        let named = self.overlay.neighbors();
-        let ups = if named.is_some() { 0 } else { self.up_changes };
+        let ups = if self.named_neighbors {
+            0
+        } else {
+            self.up_changes
+        };
         let epoch = self.overlay.epoch().map(|e| (e, ups));
         if epoch.is_some() && epoch == self.epoch && !(refresh && self.heartbeats) {
             return;
         }
-        self.epoch = epoch;
+        let named = self.overlay.neighbors();
+        self.named_neighbors = named.is_some();
+        self.epoch = self.overlay.epoch().map(|e| {
+            (
+                e,
+                if self.named_neighbors {
+                    0
+                } else {
+                    self.up_changes
+                },
+            )
+        });
         let want = named.unwrap_or_else(|| self.connected_members());
         let changed = self.bcast.sync_neighbors(want, now, &mut self.pt_out);
         if changed {
