@@ -668,6 +668,7 @@ impl<P: PeerId> Membership<P> {
         }
         let named = self.overlay.neighbors();
         self.named_neighbors = named.is_some();
+        let before = self.epoch;
         self.epoch = self.overlay.epoch().map(|e| {
             (
                 e,
@@ -678,6 +679,9 @@ impl<P: PeerId> Membership<P> {
                 },
             )
         });
+        // An overlay that counts its changes and changed may route otherwise with the same
+        // members and neighbours (a client-server record naming a client's new server).
+        let rerouted = self.epoch.is_some() && self.epoch != before;
         let want = named.unwrap_or_else(|| self.connected_members());
         let changed = self.bcast.sync_neighbors(want, now, &mut self.pt_out);
         if changed {
@@ -690,7 +694,7 @@ impl<P: PeerId> Membership<P> {
             self.overlay.set_routes(routes);
         }
         let moved = self.publish();
-        if self.liveness == Liveness::Membership && (changed || refresh || moved) {
+        if self.liveness == Liveness::Membership && (changed || refresh || moved || rerouted) {
             self.update_routes();
         }
     }

@@ -423,3 +423,48 @@ fn a_heartbeat_that_moves_a_route_moves_the_route_table_at_once() {
     assert_eq!(routes(&mut m), vec![], "the same way: nothing to write");
     assert_eq!(m.route(&"d".to_string()), Some(&(id("d"), id("c"))));
 }
+
+/// A client-server record that changes only a client's servers (its members and this node's
+/// neighbours stay the same) moves the route to that client at once, not at some later
+/// change.
+#[test]
+fn a_record_naming_a_new_server_moves_the_route_at_once() {
+    use crate::overlay::{
+        ClientServer, ClientServerConfig, ClientServerMsg, Member, MemberState, Role,
+    };
+    let me = id("s2");
+    let overlay = ClientServer::new(me.clone(), ClientServerConfig::default());
+    let mut m = Membership::new(me, Box::new(Erased(overlay)), MembershipConfig::default());
+    let t = ms(10);
+    m.handle_start(Duration::ZERO);
+    let record = |name: &str, role, version, servers: &[&str]| Member {
+        id: id(name),
+        role,
+        version,
+        state: MemberState::Alive,
+        servers: servers.iter().map(|s| s.to_string()).collect(),
+    };
+    let server = |name| record(name, Role::Server, 0, &[]);
+    m.handle_connected(t, &id("s1"));
+    let state = ClientServerMsg::State(vec![server("s1"), record("c", Role::Client, 0, &[])]);
+    m.handle_overlay_msg(t, &id("s1"), &crate::encode(&state).unwrap())
+        .unwrap();
+    outputs(&mut m);
+    assert!(m.route(&"c".to_string()).is_none(), "no server of c yet");
+    // c attached to s1: its record says so, nothing else changes.
+    let delta = ClientServerMsg::Delta(vec![record("c", Role::Client, 1, &["s1"])]);
+    m.handle_overlay_msg(t, &id("s1"), &crate::encode(&delta).unwrap())
+        .unwrap();
+    let routes: Vec<_> = outputs(&mut m)
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Route(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    let via_s1 = RouteChange::Set {
+        dst: id("c"),
+        via: id("s1"),
+    };
+    assert_eq!(routes, vec![via_s1]);
+}

@@ -567,6 +567,18 @@ impl<P: PeerId> ClientServer<P> {
                         fx.send(c.clone(), Msg::State(self.all_records()));
                     }
                 }
+                // A node connected without a record here: the state it sent when it joined,
+                // or ours to it, was lost with a connection (two dials crossed). Ours again;
+                // it answers with its own.
+                let strangers: Vec<P> = self
+                    .connected
+                    .iter()
+                    .filter(|p| self.record_of(p).is_none())
+                    .cloned()
+                    .collect();
+                for p in strangers {
+                    fx.send(p, Msg::State(self.all_records()));
+                }
                 // Re-dial the servers not connected (lost, or not reached yet).
                 for r in self.records.values() {
                     if r.role == Role::Server
@@ -947,6 +959,8 @@ mod tests {
         events: Vec<(u32, MembershipEvent<SimId>)>,
         /// The next attach from the first node to the second is lost.
         lose_attach: Option<(u32, u32)>,
+        /// This many of the next whole states sent, whoever sends them, are lost.
+        lose_states: usize,
     }
 
     impl Observer for Check {
@@ -983,10 +997,18 @@ mod tests {
         }
 
         fn lose(&mut self, from: u32, to: u32, protocol: Protocol, payload: &[u8]) -> bool {
-            if protocol != Protocol::Overlay || self.lose_attach != Some((from, to)) {
+            if protocol != Protocol::Overlay {
                 return false;
             }
-            let attach = matches!(postcard::from_bytes(payload), Ok(Msg::<SimId>::Attach(_)));
+            let msg = postcard::from_bytes(payload);
+            if self.lose_states > 0 && matches!(msg, Ok(Msg::<SimId>::State(_))) {
+                self.lose_states -= 1;
+                return true;
+            }
+            if self.lose_attach != Some((from, to)) {
+                return false;
+            }
+            let attach = matches!(msg, Ok(Msg::<SimId>::Attach(_)));
             if attach {
                 self.lose_attach = None;
             }
@@ -1191,6 +1213,30 @@ mod tests {
         assert_eq!(attached(&net, 2), vec![0], "attached on a later try");
         assert_eq!(members(&net, 0), vec![0, 1, 2]);
         assert_eq!(members(&net, 2), vec![0, 1, 2]);
+    }
+
+    /// Two servers connected whose first state is lost (sent on a connection that a
+    /// simultaneous dial replaced): each sends its state to a connected node it has no record
+    /// of at every round, so they learn of each other.
+    #[test]
+    fn servers_whose_first_states_are_lost_learn_of_each_other() {
+        let mut net = Network::new(net_config(), Check::default());
+        spawn(&mut net, Role::Server, 1);
+        spawn(&mut net, Role::Server, 1);
+        net.observer.lose_states = 1;
+        net.join(1, 0);
+        settle(&mut net);
+        assert_eq!(
+            net.observer.lose_states, 0,
+            "the state went out and was lost"
+        );
+        assert_eq!(members(&net, 0), vec![0]);
+        assert_eq!(members(&net, 1), vec![1]);
+        ticks(&mut net, 2);
+        for s in 0..2 {
+            assert_eq!(members(&net, s), vec![0, 1], "server {s} knows both");
+            assert_eq!(cs(&net, s).mesh().count(), 1);
+        }
     }
 
     #[test]
