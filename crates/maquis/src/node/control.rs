@@ -463,11 +463,12 @@ fn spawn_dial(
             match attempt {
                 Ok(dialed) if dialed.node.name != inner.router.id.name => {
                     let id = dialed.node;
-                    match inner.peer_get_or_create(&id) {
-                        Ok(peer) => {
-                            let slot = inner.router.dispatch.membership_slot();
+                    let slot = inner.router.dispatch.membership_slot();
+                    match inner.peer_with_connection(&id, slot) {
+                        Ok((peer, arriving)) => {
                             let (stream, limit) = (dialed.stream, dialed.max_frame);
                             conn::install(&inner, &peer, slot, stream, true, limit).await;
+                            drop(arriving);
                             break Ok(id);
                         }
                         Err(e) => break Err(e.to_string()),

@@ -14,6 +14,7 @@ use crate::counters::Counters;
 use crate::dispatch::Dispatcher;
 use crate::id::NodeId;
 use crate::tls::Tls;
+use crate::transport::peer::Arriving;
 use crate::transport::{Host, LaneEvent, Peer, PeerRefused};
 use crate::wire::frame::Frame;
 
@@ -62,8 +63,12 @@ impl Host for Inner {
         self.router.liveness == crate::overlay::Liveness::Membership
     }
 
-    fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, PeerRefused> {
-        self.peer_get_or_create(id)
+    fn peer_for(
+        self: &Arc<Self>,
+        id: &NodeId,
+        slot: usize,
+    ) -> Result<(Arc<Peer>, Arriving), PeerRefused> {
+        self.peer_with_connection(id, slot)
     }
 
     async fn on_frame(&self, peer: &Arc<Peer>, frame: Frame) {

@@ -27,6 +27,7 @@ use crate::actor::Actors;
 use crate::config::Config;
 use crate::id::NodeId;
 use crate::router::{PeerEntry, Router};
+use crate::transport::peer::Arriving;
 use crate::transport::{connector, Peer, PeerRefused};
 use crate::wire::frame::{Frame, Header};
 
@@ -76,8 +77,30 @@ impl Inner {
         self: &Arc<Self>,
         id: &NodeId,
     ) -> Result<Arc<Peer>, PeerRefused> {
+        self.peer_entry(id, None).map(|(peer, _)| peer)
+    }
+
+    /// [`Inner::peer_get_or_create`] for a connection in hand for the lane in `slot`: marked
+    /// arriving before any dialer of a new peer starts, until the guard is dropped.
+    pub(crate) fn peer_with_connection(
+        self: &Arc<Self>,
+        id: &NodeId,
+        slot: usize,
+    ) -> Result<(Arc<Peer>, Arriving), PeerRefused> {
+        let (peer, arriving) = self.peer_entry(id, Some(slot))?;
+        Ok((peer, arriving.expect("asked for")))
+    }
+
+    fn peer_entry(
+        self: &Arc<Self>,
+        id: &NodeId,
+        slot: Option<usize>,
+    ) -> Result<(Arc<Peer>, Option<Arriving>), PeerRefused> {
         match self.router.peer_entry(id)? {
-            PeerEntry::Known(peer) => Ok(peer),
+            PeerEntry::Known(peer) => {
+                let arriving = slot.map(|s| peer.arriving(s));
+                Ok((peer, arriving))
+            }
             PeerEntry::New { peer, replaced } => {
                 if let Some(old) = replaced {
                     let _ = self.control.try_send(Control::PeerDown {
@@ -85,10 +108,11 @@ impl Inner {
                         reason: "restarted".into(),
                     });
                 }
+                let arriving = slot.map(|s| peer.arriving(s));
                 for slot in 0..peer.lanes.len() {
                     tokio::spawn(connector::run(self.clone(), peer.clone(), slot));
                 }
-                Ok(peer)
+                Ok((peer, arriving))
             }
         }
     }

@@ -193,8 +193,9 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, tcp: TcpStream, remote: Socke
         Err(_) => Err(ConnError::Timeout),
     };
     match result {
-        Ok(Some((peer, slot, max_frame, stream))) => {
-            install(&inner, &peer, slot, stream, false, max_frame).await
+        Ok(Some((peer, slot, max_frame, stream, arriving))) => {
+            install(&inner, &peer, slot, stream, false, max_frame).await;
+            drop(arriving);
         }
         Ok(None) => {}
         Err(ConnError::Io(e)) => {
@@ -219,9 +220,9 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, tcp: TcpStream, remote: Socke
     }
 }
 
-/// An accepted connection, the peer and lane slot it serves, and the largest frame the peer
-/// takes.
-type Accepted = (Arc<Peer>, usize, u64, Stream);
+/// An accepted connection, the peer and lane slot it serves, the largest frame the peer
+/// takes, and the lane's mark that it is in hand.
+type Accepted = (Arc<Peer>, usize, u64, Stream, super::peer::Arriving);
 
 async fn accept_handshake<H: Host>(
     inner: &Arc<H>,
@@ -299,7 +300,7 @@ async fn accept_handshake<H: Host>(
         write_msg(s, &reply).await?;
         return Err(e);
     };
-    let peer = match inner.peer_for(&dialer) {
+    let (peer, arriving) = match inner.peer_for(&dialer, slot) {
         Ok(p) => p,
         Err(why) => {
             let code = match why {
@@ -317,7 +318,7 @@ async fn accept_handshake<H: Host>(
                 .accept()
                 .ok_or_else(|| ConnError::Protocol("accepted an unauthenticated dialer".into()))?;
             write_msg(s, &accepted).await?;
-            Ok(Some((peer, slot, max_frame, stream)))
+            Ok(Some((peer, slot, max_frame, stream, arriving)))
         }
         Offer::Reject(why) => {
             let (reply, _) = acc.reject(RejectCode::Superseded, why.to_string());
@@ -450,7 +451,20 @@ pub(crate) async fn install<H: Host>(
     peer.max_frame.store(max_frame, Ordering::Relaxed);
     let lane = &peer.lanes[slot];
     let limit = usize::try_from(max_frame).unwrap_or(usize::MAX);
-    let replaced = lane.install(info.clone(), write, limit);
+    let peer_wins_tie = peer.id.wins_tie_against(inner.id());
+    let replaced = match lane.install(info.clone(), write, limit, peer_wins_tie) {
+        Ok(replaced) => replaced,
+        Err(mut write) => {
+            // Both dialed; the peer's connection serves on both ends, and the peer closes
+            // this one as this end does.
+            tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, "own dial closed: the peer's connection serves");
+            drop(read);
+            tokio::spawn(async move {
+                let _ = write.shutdown().await;
+            });
+            return;
+        }
+    };
     tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, dialed_by_me, ?replaced, "lane connected");
     tokio::spawn(read_loop(inner.clone(), peer.clone(), slot, read, info));
     peer.changed.notify_waiters();
@@ -488,8 +502,8 @@ async fn read_loop<H: Host>(
     let mut ordering = OrderingQueue::new(HELD_FRAMES, HELD_BYTES);
     let mut front = Front::default();
     // A barrier across the channel's lanes this reader stopped at, and the first frame read
-    // behind it (pieces of striped frames behind it are still taken in: a commit ahead of it
-    // on another lane may wait for them).
+    // behind it (pieces of striped frames before that are still taken in). No commit ahead of
+    // a barrier waits for a piece behind one: the sender queues a commit after its pieces.
     let place = lane_place(inner.dispatch(), slot);
     let mut barrier: Option<AtBarrier> = None;
     let mut kept: Option<Frame> = None;

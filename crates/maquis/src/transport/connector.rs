@@ -28,7 +28,7 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
             let changed = peer.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if !lane.is_connected() {
+            if !lane.is_served() {
                 break;
             }
             tokio::select! {
@@ -51,7 +51,7 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
                 _ = peer.close.cancelled() => return,
                 _ = lane.wanted() => {}
             }
-            if lane.is_connected() {
+            if lane.is_served() {
                 continue;
             }
         }
@@ -62,7 +62,7 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
-        if lane.is_connected() {
+        if lane.is_served() {
             delay = if winner { Duration::ZERO } else { min };
             continue;
         }

@@ -181,6 +181,8 @@ pub(crate) struct LaneState {
     pub conn: Option<ConnInfo>,
     /// A dial of ours is in flight.
     pub dialing: bool,
+    /// Connections authenticated for it and about to be installed ([`super::peer::Arriving`]).
+    pub arriving: usize,
 }
 
 /// `n` permits of `sem`, waiting for them when there are not enough. Most sends find room:
@@ -298,6 +300,18 @@ impl Lane {
         self.connected.load(Ordering::Acquire)
     }
 
+    /// Whether the lane is connected, or a connection for it is about to be installed: its
+    /// dialer waits.
+    pub(crate) fn is_served(&self) -> bool {
+        self.is_connected()
+            || self
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .arriving
+                > 0
+    }
+
     /// Whether the lane takes no more frames: its peer was dropped (closed or aborted).
     pub(crate) fn is_closed(&self) -> bool {
         self.tx.is_closed()
@@ -398,24 +412,28 @@ impl Lane {
         )
     }
 
-    /// Queues a barrier ([`super::widen`]) whatever the room: it is a few bytes, queued only
-    /// when a channel changes width. It takes a byte of room when there is one, so that a
-    /// lane dialed on demand connects for it.
-    pub(crate) fn push_barrier(&self, head: Bytes) {
+    /// Queues a frame of a few bytes and no payload, a barrier ([`super::widen`]) or a striped
+    /// frame's commit ([`super::stripe`]), whatever the room: barriers are queued only when a
+    /// channel changes width, and a peer has at most
+    /// [`MAX_UNCOMMITTED`](super::stripe::MAX_UNCOMMITTED) commits unwritten, so the queue's
+    /// bound is passed by at most that many heads. It takes a byte of room when there is one,
+    /// so that a lane dialed on demand connects for it.
+    pub(crate) fn push_small(
+        &self,
+        head: Bytes,
+        order: Option<u64>,
+        role: Role,
+    ) -> Result<(), SendError> {
         let take = |sem: &Arc<Semaphore>| {
             sem.clone()
                 .try_acquire_many_owned(1)
                 .or_else(|_| sem.clone().try_acquire_many_owned(0))
         };
-        if let (Ok(permit), Ok(node_permit)) = (take(&self.budget), take(&self.node.sem)) {
-            let _ = self.push(
-                head,
-                Body::default(),
-                None,
-                Role::Barrier,
-                permit,
-                node_permit,
-            );
+        match (take(&self.budget), take(&self.node.sem)) {
+            (Ok(permit), Ok(node_permit)) => {
+                self.push(head, Body::default(), order, role, permit, node_permit)
+            }
+            _ => Err(SendError::Unreachable(format!("lane {} closed", self.id))),
         }
     }
 
@@ -518,14 +536,24 @@ impl Lane {
     /// Makes `conn` the lane's connection and hands its write half to the writer task, with the
     /// largest frame the other end accepts. Returns the replaced connection's id, if any (it is
     /// closed).
+    ///
+    /// The dialer's side of the tie-break: a connection this node dialed does not replace a
+    /// live one the peer dialed when the peer wins the tie (`peer_wins_tie`); its write half
+    /// is handed back (`Err`) to be closed. The peer, whose acceptor took both, keeps its own
+    /// too, so both ends keep the same connection.
     pub(crate) fn install(
         &self,
         info: ConnInfo,
         writer: WriteHalf,
         max_frame: usize,
-    ) -> Option<u64> {
+        peer_wins_tie: bool,
+    ) -> Result<Option<u64>, WriteHalf> {
         let old = {
             let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let theirs = st.conn.as_ref().is_some_and(|c| !c.dialed_by_me);
+            if info.dialed_by_me && theirs && peer_wins_tie {
+                return Err(writer);
+            }
             st.conn.replace(info.clone())
         };
         if let Some(old) = &old {
@@ -555,7 +583,7 @@ impl Lane {
             // again).
             Err(mpsc::error::TrySendError::Full(handle)) => handle.cancel.cancel(),
         }
-        old.map(|o| o.id)
+        Ok(old.map(|o| o.id))
     }
 
     /// Clears the connection if it is still `conn_id`; returns whether it was.
@@ -1006,13 +1034,15 @@ mod tests {
             lane.wanted().now_or_never().is_none(),
             "nothing queued: not wanted"
         );
-        lane.push_barrier(Bytes::from_static(b"barrier"));
+        lane.push_small(Bytes::from_static(b"barrier"), None, Role::Barrier)
+            .unwrap();
         assert!(lane.wanted().now_or_never().is_some());
         assert_eq!(lane.queued_bytes(), 1, "a byte of room taken");
         // A full queue still takes it.
         lane.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 1023]), None)
             .unwrap();
-        lane.push_barrier(Bytes::from_static(b"barrier"));
+        lane.push_small(Bytes::from_static(b"barrier"), None, Role::Barrier)
+            .unwrap();
         let mut roles = Vec::new();
         while let Ok(f) = task.rx.try_recv() {
             roles.push(matches!(f.role, Role::Barrier));
@@ -1076,6 +1106,43 @@ mod tests {
         assert_eq!(lane.offer_incoming(true), Offer::Accept);
     }
 
+    /// The dialer's side: its own connection replaces a live one the peer dialed only when
+    /// it wins the tie.
+    #[tokio::test]
+    async fn a_dialed_connection_yields_to_the_tie_winners() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let write_half = || async {
+            let c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let _ = listener.accept().await.unwrap();
+            WriteHalf::from(c.into_split().1)
+        };
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1024);
+        let conn = |id, mine| ConnInfo::new(id, mine, CancellationToken::new());
+        let theirs = conn(1, false);
+        assert_eq!(
+            lane.install(theirs.clone(), write_half().await, 100, true)
+                .ok(),
+            Some(None)
+        );
+        // Ours, the peer winning: theirs stays.
+        assert!(lane
+            .install(conn(2, true), write_half().await, 100, true)
+            .is_err());
+        assert!(!theirs.cancel.is_cancelled());
+        assert_eq!(
+            lane.state.lock().unwrap().conn.as_ref().map(|c| c.id),
+            Some(1)
+        );
+        // Ours, this node winning: ours replaces theirs.
+        let replaced = lane.install(conn(3, true), write_half().await, 100, false);
+        assert_eq!(replaced.ok(), Some(Some(1)));
+        assert!(theirs.cancel.is_cancelled());
+        // A connection the peer dialed replaces one of ours (the acceptor already decided).
+        let replaced = lane.install(conn(4, false), write_half().await, 100, true);
+        assert_eq!(replaced.ok(), Some(Some(3)));
+    }
+
     /// A frame queued before the peer's handshake said it takes less is dropped and counted by
     /// the writer, and the frames behind it still go out.
     #[tokio::test]
@@ -1104,7 +1171,7 @@ mod tests {
             None,
         ));
         let info = ConnInfo::new(1, true, CancellationToken::new());
-        lane.install(info, write_half.into(), 100);
+        assert!(lane.install(info, write_half.into(), 100, false).is_ok());
         let mut got = [0u8; 16];
         server.read_exact(&mut got).await.unwrap();
         assert_eq!(&got[..6], &[0, 0, 0, 12, b'h', b'd']);
@@ -1197,7 +1264,9 @@ mod tests {
         let (lane, task) = Lane::new(LaneId::new("default", 0), 1 << 20);
         let cancel = CancellationToken::new();
         let info = ConnInfo::new(1, true, cancel.clone());
-        lane.install(info, write_half.into(), usize::MAX);
+        assert!(lane
+            .install(info, write_half.into(), usize::MAX, false)
+            .is_ok());
         let writer = tokio::spawn(run_writer(
             lane.clone(),
             task,
@@ -1240,7 +1309,9 @@ mod tests {
         let (mut server, _) = listener.accept().await.unwrap();
         let (_read_half, write_half) = client.into_split();
         let info = ConnInfo::new(2, true, CancellationToken::new());
-        lane.install(info, write_half.into(), usize::MAX);
+        assert!(lane
+            .install(info, write_half.into(), usize::MAX, false)
+            .is_ok());
         let mut again = 0usize;
         let whole = tokio::time::timeout(std::time::Duration::from_secs(30), async {
             while again < BIG + 2 {

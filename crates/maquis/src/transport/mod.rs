@@ -38,6 +38,11 @@
 //! live connection was dialed by the peer it accepts, and the new one replaces it (the peer
 //! would not dial again unless it had lost it); otherwise it accepts only if the peer wins the
 //! tie, and answers `Rejected { code: Superseded }` if not, and that dialer backs off.
+//! The dialer's end keeps the same one: its own connection, once accepted, does not replace a
+//! live one the peer dialed if the peer wins the tie (`Lane::install`; it is closed instead).
+//! A connection in hand (authenticated, accepted or dialed for a join, not yet installed)
+//! marks its lane arriving (`peer::Arriving`) before the peer's dialers can start, so a node
+//! does not dial a lane it is about to get a connection for.
 //! `conn::install` makes an accepted connection the lane's (cancelling the one it replaces),
 //! hands its write half to the writer, spawns the reader and reports `LaneEvent::Up`; when
 //! the reader ends the lane forgets the connection and its dialer wakes up.
@@ -126,8 +131,12 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn dials_on_demand(&self) -> bool;
     /// The peer a node's connections belong to, created if needed; `Err` if it may not
     /// connect (an older incarnation than one known, another node of its name connected, the
-    /// node is stopping).
-    fn peer_for(self: &Arc<Self>, id: &NodeId) -> Result<Arc<Peer>, PeerRefused>;
+    /// node is stopping); with a connection for the lane in `slot` in hand until the guard is dropped.
+    fn peer_for(
+        self: &Arc<Self>,
+        id: &NodeId,
+        slot: usize,
+    ) -> Result<(Arc<Peer>, peer::Arriving), PeerRefused>;
     /// A frame arrived from `peer`.
     fn on_frame(&self, peer: &Arc<Peer>, frame: Frame) -> impl Future<Output = ()> + Send;
     /// A lane changed.

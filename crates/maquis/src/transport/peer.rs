@@ -102,6 +102,20 @@ impl Peer {
         usize::try_from(self.max_frame.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
     }
 
+    /// Marks a connection for the lane in `slot` as in hand (authenticated, not yet
+    /// installed) while the guard lives: the lane's dialer does not dial meanwhile.
+    pub(crate) fn arriving(self: &Arc<Self>, slot: usize) -> Arriving {
+        self.lanes[slot]
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .arriving += 1;
+        Arriving {
+            peer: self.clone(),
+            slot,
+        }
+    }
+
     /// Waits until the lane in `slot` is connected; false on timeout or abort.
     pub(crate) async fn wait_connected(&self, slot: usize, limit: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
@@ -125,5 +139,27 @@ impl Peer {
     pub(crate) async fn drained(&self, limit: std::time::Duration) {
         let writers = std::mem::take(&mut *self.writers.lock().unwrap_or_else(|e| e.into_inner()));
         let _ = tokio::time::timeout(limit, futures::future::join_all(writers)).await;
+    }
+}
+
+/// A connection in hand for one of a peer's lanes ([`Peer::arriving`]). Taken before the
+/// peer's dialers can start (a new peer's dialer of the tie winner dials at once), and let go
+/// once the connection is installed or dropped, so that a node never dials a lane it is
+/// about to get a connection for: its two connections would race to replace each other, and
+/// the two ends could keep different ones.
+pub(crate) struct Arriving {
+    peer: Arc<Peer>,
+    slot: usize,
+}
+
+impl Drop for Arriving {
+    fn drop(&mut self) {
+        let mut st = self.peer.lanes[self.slot]
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        st.arriving = st.arriving.saturating_sub(1);
+        drop(st);
+        self.peer.changed.notify_waiters();
     }
 }

@@ -1,13 +1,17 @@
 //! Large frames striped over a channel's lanes: the sender's pieces and commits, and the
 //! receiver's table (the wire and the table's rules: [`maquis_proto::wire::stripes`]).
 //!
-//! The sender ([`send`]) queues the frame's commit first on the lane its order key takes among
-//! those carrying the channel's small frames (its *ordering lane*; see [`super::widen`]), where
-//! it holds the place of its order key (the lane's [`super::schedule`] keeps it, and the frames
-//! of its key behind it, until its [`Gate`] opens), then each piece on the least loaded of the
-//! channel's other lanes. Every piece carries a [`PartGuard`]: written, or dropped unwritten,
-//! it tells the gate; when all have, the gate opens and the ordering lane's writer is woken to
-//! write the commit (`ok: false` if a piece was dropped, so the receiver drops the frame).
+//! The sender ([`send`]) queues each piece on the least loaded of the channel's other lanes,
+//! then the frame's commit on the lane its order key takes among those carrying the
+//! channel's small frames (its *ordering lane*; see [`super::widen`]), where it holds the
+//! place of its order key (the lane's [`super::schedule`] keeps it, and the frames of its key
+//! behind it, until its [`Gate`] opens). Every piece carries a [`PartGuard`]: written, or
+//! dropped unwritten, it tells the gate; when all have, the gate opens and the ordering lane's
+//! writer is woken to write the commit (`ok: false` if a piece was dropped, so the receiver
+//! drops the frame). The commit comes last so that a change of width never falls between a
+//! commit and its pieces the wrong way: the receiver's ordering lane cannot pass a barrier
+//! before the commit ahead of it is handed on, and would wait for ever for pieces queued
+//! behind the same barrier on another lane (whose reader stops there).
 //! At most [`MAX_UNCOMMITTED`] striped frames per peer have their commit unwritten; more
 //! senders wait (or get `Backpressure`).
 //!
@@ -190,14 +194,6 @@ pub(crate) async fn send(
             written: false,
         })
         .collect();
-    let commit = Role::Commit {
-        gate: gate.clone(),
-        _permit: permit,
-    };
-    let lane = ordering
-        .enqueue((Bytes::new(), Body::default()), order, commit, wait)
-        .await?;
-    let _ = gate.lane.set(lane.clone());
     let total64 = total as u64;
     let mut sent = Ok(());
     for i in 0..n {
@@ -236,10 +232,18 @@ pub(crate) async fn send(
             break;
         }
     }
-    // Pieces never queued count as dropped (their guards go now).
+    // Pieces never queued count as dropped (their guards go now): the commit then says so.
     drop(guards);
     gate.horizon
         .store(out.next.load(Ordering::Relaxed), Ordering::Release);
+    // The commit goes after every piece is queued, whatever the room (its permit bounds
+    // them): a barrier queued before it is then queued before its pieces too.
+    let commit = Role::Commit {
+        gate: gate.clone(),
+        _permit: permit,
+    };
+    let lane = ordering.push_small(Bytes::new(), order, commit)?;
+    let _ = gate.lane.set(lane.clone());
     drop(mine);
     sent
 }
@@ -469,6 +473,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A change of width while a striped frame's pieces wait for room: the commit goes on
+    /// its ordering lane after the barrier, as the pieces do on theirs (a commit ahead of a
+    /// barrier whose pieces are behind one would hold up the receiver's lanes).
+    #[tokio::test]
+    async fn a_barrier_never_falls_between_a_commit_and_its_pieces() {
+        use super::super::widen::Widen;
+        use crate::id::LaneId;
+        let lanes: Vec<_> = (0..2)
+            .map(|i| Lane::new(LaneId::new("default", i), 100))
+            .collect();
+        let (lanes, mut tasks): (Vec<_>, Vec<_>) = lanes.into_iter().unzip();
+        for l in &lanes {
+            l.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 80]), Some(1))
+                .unwrap();
+        }
+        let widen = Widen::new(2);
+        let out = StripesOut::default();
+        let place = Place::Widened {
+            widen: &widen,
+            lanes: &lanes,
+        };
+        let mut sending = Box::pin(send(
+            &out,
+            place,
+            &lanes,
+            (
+                Bytes::from_static(b"head"),
+                Body::from(Bytes::from(vec![0u8; 90])),
+            ),
+            (0, None),
+            50,
+            true,
+        ));
+        assert!(futures::poll!(sending.as_mut()).is_pending(), "no room");
+        widen.switch(&lanes, 2);
+        let mut roles: Vec<Vec<&str>> = vec![Vec::new(), Vec::new()];
+        let mut drain = |tasks: &mut Vec<super::super::lane::LaneTask>| {
+            for (t, seen) in tasks.iter_mut().zip(&mut roles) {
+                while let Ok(f) = t.rx.try_recv() {
+                    seen.push(match f.role {
+                        Role::Whole => "whole",
+                        Role::Barrier => "barrier",
+                        Role::Part(_) => "piece",
+                        Role::Commit { .. } => "commit",
+                    });
+                }
+            }
+        };
+        // Taking the queued frames gives their room back.
+        drain(&mut tasks);
+        sending.await.unwrap();
+        drain(&mut tasks);
+        let at = |lane: &[&str], role| lane.iter().position(|r| *r == role);
+        assert_eq!(roles[0][..2], ["whole", "barrier"]);
+        assert_eq!(roles[1][..2], ["whole", "barrier"]);
+        assert!(
+            at(&roles[0], "commit") > at(&roles[0], "barrier"),
+            "{roles:?}"
+        );
+        assert_eq!(
+            roles.iter().flatten().filter(|r| **r == "piece").count(),
+            2,
+            "{roles:?}"
+        );
     }
 
     /// A commit read before its pieces waits for them, then hands the frame on.

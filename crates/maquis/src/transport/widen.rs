@@ -125,7 +125,8 @@ impl Widen {
         let n = old.width().max(width);
         let head = barrier_head(epoch, n as u16);
         for lane in &lanes[..n] {
-            lane.push_barrier(head.clone());
+            // Fails only on a closed lane, whose frames are lost with it.
+            let _ = lane.push_small(head.clone(), None, Role::Barrier);
         }
         self.state
             .store(epoch << 16 | width as u64, Ordering::Release);
@@ -184,6 +185,26 @@ impl<'a> Place<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// Queues a frame of a few bytes ([`Lane::push_small`]) with order key `order`, whatever
+    /// the room; the lane it went on.
+    pub(crate) fn push_small(
+        &self,
+        head: Bytes,
+        order: u64,
+        role: Role,
+    ) -> Result<&'a Arc<Lane>, SendError> {
+        match *self {
+            Place::Lane(lane) => lane.push_small(head, Some(order), role).map(|()| lane),
+            Place::Widened { widen, lanes } => loop {
+                let seen = widen.seen();
+                let lane = &lanes[seen.index(order)];
+                if let Some(_held) = widen.hold(seen) {
+                    return lane.push_small(head, Some(order), role).map(|()| lane);
+                }
+            },
         }
     }
 }
