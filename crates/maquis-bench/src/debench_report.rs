@@ -116,7 +116,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime; the same number at every size), each node probing a link it wrote nothing to every 3.3 s and declaring a peer down after 10 s of silence (member timeout 15 s on peer-to-peer); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting, its default net_ticktime: a tick every 15 s, a node down after 60 s), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others and after a warm-up of {} s (see the end).",
+        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime; the same number at every size), each node probing a link it wrote nothing to every 3.3 s and declaring a peer down after 10 s of silence (on peer-to-peer, a member heartbeat every 5 s, a member timeout of 15 s and a HyParView shuffle every 10 s); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting, its default net_ticktime: a tick every 15 s, a node down after 60 s), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others and after a warm-up of {} s (see the end).",
         run.sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
         run.systems.join(", "),
         a.procs,
