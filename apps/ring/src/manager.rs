@@ -127,6 +127,9 @@ pub struct NodeStatus {
     pub pending_transfers: usize,
     /// Vnodes running here.
     pub vnodes: usize,
+    /// Vnodes still loading their stored objects (a node that starts on a durable store):
+    /// their keys are not counted in `keys` yet.
+    pub loading: usize,
     /// Keys stored here (all vnodes, tombstones included).
     pub keys: usize,
     /// Value bytes stored here.
@@ -830,7 +833,11 @@ impl Manager {
         let mut bytes = 0;
         let mut stray = 0;
         let mut forwarding = 0;
+        let mut loading = 0;
         for (&p, vn) in &self.vnodes {
+            if !vn.view.loaded.load(std::sync::atomic::Ordering::Relaxed) {
+                loading += 1;
+            }
             let k = vn.view.keys.load(std::sync::atomic::Ordering::Relaxed);
             keys += k;
             bytes += vn.view.bytes.load(std::sync::atomic::Ordering::Relaxed);
@@ -851,6 +858,7 @@ impl Manager {
             owned: ring.owned_by(me).len(),
             pending_transfers: ring.pending_transfers(),
             vnodes: self.vnodes.len(),
+            loading,
             keys,
             bytes,
             handoffs: self.tasks.len(),

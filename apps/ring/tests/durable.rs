@@ -108,11 +108,18 @@ async fn a_node_restarted_to_join_moves_nothing_before_it_knows_the_ring() {
     };
     nodes.push(restarted);
     converge(&nodes).await;
+    // The restarted node's vnodes load their stored objects as they start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while nodes[2].status().await.unwrap().loading > 0 {
+        assert!(std::time::Instant::now() < deadline, "j3 still loading");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for n in &nodes {
         let st = n.status().await.unwrap();
         assert_eq!(st.keys, 300, "{}: stray or missing copies", st.name);
-        assert_eq!(n.stats().aae_errors.get(), 0, "{}", st.name);
     }
+    // The others' exchanges with j3 while it was down may have failed; its own may not.
+    assert_eq!(nodes[2].stats().aae_errors.get(), 0, "j3");
     for i in (0..300).step_by(7) {
         assert_eq!(
             nodes[2].get(format!("k{i}")).await.unwrap(),
