@@ -268,7 +268,7 @@ async fn measure(nodes: &[Node], total: usize, go: &Go) -> NodeResult {
     for _ in 0..started {
         let Some(stats) = rx.recv().await else { break };
         for (k, s) in stats {
-            all.entry(k).or_default().merge(&s);
+            all.entry(k.to_string()).or_default().merge(&s);
         }
     }
     let rose = counters(nodes)
@@ -295,8 +295,11 @@ async fn worker(
     total: usize,
     go: &Go,
     until: Instant,
-) -> BTreeMap<String, KindStats> {
-    let mut st: BTreeMap<String, KindStats> = BTreeMap::new();
+) -> BTreeMap<&'static str, KindStats> {
+    // Keyed by the kinds' static names and aimed at names made once: the loop allocates
+    // nothing of its own per command (the Erlang worker's keys and targets are atoms).
+    let mut st: BTreeMap<&'static str, KindStats> = BTreeMap::new();
+    let names: Vec<String> = (0..=total).map(|j| format!("db{j}")).collect();
     let data = Bytes::from(vec![0x42u8; go.arg_bytes]);
     let mut seq = 0u64;
     let pace = Duration::from_micros(go.pace_us);
@@ -317,7 +320,7 @@ async fn worker(
                 j += 1;
             }
             (
-                format!("db{j}"),
+                names[j].as_str(),
                 rng.gen::<f64>() * 100.0,
                 rng.gen::<f64>() * 100.0 < go.server_pct,
                 rng.gen::<bool>(),
@@ -392,14 +395,14 @@ async fn worker(
 
 /// Runs a command, counting its latency under `kind` (or an error); whether it succeeded.
 async fn timed<T, E: std::fmt::Display>(
-    st: &mut BTreeMap<String, KindStats>,
-    kind: &str,
+    st: &mut BTreeMap<&'static str, KindStats>,
+    kind: &'static str,
     f: impl std::future::Future<Output = Result<T, E>>,
 ) -> bool {
     let t0 = Instant::now();
     let r = f.await;
     let us = t0.elapsed().as_micros() as u64;
-    let s = st.entry(kind.to_string()).or_default();
+    let s = st.entry(kind).or_default();
     match r {
         Ok(_) => {
             s.record(us);

@@ -657,28 +657,14 @@ impl<P: PeerId> Membership<P> {
         // An overlay that counts its changes saves the work below when nothing changed, unless
         // heartbeat routes are due (they come from the heartbeats, not the overlay).
         // Connections count only when the neighbours are the connected members.
-        let ups = if self.named_neighbors {
-            0
-        } else {
-            self.up_changes
-        };
-        let epoch = self.overlay.epoch().map(|e| (e, ups));
+        let epoch = self.change_count();
         if epoch.is_some() && epoch == self.epoch && !(refresh && self.heartbeats) {
             return;
         }
         let named = self.overlay.neighbors();
         self.named_neighbors = named.is_some();
         let before = self.epoch;
-        self.epoch = self.overlay.epoch().map(|e| {
-            (
-                e,
-                if self.named_neighbors {
-                    0
-                } else {
-                    self.up_changes
-                },
-            )
-        });
+        self.epoch = self.change_count();
         // An overlay that counts its changes and changed may route otherwise with the same
         // members and neighbours (a client-server record naming a client's new server).
         let rerouted = self.epoch.is_some() && self.epoch != before;
@@ -697,6 +683,17 @@ impl<P: PeerId> Membership<P> {
         if self.liveness == Liveness::Membership && (changed || refresh || moved || rerouted) {
             self.update_routes();
         }
+    }
+
+    /// The overlay's count of its changes, with the connection changes when the neighbours
+    /// are the connected members (`None`: the overlay does not count).
+    fn change_count(&self) -> Option<(u64, u64)> {
+        let ups = if self.named_neighbors {
+            0
+        } else {
+            self.up_changes
+        };
+        self.overlay.epoch().map(|e| (e, ups))
     }
 
     /// Members (other than this node) whose membership lane is up.

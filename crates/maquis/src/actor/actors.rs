@@ -97,11 +97,19 @@ impl Actors {
     pub(crate) fn remove(&self, id: ActorId, reason: DownReason) {
         let removed = self.registry.remove(id);
         // What linked actors are told: the first cause, not a chain of links.
-        let linked = match &reason {
+        if !removed.links.is_empty() {
+            self.tell_links(id, removed.links, &reason);
+        }
+        self.notify_stopped(id, removed.watchers, reason);
+    }
+
+    /// Tells the actors linked to the stopped actor `id` why it stopped.
+    fn tell_links(&self, id: ActorId, links: Vec<Link>, reason: &DownReason) {
+        let linked = match reason {
             DownReason::Linked(why) => DownReason::Linked(why.clone()),
             other => DownReason::Linked(format!("actor #{id} on {}: {other}", self.id())),
         };
-        for link in removed.links {
+        for link in links {
             match link {
                 Link::Local(other) => {
                     if reason.propagates() {
@@ -122,7 +130,6 @@ impl Actors {
                 }
             }
         }
-        self.notify_stopped(id, removed.watchers, reason);
     }
 
     /// Stops a local actor with `reason` (its task ends at its next await); false if there

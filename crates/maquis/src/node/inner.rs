@@ -96,11 +96,8 @@ impl Inner {
         id: &NodeId,
         slot: Option<usize>,
     ) -> Result<(Arc<Peer>, Option<Arriving>), PeerRefused> {
-        match self.router.peer_entry(id)? {
-            PeerEntry::Known(peer) => {
-                let arriving = slot.map(|s| peer.arriving(s));
-                Ok((peer, arriving))
-            }
+        let (peer, new) = match self.router.peer_entry(id)? {
+            PeerEntry::Known(peer) => (peer, false),
             PeerEntry::New { peer, replaced } => {
                 if let Some(old) = replaced {
                     let _ = self.control.try_send(Control::PeerDown {
@@ -108,13 +105,17 @@ impl Inner {
                         reason: "restarted".into(),
                     });
                 }
-                let arriving = slot.map(|s| peer.arriving(s));
-                for slot in 0..peer.lanes.len() {
-                    tokio::spawn(connector::run(self.clone(), peer.clone(), slot));
-                }
-                Ok((peer, arriving))
+                (peer, true)
+            }
+        };
+        // Taken before a new peer's dialers start.
+        let arriving = slot.map(|s| peer.arriving(s));
+        if new {
+            for slot in 0..peer.lanes.len() {
+                tokio::spawn(connector::run(self.clone(), peer.clone(), slot));
             }
         }
+        Ok((peer, arriving))
     }
 
     /// Hands an arriving frame on: to a mailbox, a waiting call, the overlay, broadcast, a

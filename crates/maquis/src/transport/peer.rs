@@ -163,3 +163,55 @@ impl Drop for Arriving {
         self.peer.changed.notify_waiters();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use crate::dispatch::Dispatcher;
+    use crate::id::NodeId;
+    use crate::overlay::Liveness;
+    use crate::router::{PeerEntry, Router, RouterLimits};
+
+    fn id(name: &str) -> NodeId {
+        NodeId::new(name, ([127, 0, 0, 1], 9).into(), 1)
+    }
+
+    #[tokio::test]
+    async fn a_lane_with_a_connection_in_hand_is_served_until_the_last_guard_goes() {
+        let specs = crate::config::TransportConfig::default().channel_specs();
+        let limits = RouterLimits {
+            max_frame_bytes: 1 << 20,
+            lane_queue_bytes: 1 << 20,
+            node_queue_bytes: 1 << 24,
+            part_bytes: crate::wire::PART_BYTES,
+            stripe_bytes: 0,
+            hop_limit: 16,
+        };
+        let (router, _) = Router::new(
+            id("a"),
+            Dispatcher::new(specs, true, false),
+            Liveness::Membership,
+            limits,
+        );
+        let PeerEntry::New { peer, .. } = router.peer_entry(&id("b")).unwrap() else {
+            panic!("a new peer");
+        };
+        let (lane, other) = (&peer.lanes[0], &peer.lanes[1]);
+        assert!(!lane.is_served(), "no connection, none in hand");
+        let first = peer.arriving(0);
+        let second = peer.arriving(0);
+        assert!(lane.is_served(), "a dialer would wait");
+        assert!(!other.is_served(), "only the lane the connection is for");
+        drop(first);
+        assert!(lane.is_served(), "one connection still in hand");
+        // A dialer waiting for the lane to lose its service is woken when the last guard goes.
+        let changed = peer.changed.notified();
+        let mut changed = std::pin::pin!(changed);
+        changed.as_mut().enable();
+        assert!(changed.as_mut().now_or_never().is_none());
+        drop(second);
+        assert!(!lane.is_served(), "its dialer may dial again");
+        assert!(changed.now_or_never().is_some(), "the dialer is woken");
+    }
+}
