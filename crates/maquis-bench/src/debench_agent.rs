@@ -362,7 +362,7 @@ async fn worker(
             .await;
         } else if server {
             timed(&mut st, "call", async {
-                let srv: ActorRef<SrvReq> = node.remote(&target, SERVER).ok_or("no target")?;
+                let srv: ActorRef<SrvReq> = node.remote(target, SERVER).ok_or("no target")?;
                 srv.call(
                     |reply| SrvReq {
                         work: work(),
@@ -378,14 +378,14 @@ async fn worker(
             timed(
                 &mut st,
                 "spawn",
-                node.spawn_remote::<Work, ()>(&target, WORK, &work(), TIMEOUT),
+                node.spawn_remote::<Work, ()>(target, WORK, &work(), TIMEOUT),
             )
             .await;
         } else {
             timed(
                 &mut st,
                 "rpc",
-                node.rpc::<Work, Bytes>(&target, WORK, &work(), TIMEOUT),
+                node.rpc::<Work, Bytes>(target, WORK, &work(), TIMEOUT),
             )
             .await;
         }
