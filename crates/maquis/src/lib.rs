@@ -51,6 +51,7 @@ pub mod supervisor;
 mod throttle;
 mod tls;
 mod transport;
+pub mod virtual_actors;
 
 /// Overlays: the [`Overlay`](overlay::Overlay) trait to write your own (see
 /// `examples/custom_overlay.rs`), and the built-in ones with their configurations.

@@ -17,7 +17,7 @@ use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
 use crate::error::{CallError, SendError};
 use crate::id::NodeId;
-use crate::wire::frame::{ActorHeader, Dest};
+use crate::wire::frame::{ActorHeader, Dest, ReplyStatus};
 
 /// A typed address of an actor, by id or by registered name, on any node.
 ///
@@ -343,7 +343,25 @@ impl<M: Message> ActorRef<M> {
         }
         let rt = self.runtime()?;
         if rt.router.is_local(&self.node)? {
-            return push(&self.local_sender(&rt)?, msg, wait).await;
+            // A name no actor holds, or whose actor closed its mailbox meanwhile (a virtual
+            // actor deactivating), may be one the node's sink serves.
+            let offer = self.name().is_some() && rt.unnamed.get().is_some();
+            let tx = match self.local_sender(&rt) {
+                Err(SendError::NoProc) if offer => {
+                    return Box::pin(self.offer_unnamed(&rt, &msg, call)).await
+                }
+                tx => tx?,
+            };
+            if !wait {
+                return push(&tx, msg, false).await;
+            }
+            return match tx.send(Delivery::Local(msg)).await {
+                Ok(()) => Ok(()),
+                Err(mpsc::error::SendError(Delivery::Local(msg))) if offer => {
+                    Box::pin(self.offer_unnamed(&rt, &msg, call)).await
+                }
+                Err(_) => Err(SendError::NoProc),
+            };
         }
         let (header, payload) = self.encode(&msg, call)?;
         let receiver = hash_of(&self.to);
@@ -353,6 +371,29 @@ impl<M: Message> ActorRef<M> {
             rt.router
                 .send_frame(&self.node, opts, current_actor(), receiver, header, payload);
         Box::pin(send).await
+    }
+
+    /// A message for a local name no actor holds: encoded and handled as if it had come from
+    /// another node (a name the virtual actors' host serves activates its actor).
+    async fn offer_unnamed(
+        &self,
+        rt: &Actors,
+        msg: &M,
+        call: Option<u64>,
+    ) -> Result<(), SendError> {
+        let body = crate::slab::encode(msg).map_err(|e| SendError::Encode(e.to_string()))?;
+        let payload = match body.bufs() {
+            [one] => one.clone(),
+            bufs => bufs.concat().into(),
+        };
+        match rt
+            .push(&self.node, &self.to, fingerprint::<M>(), payload, call)
+            .await
+        {
+            ReplyStatus::Ok => Ok(()),
+            ReplyStatus::TypeMismatch => Err(SendError::TypeMismatch),
+            _ => Err(SendError::NoProc),
+        }
     }
 
     fn encode(

@@ -52,6 +52,38 @@ pub(crate) struct Actors {
     pub(crate) reliable: Reliable,
     next_actor: AtomicU64,
     mailbox_capacity: usize,
+    /// Where a message for a missing name under the virtual actors' prefix goes (set once the
+    /// node's virtual-actor host runs).
+    pub(crate) unnamed: std::sync::OnceLock<Arc<dyn UnnamedSink>>,
+}
+
+/// Takes messages that arrived for a local name no actor holds, when the name is one it
+/// serves (the virtual actors' host: it activates the actor they are for).
+pub(crate) trait UnnamedSink: Send + Sync {
+    /// Offers a message for `name` (no actor held it when it arrived).
+    fn offer(&self, name: &str, msg: Unnamed) -> Offer;
+}
+
+/// A message that arrived for a name no actor holds.
+pub(crate) struct Unnamed {
+    /// The node it came from.
+    pub from: NodeId,
+    /// Its type's fingerprint.
+    pub ty: u64,
+    /// Its encoded value.
+    pub payload: Bytes,
+    /// The sender's call, if it was one.
+    pub call: Option<u64>,
+}
+
+/// What became of an offered message.
+pub(crate) enum Offer {
+    /// Not a name the sink serves.
+    NotMine(Unnamed),
+    /// An actor holds the name now: deliver to it.
+    Named(Unnamed),
+    /// Taken: held until its actor runs, or refused and answered.
+    Taken,
 }
 
 impl Actors {
@@ -65,6 +97,7 @@ impl Actors {
             reliable: Reliable::default(),
             next_actor: AtomicU64::new(0),
             mailbox_capacity,
+            unnamed: std::sync::OnceLock::new(),
         }
     }
 
@@ -228,6 +261,11 @@ impl Actors {
         self.reliable.node_gone(node);
     }
 
+    /// A call of this node whose actor does not exist fails with `NoProc` now.
+    pub(crate) fn no_proc_call(&self, call: u64) {
+        self.calls.complete(call, CallOutcome::NoProc);
+    }
+
     /// A call of this node whose request could not be delivered fails with `why` now.
     pub(crate) fn fail_call(&self, call: u64, why: String) {
         self.calls.complete(call, CallOutcome::Failed(why));
@@ -276,7 +314,7 @@ impl Actors {
     /// Puts a message that arrived from `from` into its actor's mailbox (waiting for room):
     /// `Ok`, or why not — no such actor (`NoProc`, counted in `unknown_actor`), another type
     /// (`TypeMismatch`, counted and logged; refused before decoding).
-    async fn push(
+    pub(crate) async fn push(
         &self,
         from: &NodeId,
         to: &Dest,
@@ -285,44 +323,80 @@ impl Actors {
         call: Option<u64>,
     ) -> ReplyStatus {
         let counters = &self.router.counters;
-        let mailbox = match to {
+        let resolve = || match to {
             Dest::Id(id) => self.registry.by_id(*id),
             Dest::Name(n) => self
                 .registry
                 .resolve(n)
                 .and_then(|id| self.registry.by_id(id)),
         };
-        if let Some(mb) = mailbox.as_ref().filter(|mb| !compatible(ty, mb.ty())) {
-            let n = counters.type_mismatch.inc_get();
-            if n.is_power_of_two() {
-                tracing::warn!(
-                    %from,
-                    actor = ?to,
-                    sent = format_args!("{ty:016x}"),
-                    takes = format_args!("{:016x}", mb.ty()),
-                    refused_so_far = n,
-                    "message of another type than the actor takes refused"
-                );
-            }
-            return ReplyStatus::TypeMismatch;
-        }
-        let delivered = match mailbox {
-            Some(mb) => mb
-                .push_remote(RemoteMsg {
-                    payload,
-                    from_node: from.clone(),
-                    call,
-                })
-                .await
-                .is_ok(),
-            None => false,
+        let sink = match to {
+            Dest::Name(n) => self.unnamed.get().map(|s| (n, s)),
+            Dest::Id(_) => None,
         };
-        if delivered {
-            ReplyStatus::Ok
-        } else {
-            counters.unknown_actor.inc();
-            ReplyStatus::NoProc
+        let mut msg = RemoteMsg {
+            payload,
+            from_node: from.clone(),
+            call,
+        };
+        // A name no actor holds, or whose actor closed its mailbox since it was looked up
+        // (a virtual actor deactivating), goes to the sink that serves it, if one does.
+        let mut offered = false;
+        loop {
+            let mailbox = resolve();
+            let Some(mb) = mailbox else {
+                let Some((n, sink)) = sink.filter(|_| !offered) else {
+                    break;
+                };
+                offered = true;
+                let unnamed = Unnamed {
+                    from: msg.from_node,
+                    ty,
+                    payload: msg.payload,
+                    call: msg.call,
+                };
+                let back = match sink.offer(n, unnamed) {
+                    Offer::Taken => return ReplyStatus::Ok,
+                    Offer::Named(m) | Offer::NotMine(m) => m,
+                };
+                msg = RemoteMsg {
+                    payload: back.payload,
+                    from_node: back.from,
+                    call: back.call,
+                };
+                if resolve().is_none() {
+                    break;
+                }
+                continue;
+            };
+            if !compatible(ty, mb.ty()) {
+                let n = counters.type_mismatch.inc_get();
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        %from,
+                        actor = ?to,
+                        sent = format_args!("{ty:016x}"),
+                        takes = format_args!("{:016x}", mb.ty()),
+                        refused_so_far = n,
+                        "message of another type than the actor takes refused"
+                    );
+                }
+                return ReplyStatus::TypeMismatch;
+            }
+            match mb.push_remote(msg).await {
+                Ok(()) => return ReplyStatus::Ok,
+                Err(back) => {
+                    // Closed. A virtual actor's name goes before its mailbox closes: offered
+                    // next time round if the name is gone now; any other actor's end is final.
+                    msg = back;
+                    if sink.is_none() || offered || resolve().is_some() {
+                        break;
+                    }
+                }
+            }
         }
+        counters.unknown_actor.inc();
+        ReplyStatus::NoProc
     }
 
     /// A routed frame whose destination is this node's name: delivered if it is for this

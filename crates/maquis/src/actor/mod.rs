@@ -50,7 +50,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use actor_ref::ActorRef;
-pub(crate) use actors::{Actors, NewActor};
+pub(crate) use actors::{Actors, NewActor, Offer, Unnamed, UnnamedSink};
 pub use call::ReplyTo;
 pub(crate) use fingerprint::{compatible, fingerprint};
 pub use monitor::Monitor;

@@ -51,7 +51,9 @@ impl<M: Message> Mailbox<M> {
 /// A mailbox seen without its message type (what the network reader needs).
 pub(crate) trait ErasedMailbox: Send + Sync {
     /// Pushes an encoded message, waiting while the mailbox is full; `Err` if the actor stopped.
-    fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), ()>>;
+    fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), RemoteMsg>>;
+    /// Pushes an encoded message if there is room now; gives it back if not (full or stopped).
+    fn try_push_remote(&self, msg: RemoteMsg) -> Result<(), RemoteMsg>;
     /// The fingerprint of the type the actor takes.
     fn ty(&self) -> u64;
     /// For typed local sends.
@@ -59,13 +61,24 @@ pub(crate) trait ErasedMailbox: Send + Sync {
 }
 
 impl<M: Message> ErasedMailbox for Mailbox<M> {
-    fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), ()>> {
+    fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), RemoteMsg>> {
         Box::pin(async move {
             self.tx
                 .send(Delivery::Remote(Box::new(msg)))
                 .await
-                .map_err(|_| ())
+                .map_err(|e| match e.0 {
+                    Delivery::Remote(m) => *m,
+                    Delivery::Local(_) => unreachable!("a remote delivery was pushed"),
+                })
         })
+    }
+    fn try_push_remote(&self, msg: RemoteMsg) -> Result<(), RemoteMsg> {
+        self.tx
+            .try_send(Delivery::Remote(Box::new(msg)))
+            .map_err(|e| match e.into_inner() {
+                Delivery::Remote(m) => *m,
+                Delivery::Local(_) => unreachable!("a remote delivery was pushed"),
+            })
     }
     fn ty(&self) -> u64 {
         self.ty

@@ -40,6 +40,15 @@ pub struct ServicesConfig {
     /// How often a node with group memberships tells the others its version (so that a lost
     /// change is noticed), in milliseconds.
     pub group_digest_ms: u64,
+    /// A virtual actor that received nothing for this long deactivates, in milliseconds (0:
+    /// never).
+    pub virtual_idle_ms: u64,
+    /// Virtual actors a node runs at most; a message that would activate one more is refused
+    /// (counted in `virtual_refused`, a call answered `NoProc`).
+    pub max_activations: usize,
+    /// Messages held per virtual actor while it activates or deactivates; more are refused as
+    /// above. At most `node.mailbox_capacity` (they are handed to its new mailbox at once).
+    pub activation_buffer: usize,
 }
 
 impl Default for ServicesConfig {
@@ -56,6 +65,9 @@ impl Default for ServicesConfig {
             max_rpc_tasks: 16_384,
             max_group_members: g.max_members,
             group_digest_ms: ms(g.digest_every),
+            virtual_idle_ms: 600_000,
+            max_activations: 100_000,
+            activation_buffer: 256,
         }
     }
 }
@@ -70,6 +82,8 @@ impl ServicesConfig {
             ("services.max_pending", self.max_pending),
             ("services.max_rpc_tasks", self.max_rpc_tasks),
             ("services.max_group_members", self.max_group_members),
+            ("services.max_activations", self.max_activations),
+            ("services.activation_buffer", self.activation_buffer),
         ];
         for (key, v) in at_least_one {
             if v == 0 {
@@ -86,6 +100,15 @@ impl ServicesConfig {
             return Err(invalid("services.group_digest_ms", "must be at least 1"));
         }
         Ok(())
+    }
+
+    /// The virtual-actor host's limits.
+    pub(crate) fn virtual_limits(&self) -> crate::virtual_actors::Limits {
+        crate::virtual_actors::Limits {
+            idle: Duration::from_millis(self.virtual_idle_ms),
+            max_activations: self.max_activations,
+            buffer: self.activation_buffer,
+        }
     }
 
     /// The groups machine's settings.

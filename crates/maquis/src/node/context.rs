@@ -25,25 +25,39 @@ impl<M: Message> Inbox<M> {
     /// if it was a call, the caller gets an error reply at once.
     pub async fn recv(&mut self) -> Option<M> {
         loop {
-            match self.rx.recv().await? {
-                Delivery::Local(m) => return Some(m),
-                Delivery::Remote(r) => match decode_frame_in::<M>(&self.me.rt, &r.payload) {
-                    Ok(m) => return Some(m),
-                    Err(e) => {
-                        if let Some(actors) = self.me.rt.upgrade() {
-                            actors.router.counters.decode_errors.inc();
-                            tracing::warn!(from = %r.from_node, error = %e, "dropping a message that does not decode");
-                            if let Some(call) = r.call {
-                                actors.router.reply_status(
-                                    &r.from_node,
-                                    call,
-                                    ReplyStatus::Failed(format!("decode: {e}")),
-                                );
-                            }
+            let d = self.rx.recv().await?;
+            if let Some(m) = self.open(d) {
+                return Some(m);
+            }
+        }
+    }
+
+    /// Closes the mailbox: sends fail from now on; what is in it can still be taken.
+    pub(crate) fn close(&mut self) {
+        self.rx.close();
+    }
+
+    /// A delivery's message, decoded if it came from another node.
+    fn open(&self, d: Delivery<M>) -> Option<M> {
+        match d {
+            Delivery::Local(m) => Some(m),
+            Delivery::Remote(r) => match decode_frame_in::<M>(&self.me.rt, &r.payload) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    if let Some(actors) = self.me.rt.upgrade() {
+                        actors.router.counters.decode_errors.inc();
+                        tracing::warn!(from = %r.from_node, error = %e, "dropping a message that does not decode");
+                        if let Some(call) = r.call {
+                            actors.router.reply_status(
+                                &r.from_node,
+                                call,
+                                ReplyStatus::Failed(format!("decode: {e}")),
+                            );
                         }
                     }
-                },
-            }
+                    None
+                }
+            },
         }
     }
 

@@ -202,6 +202,9 @@ impl Node {
             },
             remote: crate::remote::Registry::new(config.services.max_rpc_tasks),
             groups: crate::service::Queue { cmds: groups_tx },
+            virtuals: Arc::new(crate::virtual_actors::Host::new(
+                config.services.virtual_limits(),
+            )),
             config,
         });
         let accept = tokio::spawn(crate::transport::listener::run(inner.clone(), listener));
@@ -244,6 +247,7 @@ impl Node {
         crate::names::spawn(&node, node.inner.clone(), names_rx, lost);
         crate::remote::spawn_services(&node);
         crate::groups::spawn(&node, node.inner.clone(), groups_rx);
+        node.inner.virtuals.start(&node);
         if matches!(
             node.inner.config.overlay.kind(),
             OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer
@@ -266,6 +270,11 @@ impl Node {
 
     pub(crate) fn from_inner(inner: Arc<Inner>) -> Node {
         Node { inner }
+    }
+
+    /// The node's shared state.
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     /// This node's identity.

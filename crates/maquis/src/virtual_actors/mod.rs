@@ -1,0 +1,300 @@
+//! Virtual actors: actors addressed by a kind and a key, activated by the runtime where it
+//! chooses, on their first message.
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # use maquis::{Actor, Context, Node, ReplyTo};
+//! # use maquis::virtual_actors::Placement;
+//! # use serde::{Deserialize, Serialize};
+//! #[derive(Serialize, Deserialize)]
+//! enum Player { Join(u64), Score(ReplyTo<u64>) }
+//!
+//! struct PlayerActor { score: u64 }
+//! impl Actor for PlayerActor {
+//!     type Msg = Player;
+//!     async fn handle(&mut self, msg: Player, _ctx: &mut Context<Player>) {
+//!         match msg {
+//!             Player::Join(n) => self.score += n,
+//!             Player::Score(reply) => { let _ = reply.send(self.score).await; }
+//!         }
+//!     }
+//! }
+//!
+//! # async fn f(a: Node, b: Node) -> Result<(), Box<dyn std::error::Error>> {
+//! // Every node that may host players offers the kind.
+//! for node in [&a, &b] {
+//!     node.register_virtual("player", |_key: &str| PlayerActor { score: 0 })?;
+//! }
+//! // Any node reaches player "7" without knowing where, or whether, it runs.
+//! let p = a.virtual_ref::<Player>("player", "7")?.placement(Placement::Random);
+//! p.send(Player::Join(3)).await?;
+//! let score: u64 = p.call(Player::Score, Duration::from_secs(5)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # How it works
+//!
+//! An activation of kind `k` and key `x` is a local actor named `$maquis/v/k/x` on its node,
+//! and holds the global name of the same spelling ([`crate::names`]): the directory's rule
+//! that a name has at most one registration in a connected cluster is what keeps a key to
+//! one activation.
+//!
+//! A [`VirtualRef`] finds the node to send to from the directory (the node's cache first);
+//! when no activation holds the name, its placement picks a member ([`Placement`]). It then
+//! sends to the name on that node. A node that gets a message for such a name with no actor
+//! under it activates one: it makes the actor with the kind's factory, registers the global
+//! name, and hands it the messages that arrived meanwhile, in their order, before the local
+//! name is set (so later messages cannot overtake them). If another node's activation holds
+//! the name already (two nodes placed the key at once), the new one is stopped and the
+//! messages go on to the holder, by name.
+//!
+//! An activation that received nothing for `services.virtual_idle_ms` deactivates: its
+//! local name goes first (messages arriving from then on are held), it handles what is left
+//! in its mailbox, and stops (its global name goes with it); held messages then activate it
+//! again. When a node goes down, its names leave the directory and a ref whose node is no
+//! longer a member looks the key up again: the next message activates the key elsewhere.
+//!
+//! # What it guarantees
+//!
+//! - In a connected cluster, at most one activation of a key handles messages at a time.
+//!   During a partition each side may activate a key; when it heals, the directory keeps the
+//!   older registration and the other activation is stopped (messages still in its mailbox
+//!   are lost with it).
+//! - Messages from one sender to one key are handled in the order sent, across activation and
+//!   deactivation, as long as the key's node stays up. A message sent to a node that goes down
+//!   before handling it is lost (a call fails with `NodeDown` or times out).
+//! - Nothing is dropped silently: a message the host cannot take (unknown kind, too many
+//!   activations or held messages, a failed registration) is counted in
+//!   `virtual_refused`, and a call is answered `NoProc`.
+//!
+//! # Bounds
+//!
+//! From `[services]`: at most `max_activations` activations per node (a message that would
+//! make one more is refused), at most `activation_buffer` messages held per key while it
+//! activates or deactivates (more are refused).
+
+mod host;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::actor::{ActorRef, Message};
+use crate::error::{CallError, SendError};
+use crate::id::NodeId;
+use crate::names::GlobalNameError;
+use crate::wire::frame::Dest;
+use crate::{Actor, Node, ReplyTo};
+
+pub(crate) use host::{Host, Limits};
+
+/// The prefix of the names activations hold, locally and globally.
+pub(crate) const PREFIX: &str = "$maquis/v/";
+
+/// The name of the activation of `kind` and `key`.
+fn name_of(kind: &str, key: &str) -> String {
+    format!("{PREFIX}{kind}/{key}")
+}
+
+/// Where a key with no activation is activated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// A member chosen at random (Orleans' default): the same one for every message this
+    /// node sends to the key while it has no activation, so that they stay in order; other
+    /// nodes choose their own.
+    #[default]
+    Random,
+    /// The node that sends the first message.
+    Local,
+    /// The member the key hashes to (rendezvous hashing over the members).
+    Hash,
+}
+
+/// Why a virtual actor could not be reached.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum VirtualError {
+    /// The kind or key is empty, or contains `/` (kind) or is too long for a name.
+    #[error("bad virtual actor address: {0}")]
+    BadAddress(String),
+    /// The directory could not say where the actor runs.
+    #[error("directory: {0}")]
+    Directory(#[from] GlobalNameError),
+    /// The message could not be sent.
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// The call failed.
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// This node has no members to place the actor on (it is stopping).
+    #[error("no member to place the actor on")]
+    NoMember,
+}
+
+/// Why a kind could not be registered.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum KindError {
+    /// The name is empty or contains `/`.
+    #[error("bad virtual actor kind {0:?}: empty, or contains '/'")]
+    BadKind(String),
+    /// A kind of that name is registered on this node already.
+    #[error("virtual actor kind {0:?} is registered already")]
+    Exists(String),
+}
+
+/// A ref to a virtual actor: its kind and key, wherever (and whether) it runs. Cheap to make
+/// and to clone; sends find the activation, or make one.
+pub struct VirtualRef<M> {
+    node: Node,
+    name: String,
+    placement: Placement,
+    /// Where the activation was last found.
+    host: Arc<Mutex<Option<NodeId>>>,
+    _m: std::marker::PhantomData<fn(M)>,
+}
+
+impl<M> Clone for VirtualRef<M> {
+    fn clone(&self) -> Self {
+        VirtualRef {
+            node: self.node.clone(),
+            name: self.name.clone(),
+            placement: self.placement,
+            host: self.host.clone(),
+            _m: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<M> std::fmt::Debug for VirtualRef<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VirtualRef({})", &self.name[PREFIX.len()..])
+    }
+}
+
+impl<M: Message> VirtualRef<M> {
+    /// The same actor, placed by `placement` if it has no activation when a message comes.
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// Sends a message (waiting for room).
+    pub async fn send(&self, msg: M) -> Result<(), VirtualError> {
+        let to = self.target().await?;
+        Ok(to.send(msg).await?)
+    }
+
+    /// Calls the actor: `make` builds the request around its reply handle.
+    pub async fn call<R: Message>(
+        &self,
+        make: impl FnOnce(ReplyTo<R>) -> M,
+        timeout: Duration,
+    ) -> Result<R, VirtualError> {
+        let to = self.target().await?;
+        Ok(to.call(make, timeout).await?)
+    }
+
+    /// The node the activation is on, as last found (`None`: not looked up yet, or forgotten
+    /// after its node left).
+    pub fn last_host(&self) -> Option<NodeId> {
+        self.host.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The activation's name on the node it runs on, or is to be activated on.
+    async fn target(&self) -> Result<ActorRef<M>, VirtualError> {
+        let members = self.node.members();
+        let cached = self.last_host().filter(|h| members.contains(h));
+        let host = match cached {
+            Some(h) => h,
+            None => {
+                let found = self.node.whereis_global::<M>(&self.name).await?;
+                let host = match found.map(|r| r.node().clone()) {
+                    Some(h) if members.contains(&h) => h,
+                    Some(_) => {
+                        // The directory still names a node that left: ask the home again.
+                        self.node.invalidate_global(&self.name).await;
+                        self.place(&members)?
+                    }
+                    None => self.place(&members)?,
+                };
+                *self.host.lock().unwrap_or_else(|e| e.into_inner()) = Some(host.clone());
+                host
+            }
+        };
+        Ok(ActorRef::new(
+            host,
+            Dest::Name(self.name.clone()),
+            Arc::downgrade(self.node.actors()),
+        ))
+    }
+
+    /// The member a key with no activation goes to.
+    fn place(&self, members: &[NodeId]) -> Result<NodeId, VirtualError> {
+        match self.placement {
+            Placement::Local => Ok(self.node.id().clone()),
+            Placement::Random => {
+                // Random across keys, fixed for a key on this node: a seed drawn once per node.
+                let seed = (self.node.id().incarnation, self.node.id().name.as_str());
+                let i = crate::dispatch::hash_of(&(seed, self.name.as_str()));
+                members
+                    .get(usize::try_from(i % members.len().max(1) as u64).unwrap_or(0))
+                    .cloned()
+                    .ok_or(VirtualError::NoMember)
+            }
+            Placement::Hash => members
+                .iter()
+                .max_by_key(|m| crate::dispatch::hash_of(&(m.name.as_str(), self.name.as_str())))
+                .cloned()
+                .ok_or(VirtualError::NoMember),
+        }
+    }
+}
+
+impl Node {
+    /// Offers a kind of virtual actor on this node: `make` builds the actor for a key when a
+    /// message for a key of this kind with no activation arrives here. Register it on every
+    /// node the placement may choose (a message for an unknown kind is refused and counted).
+    pub fn register_virtual<A, F>(&self, kind: &str, make: F) -> Result<(), KindError>
+    where
+        A: Actor,
+        F: Fn(&str) -> A + Send + Sync + 'static,
+    {
+        if kind.is_empty() || kind.contains('/') {
+            return Err(KindError::BadKind(kind.to_string()));
+        }
+        self.inner().virtuals.register::<A, F>(kind, make)
+    }
+
+    /// A ref to the virtual actor of `kind` and `key` (placed at random unless set otherwise
+    /// with [`VirtualRef::placement`]); no message is sent until it is used. Errors:
+    /// [`VirtualError::BadAddress`] for an empty kind or key, or a kind with `/`.
+    pub fn virtual_ref<M: Message>(
+        &self,
+        kind: &str,
+        key: &str,
+    ) -> Result<VirtualRef<M>, VirtualError> {
+        if kind.is_empty() || kind.contains('/') || key.is_empty() {
+            return Err(VirtualError::BadAddress(format!("{kind:?} / {key:?}")));
+        }
+        let name = name_of(kind, key);
+        if name.len() > maquis_proto::names::MAX_NAME_BYTES {
+            return Err(VirtualError::BadAddress(format!(
+                "{} bytes of kind and key, at most {}",
+                kind.len() + key.len(),
+                maquis_proto::names::MAX_NAME_BYTES - PREFIX.len() - 1
+            )));
+        }
+        Ok(VirtualRef {
+            node: self.clone(),
+            name,
+            placement: Placement::default(),
+            host: Arc::default(),
+            _m: std::marker::PhantomData,
+        })
+    }
+
+    /// The virtual actors active on this node now.
+    pub fn activations(&self) -> usize {
+        self.inner().virtuals.active()
+    }
+}

@@ -1,0 +1,353 @@
+//! Virtual actors in running nodes: activation by the first message from any node, one
+//! activation under concurrent first messages placed on different nodes, deactivation when
+//! idle and activation again (in order, nothing lost), a node that leaves and its keys
+//! activated elsewhere, refused kinds and addresses.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use maquis::virtual_actors::{Placement, VirtualError};
+use maquis::{Actor, CallError, Context, Node, ReplyTo};
+use serde::{Deserialize, Serialize};
+
+const T: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Count {
+    /// Adds one; `seq` is the sender's number for it.
+    Add { from: String, seq: u64 },
+    /// The node the activation runs on, its total, and whether every sender's numbers came in
+    /// order with none missing.
+    Get(ReplyTo<(String, u64, bool)>),
+}
+
+/// Every `Add` handled by any activation of any key, in order: (key, sender, seq).
+type Log = std::sync::Arc<std::sync::Mutex<Vec<(String, String, u64)>>>;
+
+struct Counter {
+    key: String,
+    log: Log,
+    node: String,
+    total: u64,
+    last: std::collections::HashMap<String, u64>,
+    in_order: bool,
+}
+
+impl Actor for Counter {
+    type Msg = Count;
+    async fn handle(&mut self, msg: Count, _ctx: &mut Context<Count>) {
+        match msg {
+            Count::Add { from, seq } => {
+                self.log
+                    .lock()
+                    .unwrap()
+                    .push((self.key.clone(), from.clone(), seq));
+                self.total += 1;
+                let last = self.last.entry(from).or_insert(0);
+                if seq != *last + 1 {
+                    self.in_order = false;
+                }
+                *last = seq;
+            }
+            Count::Get(reply) => {
+                let _ = reply
+                    .send((self.node.clone(), self.total, self.in_order))
+                    .await;
+            }
+        }
+    }
+}
+
+fn offer(nodes: &[Node]) -> Log {
+    let log = Log::default();
+    for n in nodes {
+        let name = n.id().name.clone();
+        let log = log.clone();
+        n.register_virtual("counter", move |key: &str| Counter {
+            key: key.to_string(),
+            log: log.clone(),
+            node: name.clone(),
+            total: 0,
+            last: Default::default(),
+            in_order: true,
+        })
+        .expect("kind registered");
+    }
+    log
+}
+
+async fn get(n: &Node, key: &str) -> (String, u64, bool) {
+    n.virtual_ref::<Count>("counter", key)
+        .expect("address")
+        .call(Count::Get, T)
+        .await
+        .expect("the counter answers")
+}
+
+fn activations(nodes: &[Node]) -> usize {
+    nodes.iter().map(|n| n.activations()).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_first_message_from_any_node_activates_the_actor_once() {
+    let nodes = cluster("va", 5, |c| c).await;
+    offer(&nodes);
+    for n in &nodes {
+        let r = n.virtual_ref::<Count>("counter", "k").expect("address");
+        r.send(Count::Add {
+            from: n.id().name.clone(),
+            seq: 1,
+        })
+        .await
+        .expect("sent");
+    }
+    // Messages from different nodes race the lookup below: wait for all five.
+    until("five counted", T, || async {
+        get(&nodes[0], "k").await.1 == 5
+    })
+    .await;
+    let (host, total, in_order) = get(&nodes[0], "k").await;
+    assert_eq!(total, 5, "every node's message reached the one activation");
+    assert!(in_order);
+    for n in &nodes {
+        assert_eq!(
+            get(n, "k").await.0,
+            host,
+            "every node finds the same activation"
+        );
+    }
+    assert_eq!(activations(&nodes), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_first_messages_placed_on_different_nodes_meet_at_one_activation() {
+    let nodes = cluster("vc", 5, |c| c).await;
+    offer(&nodes);
+    const KEYS: usize = 20;
+    const EACH: u64 = 10;
+    // Every node sends to every key at once; each node places a key at random, so most keys
+    // are activated on several nodes at once and all but one activation give way.
+    let mut tasks = Vec::new();
+    for n in &nodes {
+        for k in 0..KEYS {
+            let n = n.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = n
+                    .virtual_ref::<Count>("counter", &format!("key{k}"))
+                    .expect("address")
+                    .placement(Placement::Random);
+                for seq in 1..=EACH {
+                    r.send(Count::Add {
+                        from: n.id().name.clone(),
+                        seq,
+                    })
+                    .await
+                    .expect("sent");
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("sender");
+    }
+    for k in 0..KEYS {
+        let key = format!("key{k}");
+        let want = EACH * nodes.len() as u64;
+        until(&format!("{key} counted {want}"), T, || async {
+            get(&nodes[k % nodes.len()], &key).await.1 == want
+        })
+        .await;
+        let (_, total, in_order) = get(&nodes[0], &key).await;
+        assert_eq!(total, want, "nothing counted twice");
+        assert!(in_order, "{key}: every sender's messages in order");
+    }
+    until("one activation per key", T, || async {
+        activations(&nodes) == KEYS
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_actor_deactivates_and_the_next_message_activates_it_again() {
+    let nodes = cluster("vi", 3, |mut c| {
+        c.services.virtual_idle_ms = 100;
+        c
+    })
+    .await;
+    offer(&nodes);
+    let r = nodes[0]
+        .virtual_ref::<Count>("counter", "idle")
+        .expect("address");
+    let me = nodes[0].id().name.clone();
+    let mut seq = 0;
+    for round in 0..5 {
+        // A burst, then silence until the activation is gone.
+        for _ in 0..50 {
+            seq += 1;
+            r.send(Count::Add {
+                from: me.clone(),
+                seq,
+            })
+            .await
+            .expect("sent");
+        }
+        let (_, total, in_order) = r.call(Count::Get, T).await.expect("answer");
+        assert_eq!(
+            total, 50,
+            "round {round}: a fresh activation counted the burst"
+        );
+        assert!(in_order);
+        until("the idle activation is gone", T, || async {
+            activations(&nodes) == 0
+        })
+        .await;
+        // The next burst starts a fresh count: sequence numbers restart per activation.
+        seq = 0;
+    }
+    let deactivated: u64 = nodes
+        .iter()
+        .map(|n| n.counters().snapshot()["virtual_deactivations"])
+        .sum();
+    assert_eq!(deactivated, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_during_deactivation_are_held_and_activate_the_key_again() {
+    init_tracing();
+    let nodes = cluster("vd", 2, |mut c| {
+        c.services.virtual_idle_ms = 1;
+        c
+    })
+    .await;
+    let log = offer(&nodes);
+    // An activation idle after every message: most messages meet one deactivating, or none
+    // at all; each must still be handled once, in order.
+    let r = nodes[1]
+        .virtual_ref::<Count>("counter", "flappy")
+        .expect("address")
+        .placement(Placement::Hash);
+    let me = nodes[1].id().name.clone();
+    const N: u64 = 300;
+    for seq in 1..=N {
+        r.send(Count::Add {
+            from: me.clone(),
+            seq,
+        })
+        .await
+        .expect("sent");
+        if seq % 25 == 0 {
+            // Now and then a pause long enough for the activation to go.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let count = |k: &str| -> u64 { nodes.iter().map(|n| n.counters().snapshot()[k]).sum() };
+    let t0 = std::time::Instant::now();
+    while (log.lock().unwrap().len() as u64) < N && t0.elapsed() < T {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seqs: Vec<u64> = log.lock().unwrap().iter().map(|e| e.2).collect();
+    let missing: Vec<u64> = (1..=N).filter(|s| !seqs.contains(s)).collect();
+    assert!(
+        missing.is_empty(),
+        "missing {missing:?}; refused {} unknown {} activations {} deactivations {} forwarded {} type {} decode {}",
+        count("virtual_refused"),
+        count("unknown_actor"),
+        count("virtual_activations"),
+        count("virtual_deactivations"),
+        count("virtual_forwarded"),
+        count("type_mismatch"),
+        count("decode_errors"),
+    );
+    assert_eq!(seqs, (1..=N).collect::<Vec<_>>(), "each once, in order");
+    assert!(
+        count("virtual_deactivations") > 1,
+        "the key went and came back"
+    );
+    assert_eq!(count("virtual_refused"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_whose_node_left_is_activated_elsewhere() {
+    let nodes = cluster("vn", 3, |c| c).await;
+    offer(&nodes);
+    let on_c = nodes[2]
+        .virtual_ref::<Count>("counter", "mobile")
+        .expect("address")
+        .placement(Placement::Local);
+    on_c.send(Count::Add {
+        from: "c".into(),
+        seq: 1,
+    })
+    .await
+    .expect("sent");
+    let (host, total, _) = on_c.call(Count::Get, T).await.expect("answer");
+    assert_eq!((host.as_str(), total), (nodes[2].id().name.as_str(), 1));
+    let from_a = nodes[0]
+        .virtual_ref::<Count>("counter", "mobile")
+        .expect("address");
+    assert_eq!(from_a.call(Count::Get, T).await.expect("answer").0, host);
+    nodes[2].shutdown().await;
+    let survivors = &nodes[..2];
+    until("the others see c gone", T, || async {
+        survivors.iter().all(|n| n.members().len() == 2)
+    })
+    .await;
+    // The next message activates the key on a survivor (its state was c's alone).
+    let (host, total, _) = from_a.call(Count::Get, T).await.expect("answer");
+    assert_ne!(host, nodes[2].id().name);
+    assert_eq!(total, 0);
+    assert_eq!(activations(survivors), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unknown_kinds_and_bad_addresses_are_errors() {
+    let nodes = cluster("vu", 2, |c| c).await;
+    offer(&nodes[..1]);
+    // The kind is offered on the first node only; the second refuses to activate it.
+    let r = nodes[0]
+        .virtual_ref::<Count>("nobody-offers-this", "k")
+        .expect("address")
+        .placement(Placement::Local);
+    match r.call(Count::Get, T).await {
+        Err(VirtualError::Call(CallError::NoProc)) => {}
+        other => panic!("expected NoProc, got {other:?}"),
+    }
+    let remote = nodes[0]
+        .virtual_ref::<Count>("counter", "k")
+        .expect("address")
+        .placement(Placement::Hash);
+    // Placed on a node without the kind, or on this one: either way an answer, not a hang.
+    let placed_remote = remote.call(Count::Get, T).await;
+    assert!(
+        matches!(
+            placed_remote,
+            Ok(_) | Err(VirtualError::Call(CallError::NoProc))
+        ),
+        "{placed_remote:?}"
+    );
+    assert!(
+        nodes[1].counters().snapshot()["virtual_refused"]
+            + nodes[0].counters().snapshot()["virtual_refused"]
+            >= 1
+    );
+    for (kind, key) in [("", "k"), ("a/b", "k"), ("counter", "")] {
+        assert!(matches!(
+            nodes[0].virtual_ref::<Count>(kind, key),
+            Err(VirtualError::BadAddress(_))
+        ));
+    }
+    let long = "x".repeat(300);
+    assert!(nodes[0].virtual_ref::<Count>("counter", &long).is_err());
+    assert!(nodes[0]
+        .register_virtual("counter", |_: &str| Counter {
+            key: String::new(),
+            log: Log::default(),
+            node: String::new(),
+            total: 0,
+            last: Default::default(),
+            in_order: true,
+        })
+        .is_err());
+}
