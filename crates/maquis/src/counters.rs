@@ -48,6 +48,7 @@ counters! {
     virtual_activations: "virtual actors activated on this node",
     virtual_deactivations: "virtual actors deactivated on this node (idle, or stopped by themselves)",
     virtual_forwarded: "messages for a virtual actor passed on to the node whose activation holds its name (two nodes activated it at once)",
+    virtual_save_errors: "virtual actor states that could not be saved after a message (encoding or store failed; the actor went on)",
     virtual_refused: "messages for a virtual actor this node could not take: unknown kind, too many activations or held messages, a failed activation (a call is answered NoProc)",
     decode_errors: "messages dropped because they did not decode as the actor's type",
     type_mismatch: "remote messages refused because their type's fingerprint is not the actor's",

@@ -8,7 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use maquis::virtual_actors::{Placement, VirtualError};
+use maquis::virtual_actors::{
+    MemoryStore, Persistent, Placement, RedbStore, StateStore, VirtualError,
+};
 use maquis::{Actor, CallError, Context, Node, ReplyTo};
 use serde::{Deserialize, Serialize};
 
@@ -350,4 +352,118 @@ async fn unknown_kinds_and_bad_addresses_are_errors() {
             in_order: true,
         })
         .is_err());
+}
+
+/// A counter whose total is kept in a store between activations.
+struct Kept {
+    node: String,
+    total: u64,
+}
+
+impl Actor for Kept {
+    type Msg = Count;
+    async fn handle(&mut self, msg: Count, _ctx: &mut Context<Count>) {
+        match msg {
+            Count::Add { .. } => self.total += 1,
+            Count::Get(reply) => {
+                let _ = reply.send((self.node.clone(), self.total, true)).await;
+            }
+        }
+    }
+}
+
+impl Persistent for Kept {
+    type State = u64;
+    fn state(&self) -> u64 {
+        self.total
+    }
+}
+
+fn offer_kept(nodes: &[Node], store: std::sync::Arc<dyn StateStore>) {
+    for n in nodes {
+        let name = n.id().name.clone();
+        n.register_persistent("kept", store.clone(), move |_key: &str, total| Kept {
+            node: name.clone(),
+            total: total.unwrap_or(0),
+        })
+        .expect("kind registered");
+    }
+}
+
+async fn add(r: &maquis::virtual_actors::VirtualRef<Count>, n: u64) {
+    for seq in 1..=n {
+        r.send(Count::Add {
+            from: "t".into(),
+            seq,
+        })
+        .await
+        .expect("sent");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deactivated_actor_comes_back_with_its_state() {
+    let nodes = cluster("vs", 3, |mut c| {
+        c.services.virtual_idle_ms = 100;
+        c
+    })
+    .await;
+    let store = MemoryStore::new(100);
+    offer_kept(&nodes, store.clone());
+    let r = nodes[0].virtual_ref::<Count>("kept", "k").expect("address");
+    for round in 1..=3u64 {
+        add(&r, 10).await;
+        let (_, total, _) = r.call(Count::Get, T).await.expect("answer");
+        assert_eq!(total, 10 * round, "loaded, then counted on");
+        until("the idle activation is gone", T, || async {
+            activations(&nodes) == 0
+        })
+        .await;
+    }
+    assert_eq!(store.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_whose_node_left_comes_back_elsewhere_with_its_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = RedbStore::open(dir.path().join("states.redb")).expect("store");
+    let nodes = cluster("vr", 3, |c| c).await;
+    offer_kept(&nodes, store.clone());
+    let on_c = nodes[2]
+        .virtual_ref::<Count>("kept", "mobile")
+        .expect("address")
+        .placement(Placement::Local);
+    add(&on_c, 5).await;
+    let (host, total, _) = on_c.call(Count::Get, T).await.expect("answer");
+    assert_eq!((host.as_str(), total), (nodes[2].id().name.as_str(), 5));
+    nodes[2].shutdown().await;
+    let survivors = &nodes[..2];
+    until("the others see c gone", T, || async {
+        survivors.iter().all(|n| n.members().len() == 2)
+    })
+    .await;
+    let from_a = nodes[0]
+        .virtual_ref::<Count>("kept", "mobile")
+        .expect("address");
+    add(&from_a, 1).await;
+    let (host, total, _) = from_a.call(Count::Get, T).await.expect("answer");
+    assert_ne!(host, nodes[2].id().name);
+    assert_eq!(total, 6, "the state followed the key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_state_that_does_not_decode_fails_the_activation() {
+    let nodes = cluster("vx", 1, |c| c).await;
+    let store = MemoryStore::new(10);
+    store.save("kept/bad", vec![0xff; 12]).await.expect("saved");
+    offer_kept(&nodes, store.clone());
+    let r = nodes[0]
+        .virtual_ref::<Count>("kept", "bad")
+        .expect("address");
+    match r.call(Count::Get, T).await {
+        Err(VirtualError::Call(CallError::NoProc)) => {}
+        other => panic!("expected NoProc, got {other:?}"),
+    }
+    assert_eq!(nodes[0].activations(), 0);
+    assert!(nodes[0].counters().snapshot()["virtual_refused"] >= 1);
 }

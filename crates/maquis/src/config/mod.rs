@@ -1135,12 +1135,6 @@ impl Config {
         self.overlay.validate()?;
         self.broadcast.validate()?;
         self.services.validate()?;
-        if self.services.activation_buffer > self.node.mailbox_capacity {
-            return Err(invalid(
-                "services.activation_buffer",
-                "must be at most node.mailbox_capacity",
-            ));
-        }
         self.load_tls()
     }
 

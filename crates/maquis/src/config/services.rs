@@ -47,7 +47,8 @@ pub struct ServicesConfig {
     /// (counted in `virtual_refused`, a call answered `NoProc`).
     pub max_activations: usize,
     /// Messages held per virtual actor while it activates or deactivates; more are refused as
-    /// above. At most `node.mailbox_capacity` (they are handed to its new mailbox at once).
+    /// above. No more than `node.mailbox_capacity` are held, whatever this says (they are
+    /// handed to the new mailbox at once).
     pub activation_buffer: usize,
 }
 
@@ -102,12 +103,13 @@ impl ServicesConfig {
         Ok(())
     }
 
-    /// The virtual-actor host's limits.
-    pub(crate) fn virtual_limits(&self) -> crate::virtual_actors::Limits {
+    /// The virtual-actor host's limits, with mailboxes of `mailbox_capacity` (held messages
+    /// are handed to a new mailbox at once: no more are held than it takes).
+    pub(crate) fn virtual_limits(&self, mailbox_capacity: usize) -> crate::virtual_actors::Limits {
         crate::virtual_actors::Limits {
             idle: Duration::from_millis(self.virtual_idle_ms),
             max_activations: self.max_activations,
-            buffer: self.activation_buffer,
+            buffer: self.activation_buffer.min(mailbox_capacity),
         }
     }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use super::store::{StateStore, StoreError};
 use super::{KindError, PREFIX};
 use crate::actor::registry::RemoteMsg;
 use crate::actor::{ActorId, Offer, Unnamed, UnnamedSink};
@@ -20,13 +21,13 @@ use crate::{Actor, Context, Inbox, Node};
 
 /// What activating a key came to.
 enum Activated {
-    /// The actor runs (not named yet) and holds the global name; it handles nothing before
-    /// it is told it is named.
+    /// The actor's task runs (not named yet) and holds the global name; it handles nothing
+    /// before it is told it is named.
     Running(ActorId, tokio::sync::oneshot::Sender<()>),
     /// Another node's activation holds the name.
     Elsewhere(String),
-    /// It could not be made or registered.
-    Failed(GlobalNameError),
+    /// It could not be registered, or its state not loaded.
+    Failed(String),
 }
 
 /// Makes and registers the activation of a key (the name, the key).
@@ -159,27 +160,62 @@ impl Host {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn register<A, F>(self: &Arc<Self>, kind: &str, make: F) -> Result<(), KindError>
+    /// Offers `kind`: `build` makes a key's actor (after its name is won, so that it may load
+    /// what the last activation stored), `persist` stores its state after each message.
+    pub(crate) fn register<A, B>(
+        self: &Arc<Self>,
+        kind: &str,
+        build: B,
+        persist: Option<Persistence<A>>,
+    ) -> Result<(), KindError>
     where
         A: Actor,
-        F: Fn(&str) -> A + Send + Sync + 'static,
+        B: Fn(String) -> BoxFuture<'static, Result<A, StoreError>> + Send + Sync + 'static,
     {
         let host = Arc::downgrade(self);
         let idle = self.limits.idle;
+        let build = Arc::new(build);
         let factory: Arc<Factory> = Arc::new(move |node: Node, name: String, key: String| {
-            let actor = make(&key);
             let host = host.clone();
+            let build = build.clone();
+            let persist = persist.clone();
             Box::pin(async move {
+                let (ready, actor_rx) = tokio::sync::oneshot::channel();
                 let (named, wait) = tokio::sync::oneshot::channel();
-                let me = spawn_activation(&node, actor, host, name.clone(), idle, wait);
+                let me = spawn_activation(
+                    &node,
+                    Start {
+                        host,
+                        name: name.clone(),
+                        idle,
+                        actor: actor_rx,
+                        named: wait,
+                        persist: persist.map(|p| Persist {
+                            p,
+                            id: name[PREFIX.len()..].to_string(),
+                            last: None,
+                        }),
+                    },
+                );
                 let id = me.id().expect("a local actor has an id");
+                let stop = |node: &Node| node.actors().kill(id, crate::DownReason::Shutdown);
                 match node.register_global(&name, &me).await {
-                    Ok(()) => Activated::Running(id, named),
+                    Ok(()) => match build(key).await {
+                        Ok(actor) => {
+                            let _ = ready.send(actor);
+                            Activated::Running(id, named)
+                        }
+                        Err(e) => {
+                            stop(&node);
+                            node.unregister_global(&name).await;
+                            Activated::Failed(e.to_string())
+                        }
+                    },
                     Err(e) => {
-                        node.actors().kill(id, crate::DownReason::Shutdown);
+                        stop(&node);
                         match e {
                             GlobalNameError::Taken { holder, .. } => Activated::Elsewhere(holder),
-                            other => Activated::Failed(other),
+                            other => Activated::Failed(other.to_string()),
                         }
                     }
                 }
@@ -404,22 +440,90 @@ impl UnnamedSink for Host {
     }
 }
 
-/// Spawns the activation of `actor` under `name`: its handler runs until it stops itself or
-/// has been idle for `idle`; then it deactivates (see the module doc).
-fn spawn_activation<A: Actor>(
-    node: &Node,
-    mut actor: A,
+/// How a kind's actors keep their state: the store, and the actor's state encoded.
+pub(crate) struct Persistence<A> {
+    pub store: Arc<dyn StateStore>,
+    pub encode: fn(&A) -> Result<Vec<u8>, String>,
+}
+
+impl<A> Clone for Persistence<A> {
+    fn clone(&self) -> Self {
+        Persistence {
+            store: self.store.clone(),
+            encode: self.encode,
+        }
+    }
+}
+
+/// An activation's state being kept: saved after a message that changed it.
+struct Persist<A> {
+    p: Persistence<A>,
+    /// `kind/key`.
+    id: String,
+    /// What was saved last.
+    last: Option<Vec<u8>>,
+}
+
+impl<A> Persist<A> {
+    /// The actor's state if it changed since it was last saved (an encoding failure is
+    /// counted, and nothing is saved).
+    fn changed(&self, actor: &A, inner: &Inner) -> Option<Vec<u8>> {
+        match (self.p.encode)(actor) {
+            Ok(bytes) if self.last.as_ref() == Some(&bytes) => None,
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                self.failed(inner, StoreError::Encode(self.id.clone(), e));
+                None
+            }
+        }
+    }
+
+    async fn save(&mut self, bytes: Vec<u8>, inner: &Inner) {
+        match self.p.store.save(&self.id, bytes.clone()).await {
+            Ok(()) => self.last = Some(bytes),
+            Err(e) => self.failed(inner, e),
+        }
+    }
+
+    fn failed(&self, inner: &Inner, e: StoreError) {
+        let n = inner.router.counters.virtual_save_errors.inc_get();
+        if n.is_power_of_two() {
+            tracing::warn!(actor = %self.id, error = %e, failed_so_far = n, "virtual actor state not saved");
+        }
+    }
+}
+
+/// What an activation's task starts with.
+struct Start<A> {
     host: Weak<Host>,
     name: String,
     idle: Duration,
+    /// The actor, once its name is won and its state loaded (dropped: it stops).
+    actor: tokio::sync::oneshot::Receiver<A>,
+    /// Its local name is set (dropped: it stops).
     named: tokio::sync::oneshot::Receiver<()>,
-) -> crate::ActorRef<A::Msg> {
+    persist: Option<Persist<A>>,
+}
+
+/// Spawns an activation: it waits for its actor and its name, handles messages until the
+/// actor stops itself or has been idle for `idle`, then deactivates (see the module doc).
+fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A::Msg> {
     let node2 = node.clone();
     node.spawn_fn(move |mut inbox: Inbox<A::Msg>| async move {
+        let Start {
+            host,
+            name,
+            idle,
+            actor,
+            named,
+            mut persist,
+        } = start;
         // Not a live activation until its name is set (its registration lost: stopped).
+        let Ok(mut actor) = actor.await else { return };
         if named.await.is_err() {
             return;
         }
+        let inner = node2.inner().clone();
         let mut ctx = Context {
             me: inbox.myself(),
             node: node2.clone(),
@@ -442,6 +546,10 @@ fn spawn_activation<A: Actor>(
                     Some(m) => {
                         last = tokio::time::Instant::now();
                         actor.handle(m, &mut ctx).await;
+                        let changed = persist.as_ref().and_then(|p| p.changed(&actor, &inner));
+                        if let (Some(p), Some(bytes)) = (persist.as_mut(), changed) {
+                            p.save(bytes, &inner).await;
+                        }
                         if ctx.stop {
                             break;
                         }
@@ -458,7 +566,6 @@ fn spawn_activation<A: Actor>(
             }
         }
         let Some(host) = host.upgrade() else { return };
-        let inner = node2.inner().clone();
         host.deactivating(&inner, &name);
         // What reached the mailbox before it closed is handled here, by this activation, and
         // so is a send that had room reserved before (`recv` ends only when none is left); a
@@ -466,6 +573,10 @@ fn spawn_activation<A: Actor>(
         inbox.close();
         while let Some(m) = inbox.recv().await {
             actor.handle(m, &mut ctx).await;
+            let changed = persist.as_ref().and_then(|p| p.changed(&actor, &inner));
+            if let (Some(p), Some(bytes)) = (persist.as_mut(), changed) {
+                p.save(bytes, &inner).await;
+            }
         }
         host.deactivated(&inner, &name);
     })

@@ -74,10 +74,14 @@
 //! activates or deactivates (more are refused).
 
 mod host;
+mod store;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use thiserror::Error;
 
 use crate::actor::{ActorRef, Message};
@@ -88,6 +92,7 @@ use crate::wire::frame::Dest;
 use crate::{Actor, Node, ReplyTo};
 
 pub(crate) use host::{Host, Limits};
+pub use store::{MemoryStore, RedbStore, StateStore, StoreError};
 
 /// The prefix of the names activations hold, locally and globally.
 pub(crate) const PREFIX: &str = "$maquis/v/";
@@ -250,6 +255,26 @@ impl<M: Message> VirtualRef<M> {
     }
 }
 
+/// A virtual actor whose state is kept between its activations
+/// ([`Node::register_persistent`]).
+pub trait Persistent: Actor {
+    /// What is stored (in postcard).
+    type State: Serialize + DeserializeOwned + Send + 'static;
+    /// The state to store now.
+    fn state(&self) -> Self::State;
+}
+
+fn encode_state<A: Persistent>(a: &A) -> Result<Vec<u8>, String> {
+    postcard::to_stdvec(&a.state()).map_err(|e| e.to_string())
+}
+
+fn check_kind(kind: &str) -> Result<(), KindError> {
+    if kind.is_empty() || kind.contains('/') {
+        return Err(KindError::BadKind(kind.to_string()));
+    }
+    Ok(())
+}
+
 impl Node {
     /// Offers a kind of virtual actor on this node: `make` builds the actor for a key when a
     /// message for a key of this kind with no activation arrives here. Register it on every
@@ -259,10 +284,56 @@ impl Node {
         A: Actor,
         F: Fn(&str) -> A + Send + Sync + 'static,
     {
-        if kind.is_empty() || kind.contains('/') {
-            return Err(KindError::BadKind(kind.to_string()));
-        }
-        self.inner().virtuals.register::<A, F>(kind, make)
+        check_kind(kind)?;
+        let make = Arc::new(make);
+        let build = move |key: String| {
+            let actor = make(&key);
+            Box::pin(async move { Ok(actor) }) as BoxFuture<'static, Result<A, StoreError>>
+        };
+        self.inner().virtuals.register(kind, build, None)
+    }
+
+    /// Offers a kind of virtual actor whose state outlives its activations: an activation
+    /// starts from what `store` holds for its key (`make(key, None)` the first time), and its
+    /// state ([`Persistent::state`]) is saved after every message that changed it, before the
+    /// next message is handled. For the state to follow a key to another node (its node went
+    /// down), every node must reach the same store.
+    ///
+    /// A state that cannot be loaded or decoded fails the activation (its messages are refused
+    /// as for an unknown kind); one that cannot be saved is counted in `virtual_save_errors`
+    /// and logged, and the actor goes on.
+    pub fn register_persistent<A, F>(
+        &self,
+        kind: &str,
+        store: Arc<dyn StateStore>,
+        make: F,
+    ) -> Result<(), KindError>
+    where
+        A: Persistent,
+        F: Fn(&str, Option<A::State>) -> A + Send + Sync + 'static,
+    {
+        check_kind(kind)?;
+        let make = Arc::new(make);
+        let loader = store.clone();
+        let kind_ = kind.to_string();
+        let build = move |key: String| {
+            let (make, store, id) = (make.clone(), loader.clone(), format!("{kind_}/{key}"));
+            Box::pin(async move {
+                let state = match store.load(&id).await? {
+                    Some(bytes) => Some(
+                        postcard::from_bytes::<A::State>(&bytes)
+                            .map_err(|e| StoreError::Corrupt(id.clone(), e.to_string()))?,
+                    ),
+                    None => None,
+                };
+                Ok(make(&key, state))
+            }) as BoxFuture<'static, Result<A, StoreError>>
+        };
+        let persist = host::Persistence {
+            store,
+            encode: encode_state::<A>,
+        };
+        self.inner().virtuals.register(kind, build, Some(persist))
     }
 
     /// A ref to the virtual actor of `kind` and `key` (placed at random unless set otherwise
