@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::store::{StateStore, StoreError};
-use super::{KindError, PREFIX};
+use super::{KindError, FENCE, HANDED, PREFIX};
 use crate::actor::registry::RemoteMsg;
 use crate::actor::{ActorId, Offer, Unnamed, UnnamedSink};
 use crate::dispatch::{hash_of, SendOpts};
@@ -22,8 +22,8 @@ use crate::{Actor, Context, Inbox, Node};
 /// What activating a key came to.
 enum Activated {
     /// The actor's task runs (not named yet) and holds the global name; it handles nothing
-    /// before it is told it is named.
-    Running(ActorId, tokio::sync::oneshot::Sender<()>),
+    /// before it is told it is named (and given the way to tell it to move).
+    Running(ActorId, Named),
     /// Another node's activation holds the name.
     Elsewhere(String),
     /// It could not be registered, or its state not loaded.
@@ -60,20 +60,61 @@ struct Table {
     active: usize,
     /// Keys another node's activation holds, learnt when activating them here lost: their
     /// messages are passed on there at once. At most [`MOVED`], the oldest forgotten first.
-    moved: HashMap<String, NodeId>,
+    /// With each, the hand-over generation this node gave it there with (0: it learnt of the
+    /// holder otherwise).
+    moved: HashMap<String, (NodeId, u64)>,
     moved_order: VecDeque<String>,
+    /// Keys handed back to this node while it was passing their messages on to the node they
+    /// went to: what it passed on may still come back that way, behind which a fence it sent
+    /// marks the end (bounded by the keys being activated).
+    fences: HashMap<String, Fence>,
+    /// Keys handed over to this node (by a node they moved from) and not active yet: their
+    /// activation waits for the old holder's release (bounded by the keys being activated).
+    /// With each, the generation of its hand-over.
+    handed: HashMap<String, u64>,
+    /// The activations running here, by name, and how to tell one to move (bounded by
+    /// `max_activations`).
+    /// With each, the generation it was handed over with (0: activated afresh).
+    running: HashMap<String, (Leave, u64)>,
 }
 
 /// How long an activation is tried again while the directory names a node that left as the
 /// holder (backing off from 50 ms).
 const RETRY_FOR: Duration = Duration::from_secs(2);
 
+/// A key waiting for its fence (see [`Table::fences`]).
+struct Fence {
+    /// Which fence (a late one of an earlier wait is ignored).
+    id: u64,
+    /// Where this node passed the key's messages on to (the fence went there).
+    via: NodeId,
+    /// The node that handed the key back: what this node passed on comes back through it
+    /// (its messages go first; those from elsewhere wait for the fence).
+    back: NodeId,
+    /// Messages from elsewhere meanwhile, to go after.
+    later: VecDeque<Unnamed>,
+    /// The activation (and its hand-over's generation), once made: named when the fence is
+    /// back.
+    ready: Option<(ActorId, Named, u64)>,
+}
+
+/// Where an activation is told to move to, and the generation of the hand-over.
+type LeaveRx = tokio::sync::oneshot::Receiver<(NodeId, u64)>;
+/// Tells an activation where to move to.
+type Leave = tokio::sync::oneshot::Sender<(NodeId, u64)>;
+/// Tells an activation its name is set, with where it will be told to move to.
+type Named = tokio::sync::oneshot::Sender<LeaveRx>;
+
 /// Keys a node remembers as held elsewhere.
 const MOVED: usize = 4096;
 
 impl Table {
-    fn moved(&mut self, name: &str, to: NodeId) {
-        if self.moved.insert(name.to_string(), to).is_none() {
+    fn moved(&mut self, name: &str, to: NodeId, generation: u64) {
+        if self
+            .moved
+            .insert(name.to_string(), (to, generation))
+            .is_none()
+        {
             self.moved_order.push_back(name.to_string());
             while self.moved_order.len() > MOVED {
                 if let Some(old) = self.moved_order.pop_front() {
@@ -96,7 +137,15 @@ fn forward(inner: &Inner, to: &NodeId, name: &str, m: Unnamed) -> Result<(), Unn
         call: None,
         ty: m.ty,
     };
-    let receiver = hash_of(&Dest::Name(name.to_string()));
+    // One lane for everything about a key, under whichever name: its messages, hand-over and
+    // fence stay in order.
+    let rest = if let Some(rest) = name.strip_prefix(HANDED) {
+        rest.split_once('/').map(|(_, rest)| rest)
+    } else {
+        name.strip_prefix(FENCE)
+    };
+    let key = rest.map_or_else(|| name.to_string(), |rest| format!("{PREFIX}{rest}"));
+    let receiver = hash_of(&Dest::Name(key));
     let sent = inner.router.try_send_frame(
         to,
         &SendOpts::default(),
@@ -181,7 +230,7 @@ impl Host {
             let persist = persist.clone();
             Box::pin(async move {
                 let (ready, actor_rx) = tokio::sync::oneshot::channel();
-                let (named, wait) = tokio::sync::oneshot::channel();
+                let (named, wait) = tokio::sync::oneshot::channel::<LeaveRx>();
                 let me = spawn_activation(
                     &node,
                     Start {
@@ -259,9 +308,12 @@ impl Host {
             // A holder that is no longer a member is a registration its name's home has not
             // dropped yet (it does once it sees the node gone): try again a little later.
             let mut wait = Duration::from_millis(50);
+            // So is one whose holder passed messages on to this node: it is moving the key
+            // here and its release has not reached the home yet.
             while let Activated::Elsewhere(holder) = &outcome {
                 let gone = !node.members().iter().any(|m| m.to_string() == *holder);
-                if !gone || wait > RETRY_FOR {
+                let moving_here = host.lock().handed.contains_key(&name);
+                if !(gone || moving_here) || wait > RETRY_FOR {
                     break;
                 }
                 tokio::time::sleep(wait).await;
@@ -273,35 +325,28 @@ impl Host {
     }
 
     fn activated(self: &Arc<Self>, inner: &Arc<Inner>, name: String, outcome: Activated) {
-        let actors = &inner.actors;
+        match &outcome {
+            Activated::Running(id, _) => tracing::debug!(%name, id, "activated"),
+            Activated::Elsewhere(holder) => tracing::debug!(%name, %holder, "held elsewhere"),
+            Activated::Failed(e) => tracing::debug!(%name, error = %e, "activation failed"),
+        }
         match outcome {
             Activated::Running(id, named) => {
                 inner.router.counters.virtual_activations.inc();
-                let mut refused = Vec::new();
-                {
+                let refused = {
                     let mut t = self.lock();
-                    let held = t.held.remove(&name).unwrap_or_default();
                     t.moved.remove(&name);
+                    let generation = t.handed.remove(&name).unwrap_or(0);
                     t.active += 1;
-                    let mailbox = actors.registry.by_id(id);
-                    for m in held {
-                        let msg = RemoteMsg {
-                            payload: m.payload.clone(),
-                            from_node: m.from.clone(),
-                            call: m.call,
-                        };
-                        let pushed = mailbox.as_ref().map(|mb| mb.try_push_remote(msg).is_ok());
-                        if pushed != Some(true) {
-                            refused.push(m);
+                    match t.fences.get_mut(&name) {
+                        // Named when what this node passed on has come back.
+                        Some(f) => {
+                            f.ready = Some((id, named, generation));
+                            Vec::new()
                         }
+                        None => self.finish(&mut t, inner, &name, (id, named, generation)),
                     }
-                    // Named last, under the table's lock: what arrives from now on goes
-                    // straight to the mailbox, behind what was held.
-                    if actors.registry.register(&name, id).is_err() {
-                        tracing::warn!(%name, "activation's local name taken");
-                    }
-                    let _ = named.send(());
-                }
+                };
                 for m in refused {
                     self.refuse(inner, m, "mailbox full or actor stopped");
                 }
@@ -317,9 +362,10 @@ impl Host {
                 {
                     let mut t = self.lock();
                     let held = t.held.remove(&name).unwrap_or_default();
+                    t.handed.remove(&name);
                     match &to {
                         Some(to) => {
-                            t.moved(&name, to.clone());
+                            t.moved(&name, to.clone(), 0);
                             for m in held {
                                 if let Err(m) = forward(inner, to, &name, m) {
                                     refused.push(m);
@@ -334,7 +380,11 @@ impl Host {
                 }
             }
             Activated::Failed(e) => {
-                let held = self.lock().held.remove(&name).unwrap_or_default();
+                let held = {
+                    let mut t = self.lock();
+                    t.handed.remove(&name);
+                    t.held.remove(&name).unwrap_or_default()
+                };
                 tracing::warn!(%name, error = %e, "activation failed");
                 for m in held {
                     self.refuse(inner, m, "activation failed");
@@ -343,12 +393,170 @@ impl Host {
         }
     }
 
+    /// Gives a new activation the messages held for it, then its name (under the table's
+    /// lock: what arrives from now on goes straight to the mailbox, behind them); what does
+    /// not fit is returned, to be refused.
+    fn finish(
+        &self,
+        t: &mut Table,
+        inner: &Inner,
+        name: &str,
+        (id, named, generation): (ActorId, Named, u64),
+    ) -> Vec<Unnamed> {
+        let actors = &inner.actors;
+        let mut refused = Vec::new();
+        let mailbox = actors.registry.by_id(id);
+        for m in t.held.remove(name).unwrap_or_default() {
+            let msg = RemoteMsg {
+                payload: m.payload.clone(),
+                from_node: m.from.clone(),
+                call: m.call,
+            };
+            let pushed = mailbox
+                .as_ref()
+                .is_some_and(|mb| mb.try_push_remote(msg).is_ok());
+            if !pushed {
+                refused.push(m);
+            }
+        }
+        if actors.registry.register(name, id).is_err() {
+            tracing::warn!(%name, "activation's local name taken");
+        }
+        let (leave, told) = tokio::sync::oneshot::channel();
+        let ok = named.send(told).is_ok();
+        if ok {
+            t.running.insert(name.to_string(), (leave, generation));
+        }
+        tracing::debug!(node = %inner.router.id.name, %name, id, ok, "named");
+        refused
+    }
+
+    /// Starts waiting for what this node passed on to `via` to come back: sends a fence
+    /// behind it, and ends the wait after [`RETRY_FOR`] if it does not return (`via` gone).
+    fn fence(
+        self: &Arc<Self>,
+        t: &mut Table,
+        inner: &Arc<Inner>,
+        name: &str,
+        via: NodeId,
+        back: NodeId,
+    ) {
+        let id = inner.router.counters.virtual_fences.inc_get();
+        let fence = Unnamed {
+            from: inner.router.id.clone(),
+            ty: 0,
+            payload: bytes::Bytes::new(),
+            call: None,
+        };
+        let fenced = format!("{FENCE}{}", &name[PREFIX.len()..]);
+        if forward(inner, &via, &fenced, fence).is_err() {
+            return;
+        }
+        tracing::debug!(%name, %via, id, "fence sent");
+        t.fences.insert(
+            name.to_string(),
+            Fence {
+                id,
+                via,
+                back,
+                later: VecDeque::new(),
+                ready: None,
+            },
+        );
+        let (host, inner, name) = (self.clone(), inner.clone(), name.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(RETRY_FOR).await;
+            host.fence_back(&inner, &name, Some(id));
+        });
+    }
+
+    /// A fence came back (`id`: `None`), or the wait for fence `id` ended: the messages from
+    /// elsewhere go behind what came back, and an activation already made is named.
+    fn fence_back(&self, inner: &Inner, name: &str, id: Option<u64>) {
+        let refused = {
+            let mut t = self.lock();
+            match t.fences.get(name) {
+                Some(f) if id.is_none_or(|id| id == f.id) => {}
+                _ => return,
+            }
+            let Some(f) = t.fences.remove(name) else {
+                return;
+            };
+            tracing::debug!(%name, timed_out = id.is_some(), later = f.later.len(), ready = f.ready.is_some(), "fence back");
+            if id.is_some() {
+                tracing::warn!(%name, via = %f.via, "fence not back in time: messages may be out of order");
+            }
+            t.held.entry(name.to_string()).or_default().extend(f.later);
+            match f.ready {
+                Some(ready) => self.finish(&mut t, inner, name, ready),
+                None => Vec::new(),
+            }
+        };
+        for m in refused {
+            self.refuse(inner, m, "mailbox full or actor stopped");
+        }
+    }
+
     /// An activation begins to deactivate: its local name goes, under the table's lock, and
     /// messages for it are held from now on.
     fn deactivating(&self, inner: &Inner, name: &str) {
         let mut t = self.lock();
         inner.actors.registry.unregister(name);
+        t.running.remove(name);
         t.held.entry(name.to_string()).or_default();
+    }
+
+    /// Tells the activation of `name` here to move to `to`; false if there is none.
+    pub(crate) fn migrate(&self, name: &str, to: NodeId) -> bool {
+        let leave = self.lock().running.remove(name);
+        let found = leave.is_some();
+        let sent = leave.is_some_and(|(tx, generation)| tx.send((to, generation + 1)).is_ok());
+        tracing::debug!(%name, found, sent, "migrate");
+        sent
+    }
+
+    /// An activation that moves has handled its last message and released its name: what
+    /// was held meanwhile, and what comes later, is passed on to `to`, whose next message
+    /// activates the key there (from its stored state).
+    async fn departed(
+        self: &Arc<Self>,
+        inner: &Arc<Inner>,
+        name: &str,
+        (to, generation): (NodeId, u64),
+    ) {
+        let node = Node::from_inner(inner.clone());
+        let released = node.unregister_global(name).await;
+        tracing::debug!(%name, %to, released, "moving");
+        inner.router.counters.virtual_migrations.inc();
+        let mut refused = Vec::new();
+        {
+            let mut t = self.lock();
+            t.active = t.active.saturating_sub(1);
+            t.moved(name, to.clone(), generation);
+            // Under the handed name: `to` activates the key whatever it thought of where it
+            // was; with nothing held, an empty message says so.
+            let handed = format!("{HANDED}{generation}/{}", &name[PREFIX.len()..]);
+            let held = t.held.remove(name).unwrap_or_default();
+            if held.is_empty() {
+                let nudge = Unnamed {
+                    from: inner.router.id.clone(),
+                    ty: 0,
+                    payload: bytes::Bytes::new(),
+                    call: None,
+                };
+                if forward(inner, &to, &handed, nudge).is_err() {
+                    tracing::warn!(%name, %to, "hand-over notice not sent");
+                }
+            }
+            for m in held {
+                if let Err(m) = forward(inner, &to, &handed, m) {
+                    refused.push(m);
+                }
+            }
+        }
+        for m in refused {
+            self.refuse(inner, m, "the new node is not reachable");
+        }
     }
 
     /// An activation has handled its last message: messages held meanwhile activate the key
@@ -391,9 +599,29 @@ impl Host {
 
 impl UnnamedSink for Host {
     fn offer(&self, name: &str, msg: Unnamed) -> Offer {
-        if !name.starts_with(PREFIX) {
+        // A key handed over by a node it moved from comes under a name of its own: it is to
+        // be activated here, whatever this node thought of where the key was. A fence comes
+        // under another.
+        let (name, handed) = if let Some(rest) = name.strip_prefix(HANDED) {
+            let Some((generation, rest)) = rest
+                .split_once('/')
+                .and_then(|(g, rest)| Some((g.parse::<u64>().ok()?, rest)))
+            else {
+                return Offer::NotMine(msg);
+            };
+            (format!("{PREFIX}{rest}"), Some(generation))
+        } else if let Some(rest) = name.strip_prefix(FENCE) {
+            let Some(inner) = self.node.get().and_then(Weak::upgrade) else {
+                return Offer::NotMine(msg);
+            };
+            self.fence_arrived(&inner, &format!("{PREFIX}{rest}"), name, msg);
+            return Offer::Taken;
+        } else if name.starts_with(PREFIX) {
+            (name.to_string(), None)
+        } else {
             return Offer::NotMine(msg);
-        }
+        };
+        let name = name.as_str();
         let Some(inner) = self.node.get().and_then(Weak::upgrade) else {
             return Offer::NotMine(msg);
         };
@@ -402,10 +630,46 @@ impl UnnamedSink for Host {
             return Offer::Taken;
         };
         let mut t = self.lock();
-        if inner.actors.registry.resolve(name).is_some() {
-            return Offer::Named(msg);
+        // A hand-over older than the one this node has since made of the key (to the node
+        // that handed it here, say) is the tail of that older one, overtaken: passed on like
+        // any message for the key.
+        let handed = handed.filter(|g| t.moved.get(name).is_none_or(|(_, mine)| g > mine));
+        let nudge = handed.is_some() && msg.ty == 0 && msg.payload.is_empty();
+        if let Some(id) = inner.actors.registry.resolve(name) {
+            if handed.is_none() {
+                return Offer::Named(msg);
+            }
+            // Active here already: straight into its mailbox (the handed name is no actor's).
+            drop(t);
+            if !nudge {
+                self.push_now(&inner, id, msg);
+            }
+            return Offer::Taken;
         }
-        if let Some(to) = t.moved.get(name).cloned() {
+        if let Some(generation) = handed {
+            t.handed.insert(name.to_string(), generation);
+            if let Some((via, _)) = t.moved.remove(name) {
+                if !t.fences.contains_key(name) {
+                    let back = msg.from.clone();
+                    inner
+                        .virtuals
+                        .clone()
+                        .fence(&mut t, &inner, name, via, back);
+                }
+            }
+        }
+        if let Some(f) = t.fences.get_mut(name) {
+            if msg.from != f.back && handed.is_none() {
+                if f.later.len() >= self.limits.buffer {
+                    drop(t);
+                    self.refuse(&inner, msg, "too many messages held for the key");
+                } else {
+                    f.later.push_back(msg);
+                }
+                return Offer::Taken;
+            }
+        }
+        if let Some((to, _)) = t.moved.get(name).cloned() {
             if inner.members_now().binary_search(&to).is_ok() {
                 let back = forward(&inner, &to, name, msg);
                 drop(t);
@@ -418,6 +682,9 @@ impl UnnamedSink for Host {
             t.moved.remove(name);
         }
         if let Some(held) = t.held.get_mut(name) {
+            if nudge {
+                return Offer::Taken;
+            }
             if held.len() >= self.limits.buffer {
                 drop(t);
                 self.refuse(&inner, msg, "too many messages held for the key");
@@ -428,15 +695,60 @@ impl UnnamedSink for Host {
         }
         if t.active + t.held.len() >= self.limits.max_activations {
             drop(t);
-            self.refuse(&inner, msg, "too many activations");
+            if !nudge {
+                self.refuse(&inner, msg, "too many activations");
+            }
             return Offer::Taken;
         }
-        t.held.insert(name.to_string(), VecDeque::from([msg]));
+        let first = if nudge {
+            VecDeque::new()
+        } else {
+            VecDeque::from([msg])
+        };
+        t.held.insert(name.to_string(), first);
         drop(t);
         // `self` is the node's host, kept in an `Arc` by the node.
         let host = inner.virtuals.clone();
         host.activate(&inner, name.to_string(), factory);
         Offer::Taken
+    }
+}
+
+impl Host {
+    /// A fence for `name`: back at the node that sent it (its wait ends), or passed on the way
+    /// the key's messages go from here.
+    fn fence_arrived(&self, inner: &Inner, name: &str, fenced: &str, msg: Unnamed) {
+        if msg.from == inner.router.id || self.lock().fences.contains_key(name) {
+            self.fence_back(inner, name, None);
+            return;
+        }
+        let to = self.lock().moved.get(name).map(|(to, _)| to.clone());
+        match to {
+            Some(to) => {
+                tracing::debug!(%name, %to, "fence passed on");
+                if forward(inner, &to, fenced, msg).is_err() {
+                    tracing::debug!(%name, %to, "fence not passed on");
+                }
+            }
+            None => tracing::debug!(%name, "fence with nowhere to go dropped"),
+        }
+    }
+
+    /// Puts a message into a local activation's mailbox if there is room now; refused if not.
+    fn push_now(&self, inner: &Inner, id: ActorId, m: Unnamed) {
+        let msg = RemoteMsg {
+            payload: m.payload.clone(),
+            from_node: m.from.clone(),
+            call: m.call,
+        };
+        let pushed = inner
+            .actors
+            .registry
+            .by_id(id)
+            .is_some_and(|mb| mb.try_push_remote(msg).is_ok());
+        if !pushed {
+            self.refuse(inner, m, "mailbox full or actor stopped");
+        }
     }
 }
 
@@ -500,8 +812,8 @@ struct Start<A> {
     idle: Duration,
     /// The actor, once its name is won and its state loaded (dropped: it stops).
     actor: tokio::sync::oneshot::Receiver<A>,
-    /// Its local name is set (dropped: it stops).
-    named: tokio::sync::oneshot::Receiver<()>,
+    /// Its local name is set, with the way it is told to move (dropped: it stops).
+    named: tokio::sync::oneshot::Receiver<LeaveRx>,
     persist: Option<Persist<A>>,
 }
 
@@ -520,9 +832,7 @@ fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A
         } = start;
         // Not a live activation until its name is set (its registration lost: stopped).
         let Ok(mut actor) = actor.await else { return };
-        if named.await.is_err() {
-            return;
-        }
+        let Ok(mut leave) = named.await else { return };
         let inner = node2.inner().clone();
         let mut ctx = Context {
             me: inbox.myself(),
@@ -539,9 +849,17 @@ fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A
         let mut last = tokio::time::Instant::now();
         let sleep = tokio::time::sleep_until(last + idle);
         tokio::pin!(sleep);
+        let (mut to, mut may_move) = (None, true);
         loop {
             tokio::select! {
                 biased;
+                moving = &mut leave, if may_move => match moving {
+                    Ok(node) => {
+                        to = Some(node);
+                        break;
+                    }
+                    Err(_) => may_move = false,
+                },
                 m = inbox.recv() => match m {
                     Some(m) => {
                         last = tokio::time::Instant::now();
@@ -578,6 +896,9 @@ fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A
                 p.save(bytes, &inner).await;
             }
         }
-        host.deactivated(&inner, &name);
+        match to {
+            Some(to) => host.departed(&inner, &name, to).await,
+            None => host.deactivated(&inner, &name),
+        }
     })
 }

@@ -53,6 +53,28 @@
 //! in its mailbox, and stops (its global name goes with it); held messages then activate it
 //! again. When a node goes down, its names leave the directory and a ref whose node is no
 //! longer a member looks the key up again: the next message activates the key elsewhere.
+//! A kind registered with [`Node::register_persistent`] starts each activation from the state
+//! its store holds, loaded once the name is won, and saves its state after every message that
+//! changed it.
+//!
+//! # Moving an activation
+//!
+//! [`Node::migrate`] moves an activation the way it deactivates, with a destination: its
+//! local name goes, it handles what is in its mailbox, releases its global name, and remembers
+//! where the key went. Messages held meanwhile go to the destination under a *hand-over* name
+//! (`$maquis/vh/GEN/k/x`, or an empty one if none was held), which makes that node activate
+//! the key whatever it thought of where it was (from the stored state, for a persistent
+//! kind); later messages that reach the old node are passed on. Every message about a key
+//! that a node passes on takes one lane, so a node passes a key's messages on in the order it
+//! got them.
+//!
+//! A key handed to a node that was itself passing the key's messages on (it moves back, or
+//! round a cycle) may still have messages on the way round, behind the newer ones that reach
+//! that node directly. The node sends a *fence* the way it passed messages on; every node on
+//! the way passes the fence on behind them, and until it is back, messages that come from
+//! elsewhere than the node that handed the key over wait (bounded by `activation_buffer`;
+//! after 2 s without the fence, they go anyway, logged). The hand-over's generation tells a
+//! hand-over from the tail of an older one that arrives after the key has moved on.
 //!
 //! # What it guarantees
 //!
@@ -60,9 +82,15 @@
 //!   During a partition each side may activate a key; when it heals, the directory keeps the
 //!   older registration and the other activation is stopped (messages still in its mailbox
 //!   are lost with it).
-//! - Messages from one sender to one key are handled in the order sent, across activation and
-//!   deactivation, as long as the key's node stays up. A message sent to a node that goes down
-//!   before handling it is lost (a call fails with `NodeDown` or times out).
+//! - Messages from one sender to one key are handled in the order sent, across activation,
+//!   deactivation and moves, as long as the nodes on their way stay up. A message sent to a
+//!   node that goes down before handling it is lost (a call fails with `NodeDown` or times
+//!   out). One gap: a sender whose first lookup of a key falls while the key is between two
+//!   nodes (released by one, not registered by the other yet) finds no holder and places the
+//!   key itself; if that activation wins the name, the messages waiting for the hand-over are
+//!   passed on to it after a retry of up to 2 s, behind that sender's newer ones. A
+//!   directory operation that hands a name from one holder to another at once would close
+//!   it.
 //! - Nothing is dropped silently: a message the host cannot take (unknown kind, too many
 //!   activations or held messages, a failed registration) is counted in
 //!   `virtual_refused`, and a call is answered `NoProc`.
@@ -71,7 +99,9 @@
 //!
 //! From `[services]`: at most `max_activations` activations per node (a message that would
 //! make one more is refused), at most `activation_buffer` messages held per key while it
-//! activates or deactivates (more are refused).
+//! activates, deactivates or waits for a fence (more are refused). A node remembers where at
+//! most 4,096 keys went (the oldest is forgotten: its next message activates it here, and
+//! learns the holder again).
 
 mod host;
 mod store;
@@ -96,6 +126,14 @@ pub use store::{MemoryStore, RedbStore, StateStore, StoreError};
 
 /// The prefix of the names activations hold, locally and globally.
 pub(crate) const PREFIX: &str = "$maquis/v/";
+
+/// The prefix of the names a key is handed over under when it moves (to be activated by
+/// the node it arrives at).
+pub(crate) const HANDED: &str = "$maquis/vh/";
+
+/// The prefix of a fence's name: it follows a moved key's messages to the node they are
+/// passed on to and back (see the host).
+pub(crate) const FENCE: &str = "$maquis/vf/";
 
 /// The name of the activation of `kind` and `key`.
 fn name_of(kind: &str, key: &str) -> String {
@@ -145,6 +183,17 @@ pub enum KindError {
     /// A kind of that name is registered on this node already.
     #[error("virtual actor kind {0:?} is registered already")]
     Exists(String),
+}
+
+/// Why an activation could not be moved.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum MigrateError {
+    /// No activation of that kind and key runs on this node (or it is leaving already).
+    #[error("no activation of {0} on this node")]
+    NotHere(String),
+    /// The destination is not another member.
+    #[error("{0:?} is not another member")]
+    NotMember(String),
 }
 
 /// A ref to a virtual actor: its kind and key, wherever (and whether) it runs. Cheap to make
@@ -362,6 +411,26 @@ impl Node {
             host: Arc::default(),
             _m: std::marker::PhantomData,
         })
+    }
+
+    /// Moves the activation of `kind` and `key` on this node to member `to` (a node name):
+    /// it handles the messages already in its mailbox, saves its state, releases its name,
+    /// and passes what arrives from then on to `to`, where the next message activates it
+    /// (from the stored state, for a [`Persistent`] kind; a kind without a store starts
+    /// afresh). Senders see only latency: messages are held or passed on, in order.
+    ///
+    /// Errors: [`MigrateError::NotHere`] (no such activation here, or it is already leaving),
+    /// [`MigrateError::NotMember`].
+    pub fn migrate(&self, kind: &str, key: &str, to: &str) -> Result<(), MigrateError> {
+        let to = self
+            .member(to)
+            .filter(|m| m != self.id())
+            .ok_or_else(|| MigrateError::NotMember(to.to_string()))?;
+        if self.inner().virtuals.migrate(&name_of(kind, key), to) {
+            Ok(())
+        } else {
+            Err(MigrateError::NotHere(format!("{kind}/{key}")))
+        }
     }
 
     /// The virtual actors active on this node now.
