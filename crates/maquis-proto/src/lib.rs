@@ -20,6 +20,7 @@
 //!   simulated time, for tests and the simulator.
 #![deny(missing_docs)]
 
+pub mod actop;
 pub mod broadcast;
 pub mod groups;
 #[cfg(any(test, feature = "test-utils"))]

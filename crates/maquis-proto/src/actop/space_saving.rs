@@ -1,0 +1,131 @@
+//! The heaviest items of a stream in constant space (Metwally et al., "Efficient computation
+//! of frequent and top-k elements in data streams"): ActOp §4.3 keeps each server's heaviest
+//! communication edges this way.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+/// The at most `capacity` items with the largest counts seen, each count an overestimate by
+/// at most its `error` (the count of the item it replaced). An item whose true count exceeds
+/// the total weight seen divided by `capacity` is always among them.
+#[derive(Clone, Debug)]
+pub struct SpaceSaving<K> {
+    capacity: usize,
+    counts: HashMap<K, Counted>,
+}
+
+/// An item's estimated count and how much of it may belong to items it replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counted {
+    /// The estimate (never below the true count).
+    pub count: u64,
+    /// How much the estimate may exceed the true count.
+    pub error: u64,
+}
+
+impl<K: Eq + Hash + Clone> SpaceSaving<K> {
+    /// An empty summary of at most `capacity` items (at least one).
+    pub fn new(capacity: usize) -> Self {
+        SpaceSaving {
+            capacity: capacity.max(1),
+            counts: HashMap::new(),
+        }
+    }
+
+    /// Counts `weight` more for `key`. When the summary is full and `key` is not in it, the item
+    /// with the smallest count gives its place to `key`, whose count starts from that one's.
+    /// O(capacity) in that case, O(1) otherwise.
+    pub fn observe(&mut self, key: K, weight: u64) {
+        if let Some(c) = self.counts.get_mut(&key) {
+            c.count = c.count.saturating_add(weight);
+            return;
+        }
+        if self.counts.len() < self.capacity {
+            self.counts.insert(
+                key,
+                Counted {
+                    count: weight,
+                    error: 0,
+                },
+            );
+            return;
+        }
+        let Some((min_key, min)) = self
+            .counts
+            .iter()
+            .min_by_key(|(_, c)| c.count)
+            .map(|(k, c)| (k.clone(), c.count))
+        else {
+            return;
+        };
+        self.counts.remove(&min_key);
+        self.counts.insert(
+            key,
+            Counted {
+                count: min.saturating_add(weight),
+                error: min,
+            },
+        );
+    }
+
+    /// The items kept, heaviest first.
+    pub fn top(&self) -> Vec<(K, Counted)> {
+        let mut v: Vec<(K, Counted)> = self.counts.iter().map(|(k, c)| (k.clone(), *c)).collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.1.count));
+        v
+    }
+
+    /// Items kept.
+    pub fn len(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Whether nothing was seen since the last [`SpaceSaving::clear`].
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Forgets everything (a new measuring period).
+    pub fn clear(&mut self) {
+        self.counts.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heavy_items_are_kept_and_estimates_never_undercount() {
+        let mut s = SpaceSaving::new(4);
+        // Two heavy items among many light ones.
+        let mut truth: HashMap<u32, u64> = HashMap::new();
+        for i in 0..2_000u32 {
+            let key = match i % 10 {
+                0..=3 => 1,
+                4..=6 => 2,
+                _ => 100 + i,
+            };
+            s.observe(key, 1);
+            *truth.entry(key).or_default() += 1;
+        }
+        let top = s.top();
+        assert_eq!(top.len(), 4);
+        assert_eq!((top[0].0, top[1].0), (1, 2));
+        for (k, c) in &top {
+            let t = truth[k];
+            assert!(c.count >= t && c.count - c.error <= t, "{k}: {c:?} vs {t}");
+        }
+    }
+
+    #[test]
+    fn capacity_bounds_the_items_kept() {
+        let mut s = SpaceSaving::new(3);
+        for i in 0..100u32 {
+            s.observe(i, u64::from(i));
+        }
+        assert_eq!(s.len(), 3);
+        s.clear();
+        assert!(s.is_empty());
+    }
+}
