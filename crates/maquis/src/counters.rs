@@ -50,6 +50,8 @@ counters! {
     virtual_forwarded: "messages for a virtual actor passed on to the node whose activation holds its name (two nodes activated it at once)",
     virtual_migrations: "virtual actors that moved from this node to another (Node::migrate)",
     virtual_fences: "fences sent behind the messages of a key handed back to this node while it was passing them on (the key's messages from elsewhere wait for it)",
+    virtual_sent_local: "messages from virtual actors to virtual actors on the same node",
+    virtual_sent_remote: "messages from virtual actors to virtual actors on other nodes (ActOp lowers their share)",
     virtual_save_errors: "virtual actor states that could not be saved after a message (encoding or store failed; the actor went on)",
     virtual_refused: "messages for a virtual actor this node could not take: unknown kind, too many activations or held messages, a failed activation (a call is answered NoProc)",
     decode_errors: "messages dropped because they did not decode as the actor's type",

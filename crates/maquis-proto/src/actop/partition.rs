@@ -17,7 +17,7 @@ use std::hash::Hash;
 
 /// A local actor offered to a peer: its transfer score towards the peer and its edges (the
 /// peer needs them to score the moves against each other).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Candidate<A> {
     /// The actor.
     pub actor: A,

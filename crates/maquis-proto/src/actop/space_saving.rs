@@ -85,6 +85,16 @@ impl<K: Eq + Hash + Clone> SpaceSaving<K> {
         self.counts.is_empty()
     }
 
+    /// Halves every count (and error), dropping the items that reach zero: older traffic
+    /// weighs less than newer.
+    pub fn decay(&mut self) {
+        self.counts.retain(|_, c| {
+            c.count /= 2;
+            c.error /= 2;
+            c.count > 0
+        });
+    }
+
     /// Forgets everything (a new measuring period).
     pub fn clear(&mut self) {
         self.counts.clear();
@@ -125,6 +135,10 @@ mod tests {
             s.observe(i, u64::from(i));
         }
         assert_eq!(s.len(), 3);
+        let before: Vec<u64> = s.top().iter().map(|(_, c)| c.count).collect();
+        s.decay();
+        let after: Vec<u64> = s.top().iter().map(|(_, c)| c.count).collect();
+        assert_eq!(after, before.iter().map(|c| c / 2).collect::<Vec<_>>());
         s.clear();
         assert!(s.is_empty());
     }

@@ -50,6 +50,16 @@ pub struct ServicesConfig {
     /// above. No more than `node.mailbox_capacity` are held, whatever this says (they are
     /// handed to the new mailbox at once).
     pub activation_buffer: usize,
+    /// How often a node offers a peer an exchange of virtual actors (ActOp's pairwise
+    /// partitioning), in milliseconds; 0: never (the default).
+    pub actop_interval_ms: u64,
+    /// Virtual actors a node offers, or sends back, in one exchange at most.
+    pub actop_candidates: usize,
+    /// Virtual actors two nodes may differ by after an exchange (ActOp's δ).
+    pub actop_imbalance: usize,
+    /// Edges (sender activation, virtual actor sent to) a node counts at most: the heaviest
+    /// are kept (Space-Saving).
+    pub actop_edges: usize,
 }
 
 impl Default for ServicesConfig {
@@ -69,6 +79,10 @@ impl Default for ServicesConfig {
             virtual_idle_ms: 600_000,
             max_activations: 100_000,
             activation_buffer: 256,
+            actop_interval_ms: 0,
+            actop_candidates: 64,
+            actop_imbalance: 10,
+            actop_edges: 16_384,
         }
     }
 }
@@ -85,6 +99,8 @@ impl ServicesConfig {
             ("services.max_group_members", self.max_group_members),
             ("services.max_activations", self.max_activations),
             ("services.activation_buffer", self.activation_buffer),
+            ("services.actop_candidates", self.actop_candidates),
+            ("services.actop_edges", self.actop_edges),
         ];
         for (key, v) in at_least_one {
             if v == 0 {
@@ -110,6 +126,12 @@ impl ServicesConfig {
             idle: Duration::from_millis(self.virtual_idle_ms),
             max_activations: self.max_activations,
             buffer: self.activation_buffer.min(mailbox_capacity),
+            actop: crate::virtual_actors::ActopSettings {
+                interval: Duration::from_millis(self.actop_interval_ms),
+                candidates: self.actop_candidates,
+                imbalance: self.actop_imbalance,
+                edges: self.actop_edges,
+            },
         }
     }
 

@@ -248,6 +248,7 @@ impl Node {
         crate::remote::spawn_services(&node);
         crate::groups::spawn(&node, node.inner.clone(), groups_rx);
         node.inner.virtuals.start(&node);
+        node.start_actop();
         if matches!(
             node.inner.config.overlay.kind(),
             OverlayKind::FullMesh | OverlayKind::PeerToPeer | OverlayKind::ClientServer

@@ -82,6 +82,10 @@ impl Node {
                 "queued_bytes".to_string(),
                 inner.router.queue_budget.queued_bytes(),
             ),
+            (
+                "virtual_activations".to_string(),
+                inner.virtuals.active() as u64,
+            ),
         ]);
         let (mut counters, mut gauges) = (counters, gauges);
         let sources = inner

@@ -164,6 +164,21 @@ pub(crate) struct RouterLimits {
     pub(crate) hop_limit: u16,
 }
 
+#[cfg(test)]
+impl RouterLimits {
+    /// Small limits for unit tests: 1 MiB frames and lane queues, no striping.
+    pub(crate) fn for_tests() -> Self {
+        RouterLimits {
+            max_frame_bytes: 1 << 20,
+            lane_queue_bytes: 1 << 20,
+            node_queue_bytes: 1 << 24,
+            part_bytes: crate::wire::PART_BYTES,
+            stripe_bytes: 0,
+            hop_limit: 16,
+        }
+    }
+}
+
 /// A frame to stripe: its peer, the lane slots its parts go on, and its hold key.
 struct Striped {
     peer: Arc<Peer>,

@@ -325,14 +325,7 @@ mod tests {
     /// running; returns how many of its own calls the task failed.
     fn router() -> (Arc<Router>, Arc<AtomicUsize>) {
         let specs = crate::config::TransportConfig::default().channel_specs();
-        let limits = RouterLimits {
-            max_frame_bytes: 1 << 20,
-            lane_queue_bytes: 1 << 20,
-            node_queue_bytes: 1 << 24,
-            part_bytes: crate::wire::PART_BYTES,
-            stripe_bytes: 0,
-            hop_limit: 16,
-        };
+        let limits = RouterLimits::for_tests();
         let dispatch = Dispatcher::new(specs, true, false);
         let (router, queues) = Router::new(id("a"), dispatch, Liveness::Membership, limits);
         let router = Arc::new(router);

@@ -180,14 +180,7 @@ mod tests {
     #[tokio::test]
     async fn a_lane_with_a_connection_in_hand_is_served_until_the_last_guard_goes() {
         let specs = crate::config::TransportConfig::default().channel_specs();
-        let limits = RouterLimits {
-            max_frame_bytes: 1 << 20,
-            lane_queue_bytes: 1 << 20,
-            node_queue_bytes: 1 << 24,
-            part_bytes: crate::wire::PART_BYTES,
-            stripe_bytes: 0,
-            hop_limit: 16,
-        };
+        let limits = RouterLimits::for_tests();
         let (router, _) = Router::new(
             id("a"),
             Dispatcher::new(specs, true, false),

@@ -42,6 +42,8 @@ pub(crate) struct Limits {
     pub max_activations: usize,
     /// Messages held per key while it (de)activates.
     pub buffer: usize,
+    /// ActOp's partitioning.
+    pub actop: super::actop::Settings,
 }
 
 /// A node's virtual-actor host.
@@ -50,6 +52,8 @@ pub(crate) struct Host {
     node: std::sync::OnceLock<Weak<Inner>>,
     kinds: RwLock<HashMap<String, Arc<Factory>>>,
     table: Mutex<Table>,
+    /// The edges from this node's activations (ActOp).
+    edges: Mutex<super::actop::Edges>,
 }
 
 #[derive(Default)]
@@ -170,6 +174,7 @@ impl Host {
             node: Default::default(),
             kinds: Default::default(),
             table: Default::default(),
+            edges: Mutex::new(super::actop::Edges::new(limits.actop.edges)),
         }
     }
 
@@ -203,6 +208,50 @@ impl Host {
     /// Activations running here.
     pub(crate) fn active(&self) -> usize {
         self.lock().active
+    }
+
+    /// Activation `from` here sent to virtual actor `to`, on `host`: an edge counted, and the
+    /// message counted local or remote.
+    pub(crate) fn sent(&self, inner: &Inner, from: Arc<str>, to: &str, host: &NodeId) {
+        let counters = &inner.router.counters;
+        if *host == inner.router.id {
+            counters.virtual_sent_local.inc();
+        } else {
+            counters.virtual_sent_remote.inc();
+        }
+        if !self.limits.actop.interval.is_zero() {
+            self.edges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .sent(from, to, host);
+        }
+    }
+
+    /// What this node knows of the communication graph now, and how many activations run here.
+    pub(crate) fn actop_view(
+        &self,
+        me: &NodeId,
+    ) -> (maquis_proto::actop::View<String, String>, usize) {
+        let (running, active): (Vec<String>, usize) = {
+            let t = self.lock();
+            (t.running.keys().cloned().collect(), t.active)
+        };
+        let view = self
+            .edges
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .view(me, &running);
+        (view, active)
+    }
+
+    /// ActOp's settings.
+    pub(crate) fn actop_settings(&self) -> super::actop::Settings {
+        self.limits.actop
+    }
+
+    /// Older edges weigh half as much from now on.
+    pub(crate) fn actop_decay(&self) {
+        self.edges.lock().unwrap_or_else(|e| e.into_inner()).decay();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -821,84 +870,87 @@ struct Start<A> {
 /// actor stops itself or has been idle for `idle`, then deactivates (see the module doc).
 fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A::Msg> {
     let node2 = node.clone();
-    node.spawn_fn(move |mut inbox: Inbox<A::Msg>| async move {
-        let Start {
-            host,
-            name,
-            idle,
-            actor,
-            named,
-            mut persist,
-        } = start;
-        // Not a live activation until its name is set (its registration lost: stopped).
-        let Ok(mut actor) = actor.await else { return };
-        let Ok(mut leave) = named.await else { return };
-        let inner = node2.inner().clone();
-        let mut ctx = Context {
-            me: inbox.myself(),
-            node: node2.clone(),
-            stop: false,
-        };
-        actor.started(&mut ctx).await;
-        let forever = idle.is_zero();
-        let idle = if forever {
-            Duration::from_secs(3600)
-        } else {
-            idle
-        };
-        let mut last = tokio::time::Instant::now();
-        let sleep = tokio::time::sleep_until(last + idle);
-        tokio::pin!(sleep);
-        let (mut to, mut may_move) = (None, true);
-        loop {
-            tokio::select! {
-                biased;
-                moving = &mut leave, if may_move => match moving {
-                    Ok(node) => {
-                        to = Some(node);
-                        break;
-                    }
-                    Err(_) => may_move = false,
-                },
-                m = inbox.recv() => match m {
-                    Some(m) => {
-                        last = tokio::time::Instant::now();
-                        actor.handle(m, &mut ctx).await;
-                        let changed = persist.as_ref().and_then(|p| p.changed(&actor, &inner));
-                        if let (Some(p), Some(bytes)) = (persist.as_mut(), changed) {
-                            p.save(bytes, &inner).await;
-                        }
-                        if ctx.stop {
+    let current: Arc<str> = Arc::from(start.name.as_str());
+    node.spawn_fn(move |mut inbox: Inbox<A::Msg>| {
+        super::actop::scope(current, async move {
+            let Start {
+                host,
+                name,
+                idle,
+                actor,
+                named,
+                mut persist,
+            } = start;
+            // Not a live activation until its name is set (its registration lost: stopped).
+            let Ok(mut actor) = actor.await else { return };
+            let Ok(mut leave) = named.await else { return };
+            let inner = node2.inner().clone();
+            let mut ctx = Context {
+                me: inbox.myself(),
+                node: node2.clone(),
+                stop: false,
+            };
+            actor.started(&mut ctx).await;
+            let forever = idle.is_zero();
+            let idle = if forever {
+                Duration::from_secs(3600)
+            } else {
+                idle
+            };
+            let mut last = tokio::time::Instant::now();
+            let sleep = tokio::time::sleep_until(last + idle);
+            tokio::pin!(sleep);
+            let (mut to, mut may_move) = (None, true);
+            loop {
+                tokio::select! {
+                    biased;
+                    moving = &mut leave, if may_move => match moving {
+                        Ok(node) => {
+                            to = Some(node);
                             break;
                         }
+                        Err(_) => may_move = false,
+                    },
+                    m = inbox.recv() => match m {
+                        Some(m) => {
+                            last = tokio::time::Instant::now();
+                            actor.handle(m, &mut ctx).await;
+                            let changed = persist.as_ref().and_then(|p| p.changed(&actor, &inner));
+                            if let (Some(p), Some(bytes)) = (persist.as_mut(), changed) {
+                                p.save(bytes, &inner).await;
+                            }
+                            if ctx.stop {
+                                break;
+                            }
+                        }
+                        None => return,
+                    },
+                    () = &mut sleep => {
+                        if forever || last.elapsed() < idle {
+                            sleep.as_mut().reset(last + idle);
+                            continue;
+                        }
+                        break;
                     }
-                    None => return,
-                },
-                () = &mut sleep => {
-                    if forever || last.elapsed() < idle {
-                        sleep.as_mut().reset(last + idle);
-                        continue;
-                    }
-                    break;
                 }
             }
-        }
-        let Some(host) = host.upgrade() else { return };
-        host.deactivating(&inner, &name);
-        // What reached the mailbox before it closed is handled here, by this activation, and
-        // so is a send that had room reserved before (`recv` ends only when none is left); a
-        // send that finds it closed offers its message to the host, which holds it.
-        inbox.close();
-        while let Some(m) = inbox.recv().await {
-            actor.handle(m, &mut ctx).await;
-            let changed = persist.as_ref().and_then(|p| p.changed(&actor, &inner));
-            if let (Some(p), Some(bytes)) = (persist.as_mut(), changed) {
-                p.save(bytes, &inner).await;
+            let Some(host) = host.upgrade() else { return };
+            host.deactivating(&inner, &name);
+            // What reached the mailbox before it closed is handled here, by this activation, and
+            // so is a send that had room reserved before (`recv` ends only when none is left); a
+            // send that finds it closed offers its message to the host, which holds it.
+            inbox.close();
+            while let Some(m) = inbox.recv().await {
+                actor.handle(m, &mut ctx).await;
+                let changed = persist.as_ref().and_then(|p| p.changed(&actor, &inner));
+                if let (Some(p), Some(bytes)) = (persist.as_mut(), changed) {
+                    p.save(bytes, &inner).await;
+                }
             }
-        }
-        match to {
-            Some(to) => host.departed(&inner, &name, to).await,
-            None => host.deactivated(&inner, &name),
-        }
+            match to {
+                Some(to) => host.departed(&inner, &name, to).await,
+                None => host.deactivated(&inner, &name),
+            }
+        })
     })
 }

@@ -103,6 +103,7 @@
 //! most 4,096 keys went (the oldest is forgotten: its next message activates it here, and
 //! learns the holder again).
 
+mod actop;
 mod host;
 mod store;
 
@@ -121,6 +122,7 @@ use crate::names::GlobalNameError;
 use crate::wire::frame::Dest;
 use crate::{Actor, Node, ReplyTo};
 
+pub(crate) use actop::Settings as ActopSettings;
 pub(crate) use host::{Host, Limits};
 pub use store::{MemoryStore, RedbStore, StateStore, StoreError};
 
@@ -235,6 +237,7 @@ impl<M: Message> VirtualRef<M> {
     /// Sends a message (waiting for room).
     pub async fn send(&self, msg: M) -> Result<(), VirtualError> {
         let to = self.target().await?;
+        self.count(&to);
         Ok(to.send(msg).await?)
     }
 
@@ -245,7 +248,17 @@ impl<M: Message> VirtualRef<M> {
         timeout: Duration,
     ) -> Result<R, VirtualError> {
         let to = self.target().await?;
+        self.count(&to);
         Ok(to.call(make, timeout).await?)
+    }
+
+    /// A message from an activation: counted as its edge to this actor (ActOp), and as local
+    /// or remote.
+    fn count(&self, to: &ActorRef<M>) {
+        if let Some(me) = actop::current() {
+            let inner = self.node.inner();
+            inner.virtuals.sent(inner, me, &self.name, to.node());
+        }
     }
 
     /// The node the activation is on, as last found (`None`: not looked up yet, or forgotten
@@ -436,5 +449,11 @@ impl Node {
     /// The virtual actors active on this node now.
     pub fn activations(&self) -> usize {
         self.inner().virtuals.active()
+    }
+
+    /// Starts ActOp on this node if `services.actop_interval_ms` is set (the node's start
+    /// does this).
+    pub(crate) fn start_actop(&self) {
+        actop::start(self, self.inner().virtuals.actop_settings());
     }
 }
