@@ -2,6 +2,7 @@
 //! links, simulate the overlay. The benchmarks are a binary of their own, `maquis-bench`
 //! (`crates/maquis-bench`).
 
+mod actop_cmd;
 mod demo;
 mod node_cmd;
 mod sim_cmd;
@@ -62,6 +63,9 @@ enum Command {
     /// Simulate a cluster (every node's membership machine, on any overlay) and print what
     /// it measured.
     Sim(sim_cmd::SimArgs),
+    /// Run ActOp's pairwise partitioning (the code the nodes run) on a graph of games and
+    /// players and print how the remote share of traffic falls, round by round.
+    SimActop(actop_cmd::ActopArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
             } => ping(&admin, token.as_deref(), &to, count, size).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Sim(args) => sim_cmd::run(args).await,
+            Command::SimActop(args) => actop_cmd::run(args).await,
             Command::Netem { cmd } => {
                 match tokio::task::spawn_blocking(move || maquis_netem::run(cmd)).await {
                     Ok(Ok(())) => ExitCode::SUCCESS,

@@ -19,12 +19,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod actop;
 mod report;
 mod run;
 mod scenario;
 mod suite;
 mod world;
 
+pub use actop::{run_actop, ActopRound, ActopSim};
 pub use report::{Report, Traffic};
 pub use run::run;
 pub use scenario::{Fault, Scenario, SimOverlay};

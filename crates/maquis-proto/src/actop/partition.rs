@@ -64,20 +64,22 @@ impl<A: Ord + Hash + Clone, S: Eq + Clone> View<A, S> {
 
     /// The at most `k` local actors with the best positive scores towards `there`, best first.
     pub fn candidates(&self, there: &S, k: usize) -> Vec<Candidate<A>> {
-        let mut c: Vec<Candidate<A>> = self
+        let mut c: Vec<(&A, i64)> = self
             .edges
-            .iter()
-            .map(|(v, edges)| Candidate {
-                actor: v.clone(),
-                score: self.score(v, there),
-                edges: edges.clone(),
-            })
-            .filter(|c| c.score > 0)
+            .keys()
+            .map(|v| (v, self.score(v, there)))
+            .filter(|(_, s)| *s > 0)
             .collect();
         // Best first; ties by actor, so that a view decides the same way every time.
-        c.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.actor.cmp(&b.actor)));
+        c.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
         c.truncate(k);
-        c
+        c.into_iter()
+            .map(|(v, score)| Candidate {
+                actor: v.clone(),
+                score,
+                edges: self.edges.get(v).cloned().unwrap_or_default(),
+            })
+            .collect()
     }
 }
 
