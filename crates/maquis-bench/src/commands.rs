@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::{
-    agent, clients, clients_agent, debench, debench_agent, local, local_cell, micro, rawtcp,
-    ring_agent, ring_bench, teardown,
+    actop_bench, agent, clients, clients_agent, debench, debench_agent, local, local_cell, micro,
+    rawtcp, ring_agent, ring_bench, teardown,
 };
 
 /// Benchmark commands.
@@ -32,6 +32,9 @@ pub enum BenchCommand {
     /// Messaging between actors on one node (one to one, many to one, calls, idle-actor
     /// memory), against actix, ractor, kameo and a bare tokio channel (no root needed).
     Local(local::LocalArgs),
+    /// ActOp Fig. 10–11: Halo Presence with games and players as virtual actors on nodes in
+    /// this process, random placement against ActOp's partitioning (no root needed).
+    Actop(actop_bench::ActopArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -110,6 +113,12 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Local(mut args) => {
             quick_out(&mut args.out, args.quick, "local");
             tokio::task::spawn_blocking(move || local::run(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
+        BenchCommand::Actop(mut args) => {
+            quick_out(&mut args.out, args.quick, "actop");
+            tokio::task::spawn_blocking(move || actop_bench::run(&args).map(|_| ()))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }

@@ -38,6 +38,7 @@
 //! ([`commands::AgentCommand`]); those are not meant to be run by hand. Ctrl-C or SIGTERM during a run
 //! stops the children and deletes the emulated hosts ([`teardown`]).
 
+pub mod actop_bench;
 pub mod agent;
 pub mod certs;
 pub mod clients;

@@ -1,0 +1,78 @@
+//! `maquis-bench actop` end to end at a small size: both configurations on fresh clusters,
+//! every request accounted for, the report reading the targets.
+
+use std::process::Command;
+
+#[test]
+fn small_actop_run_measures_both_configurations() {
+    let out = std::env::temp_dir().join(format!("maquis-bench-actop-{}", std::process::id()));
+    let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
+        .args(["actop", "--games", "20", "--rate", "200", "--clients", "4"])
+        .args([
+            "--seconds",
+            "2,1,1",
+            "--interval-ms",
+            "300",
+            "--base-port",
+            "18700",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("maquis-bench runs");
+    assert!(
+        run.status.success(),
+        "bench actop failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let cells: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let configs: Vec<&str> = cells
+        .iter()
+        .map(|c| c["config"].as_str().unwrap())
+        .collect();
+    assert_eq!(configs, ["random", "actop"]);
+    for c in &cells {
+        let sent = c["sent"].as_u64().unwrap();
+        assert!(sent > 0, "{c}");
+        assert_eq!(
+            c["handled"].as_u64().unwrap() + c["lost"].as_u64().unwrap(),
+            sent
+        );
+        assert_eq!(c["lost"], 0, "nothing lost: {c}");
+        assert!(c["p99_us"].as_u64().unwrap() >= c["p50_us"].as_u64().unwrap());
+        assert_eq!(
+            c["timeline"].as_array().unwrap().len(),
+            3,
+            "a share per second: {c}"
+        );
+        let actors: u64 = c["activations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(actors, 20 * 9, "every game and player active once: {c}");
+    }
+    assert_eq!(
+        cells[0]["migrations_per_min"], 0.0,
+        "random placement moves nothing"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for needle in [
+        "## Results",
+        "## Targets",
+        "Remote share at steady state",
+        "Peak throughput",
+    ] {
+        assert!(report.contains(needle), "{needle} missing from the report");
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
+        .args(["actop", "--configs", "random,nonsense", "--out"])
+        .arg(&out)
+        .output()
+        .expect("maquis-bench runs");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("nonsense"));
+    let _ = std::fs::remove_dir_all(&out);
+}
