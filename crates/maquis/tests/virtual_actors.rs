@@ -584,3 +584,47 @@ async fn a_moved_actor_keeps_its_state_and_migrate_refuses_what_it_cannot_do() {
     let (host, total, _) = r.call(Count::Get, T).await.expect("answer");
     assert_eq!((host.as_str(), total), (nodes[0].id().name.as_str(), 8));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_sides_that_meet_keep_one_activation_of_a_key() {
+    // Two clusters, as the two sides of a partition: each activates the key, then they meet.
+    let a = cluster("vpa", 2, |c| c).await;
+    let b = cluster("vpb", 2, |c| c).await;
+    let log = offer(&a);
+    offer(&b);
+    let on = |n: &Node| {
+        n.virtual_ref::<Count>("counter", "split")
+            .expect("address")
+            .placement(Placement::Local)
+    };
+    let (left, right) = (on(&a[0]), on(&b[0]));
+    let add = |from: &str| Count::Add {
+        from: from.into(),
+        seq: 1,
+    };
+    left.send(add("left")).await.expect("sent");
+    assert_eq!(left.call(Count::Get, T).await.expect("left answers").1, 1);
+    // A later registration on the other side.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    right.send(add("right")).await.expect("sent");
+    assert_eq!(right.call(Count::Get, T).await.expect("right answers").1, 1);
+    assert_eq!((a[0].activations(), b[0].activations()), (1, 1));
+
+    b[0].join_wait(a[0].addr(), Duration::from_secs(5))
+        .await
+        .expect("the sides meet");
+    let all: Vec<Node> = a.iter().chain(b.iter()).cloned().collect();
+    until("one cluster", T, || async {
+        all.iter().all(|n| n.members().len() == 4)
+    })
+    .await;
+    // The directory keeps the older registration; the other activation stops.
+    until("one activation left", T, || async {
+        a[0].activations() == 1 && b[0].activations() == 0
+    })
+    .await;
+    // Both sides reach the survivor (a fresh ref asks the directory).
+    let (host, total, _) = on(&b[1]).call(Count::Get, T).await.expect("answer");
+    assert_eq!((host.as_str(), total), (a[0].id().name.as_str(), 1));
+    assert_eq!(log.lock().unwrap().len(), 1, "the left side's one message");
+}

@@ -196,10 +196,13 @@ impl Host {
                     continue;
                 }
                 let Some(inner) = weak.upgrade() else { return };
-                let actors = &inner.actors;
-                if let Some(id) = actors.registry.resolve(&l.name) {
-                    tracing::info!(name = %l.name, winner = %l.winner, "duplicate activation stopped");
-                    actors.kill(id, crate::DownReason::Shutdown);
+                // The duplicate hands its key over to the winner, as a move does: what is in
+                // its mailbox is handled, later messages go on to the winner's activation.
+                tracing::info!(name = %l.name, winner = %l.winner, "duplicate activation leaves");
+                if !inner.virtuals.migrate(&l.name, l.winner.clone()) {
+                    if let Some(id) = inner.actors.registry.resolve(&l.name) {
+                        inner.actors.kill(id, crate::DownReason::Shutdown);
+                    }
                 }
             }
         });
@@ -854,6 +857,23 @@ impl<A> Persist<A> {
     }
 }
 
+/// Takes an activation out of its host's count if its task ends without deactivating.
+struct Counted {
+    host: Weak<Host>,
+    name: String,
+    armed: bool,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let (true, Some(host)) = (self.armed, self.host.upgrade()) {
+            let mut t = host.lock();
+            t.running.remove(&self.name);
+            t.active = t.active.saturating_sub(1);
+        }
+    }
+}
+
 /// What an activation's task starts with.
 struct Start<A> {
     host: Weak<Host>,
@@ -885,6 +905,13 @@ fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A
             let Ok(mut actor) = actor.await else { return };
             let Ok(mut leave) = named.await else { return };
             let inner = node2.inner().clone();
+            // An activation stopped from outside (its node's shutdown, `Node::stop_actor`) ends
+            // without deactivating: the guard takes it out of the host's count.
+            let mut guard = Counted {
+                host: host.clone(),
+                name: name.clone(),
+                armed: true,
+            };
             let mut ctx = Context {
                 me: inbox.myself(),
                 node: node2.clone(),
@@ -934,6 +961,7 @@ fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A
                     }
                 }
             }
+            guard.armed = false;
             let Some(host) = host.upgrade() else { return };
             host.deactivating(&inner, &name);
             // What reached the mailbox before it closed is handled here, by this activation, and

@@ -80,8 +80,10 @@
 //!
 //! - In a connected cluster, at most one activation of a key handles messages at a time.
 //!   During a partition each side may activate a key; when it heals, the directory keeps the
-//!   older registration and the other activation is stopped (messages still in its mailbox
-//!   are lost with it).
+//!   older registration and the other activation leaves as a move does: it handles what is
+//!   in its mailbox, and what reaches its node later goes on to the winner. The two states
+//!   are not merged: the winner's goes on, the other's (and what it handled during the
+//!   partition) is left behind, in its store if it has one.
 //! - Messages from one sender to one key are handled in the order sent, across activation,
 //!   deactivation and moves, as long as the nodes on their way stay up. A message sent to a
 //!   node that goes down before handling it is lost (a call fails with `NodeDown` or times
