@@ -4,8 +4,8 @@
 //! over `--nodes` Maquis nodes (in this process, on loopback). A client request asks a random
 //! player for its status; the player asks its game (a call from one virtual actor to another:
 //! the message ActOp tries to keep on one node) and answers. Every configuration runs on a
-//! fresh cluster, one after the other: `random` (placement only), `actop` (pairwise
-//! partitioning every `--interval-ms`). Each one runs a warm-up (ActOp converges there), a
+//! fresh cluster, one after the other: `random` (placement only), `local` (prefer-local
+//! placement), `actop` (random placement, then pairwise partitioning every `--interval-ms`). Each one runs a warm-up (ActOp converges there), a
 //! paced phase at `--rate` requests per second (latency percentiles, remote share, CPU per
 //! request), then a saturation phase (`--clients` closed-loop clients: peak throughput).
 //! Writes `results.json` and `report.md` into `--out`.
@@ -52,8 +52,9 @@ pub struct ActopArgs {
     /// ActOp's exchange interval, milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub interval_ms: u64,
-    /// Configurations: random, actop.
-    #[arg(long, value_delimiter = ',', default_value = "random,actop")]
+    /// Configurations: random, local (prefer-local: a player on the node that sends it its
+    /// game, a game on the node of its first player), actop.
+    #[arg(long, value_delimiter = ',', default_value = "random,local,actop")]
     pub configs: Vec<String>,
     /// First port (node i listens on 127.0.0.1:port+i).
     #[arg(long, default_value_t = 18_500)]
@@ -63,7 +64,7 @@ pub struct ActopArgs {
 /// One configuration's measurement, as results.json holds it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ConfigResult {
-    /// `random` or `actop`.
+    /// `random`, `local` or `actop`.
     pub config: String,
     /// Share of player → game calls that crossed nodes in the paced phase.
     pub remote_fraction: f64,
@@ -109,6 +110,8 @@ enum Game {
 
 struct PlayerActor {
     game: Option<String>,
+    /// Where its game goes if it has no activation yet.
+    placement: Placement,
 }
 
 impl Actor for PlayerActor {
@@ -117,6 +120,7 @@ impl Actor for PlayerActor {
         match msg {
             Player::Join(game) => {
                 if let Ok(g) = ctx.node().virtual_ref::<Game>("game", &game) {
+                    let g = g.placement(self.placement);
                     let _ = g.send(Game::Hello).await;
                 }
                 self.game = Some(game);
@@ -169,8 +173,10 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
         return Err("--nodes at least 2; --games, --players, --rate, --clients at least 1".into());
     }
     for c in &a.configs {
-        if c != "random" && c != "actop" {
-            return Err(format!("unknown configuration {c:?} (random, actop)"));
+        if !["random", "local", "actop"].contains(&c.as_str()) {
+            return Err(format!(
+                "unknown configuration {c:?} (random, local, actop)"
+            ));
         }
     }
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -248,8 +254,16 @@ async fn one(
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        node.register_virtual("player", |_key: &str| PlayerActor { game: None })
-            .map_err(|e| e.to_string())?;
+        let placement = if config == "local" {
+            Placement::Local
+        } else {
+            Placement::Random
+        };
+        node.register_virtual("player", move |_key: &str| PlayerActor {
+            game: None,
+            placement,
+        })
+        .map_err(|e| e.to_string())?;
         node.register_virtual("game", |_key: &str| GameActor { players: 0 })
             .map_err(|e| e.to_string())?;
         nodes.push(node);
@@ -268,7 +282,11 @@ async fn one(
         let r = node
             .virtual_ref::<Player>("player", p)
             .map_err(|e| e.to_string())?
-            .placement(Placement::Random);
+            .placement(if config == "local" {
+                Placement::Local
+            } else {
+                Placement::Random
+            });
         r.send(Player::Join(format!("g{}", i as u32 / a.players)))
             .await
             .map_err(|e| e.to_string())?;
@@ -445,7 +463,7 @@ fn report(
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- {} Maquis nodes in one process (one tokio runtime of 2 worker threads), full mesh on 127.0.0.1. {games} games of {} players: {} virtual actors, every one placed at random (the Orleans baseline) by the first message to it. A request asks a random player for its status; the player calls its game and answers. The paper's cluster had 10+ servers and 100,000s of players; this is the shape of its experiment at the size of two cores.",
+        "- {} Maquis nodes in one process (one tokio runtime of 2 worker threads), full mesh on 127.0.0.1. {games} games of {} players: {} virtual actors, placed by the first message to each: at random (the Orleans baseline; `random`, `actop`), or on the sender's node (`local`: a player on the node that sends it its game, spread round robin; a game on the node of its first player). A request asks a random player for its status; the player calls its game and answers. The paper's cluster had 10+ servers and 100,000s of players; this is the shape of its experiment at the size of two cores.",
         a.nodes,
         a.players,
         games * (a.players + 1)
@@ -510,6 +528,17 @@ fn report(
             "- Nothing lost: {} of {} requests unanswered with ActOp, {} of {} with random placement.",
             act.lost, act.sent, rand.lost, rand.sent
         );
+        if let Some(local) = by("local") {
+            let _ = writeln!(
+                r,
+                "- Prefer-local placement, for comparison: remote share {:.3}, p99 {} µs, peak {:.2}× random, {} of {} lost.",
+                local.remote_fraction,
+                local.p99_us,
+                local.peak_ops_per_s / rand.peak_ops_per_s.max(1.0),
+                local.lost,
+                local.sent
+            );
+        }
     }
     let _ = writeln!(
         r,

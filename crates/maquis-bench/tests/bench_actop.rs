@@ -1,10 +1,10 @@
-//! `maquis-bench actop` end to end at a small size: both configurations on fresh clusters,
+//! `maquis-bench actop` end to end at a small size: every configuration on a fresh cluster,
 //! every request accounted for, the report reading the targets.
 
 use std::process::Command;
 
 #[test]
-fn small_actop_run_measures_both_configurations() {
+fn small_actop_run_measures_every_configuration() {
     let out = std::env::temp_dir().join(format!("maquis-bench-actop-{}", std::process::id()));
     let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
         .args(["actop", "--games", "20", "--rate", "200", "--clients", "4"])
@@ -31,7 +31,7 @@ fn small_actop_run_measures_both_configurations() {
         .iter()
         .map(|c| c["config"].as_str().unwrap())
         .collect();
-    assert_eq!(configs, ["random", "actop"]);
+    assert_eq!(configs, ["random", "local", "actop"]);
     for c in &cells {
         let sent = c["sent"].as_u64().unwrap();
         assert!(sent > 0, "{c}");
