@@ -296,37 +296,19 @@ async fn one(
     let moves0 = count(&nodes, "virtual_migrations");
     let mut since = share(&nodes, (0, 0)).0;
     let mut timeline = Vec::new();
-    // Warm-up: paced load, the remote share each second.
-    for _ in 0..warm {
-        paced_load(
-            &nodes,
-            &players,
-            a.rate,
-            Duration::from_secs(1),
-            &sent,
-            &handled,
-        )
-        .await;
-        let (now, s) = share(&nodes, since);
-        since = now;
-        timeline.push(s);
-    }
-    // Paced phase.
-    let cpu0 = crate::stats::cpu_seconds();
-    let sent0 = sent.load(Ordering::Relaxed);
+    // Warm-up, then the paced phase: paced load, the remote share each second; latencies,
+    // CPU and requests counted from the paced phase on.
+    let (mut cpu0, mut sent0) = (0.0, 0);
     let mut lat = Vec::new();
-    for _ in 0..paced {
-        lat.extend(
-            paced_load(
-                &nodes,
-                &players,
-                a.rate,
-                Duration::from_secs(1),
-                &sent,
-                &handled,
-            )
-            .await,
-        );
+    for second in 0..warm + paced {
+        if second == warm {
+            cpu0 = crate::stats::cpu_seconds();
+            sent0 = sent.load(Ordering::Relaxed);
+        }
+        let got = paced_load(&nodes, &players, a.rate, &sent, &handled).await;
+        if second >= warm {
+            lat.extend(got);
+        }
         let (now, s) = share(&nodes, since);
         since = now;
         timeline.push(s);
@@ -346,12 +328,7 @@ async fn one(
         tasks.push(tokio::spawn(async move {
             while Instant::now() < stop {
                 let p = &players[rand::thread_rng().gen_range(0..players.len())];
-                let Ok(r) = node.virtual_ref::<Player>("player", p) else {
-                    continue;
-                };
-                sent.fetch_add(1, Ordering::Relaxed);
-                if r.call(Player::Status, Duration::from_secs(5)).await.is_ok() {
-                    handled.fetch_add(1, Ordering::Relaxed);
+                if ask(&node, p, &sent, &handled).await.is_some() {
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -393,32 +370,36 @@ async fn one(
     })
 }
 
-/// Requests at `rate` per second for `span`, spread over the nodes; the latencies (µs) of
+/// Asks `player` for its status from `node`, counting the request and its answer; the
+/// latency in µs if it was answered.
+async fn ask(node: &Node, player: &str, sent: &AtomicU64, handled: &AtomicU64) -> Option<u64> {
+    let r = node.virtual_ref::<Player>("player", player).ok()?;
+    sent.fetch_add(1, Ordering::Relaxed);
+    let t = Instant::now();
+    r.call(Player::Status, Duration::from_secs(5)).await.ok()?;
+    handled.fetch_add(1, Ordering::Relaxed);
+    Some(t.elapsed().as_micros() as u64)
+}
+
+/// Requests at `rate` per second for a second, spread over the nodes; the latencies (µs) of
 /// those answered. Each request is a task of its own started on schedule (an open loop).
 async fn paced_load(
     nodes: &[Node],
     players: &[String],
     rate: u64,
-    span: Duration,
     sent: &Arc<AtomicU64>,
     handled: &Arc<AtomicU64>,
 ) -> Vec<u64> {
-    let n = (rate as f64 * span.as_secs_f64()) as u64;
-    let gap = span / n.max(1) as u32;
+    let gap = Duration::from_secs(1) / rate.max(1) as u32;
     let start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(n as usize);
-    for i in 0..n {
+    let mut tasks = Vec::with_capacity(rate as usize);
+    for i in 0..rate {
         tokio::time::sleep_until(start + gap * i as u32).await;
         let node = nodes[i as usize % nodes.len()].clone();
         let p = players[rand::thread_rng().gen_range(0..players.len())].clone();
         let (sent, handled) = (sent.clone(), handled.clone());
         tasks.push(tokio::spawn(async move {
-            let r = node.virtual_ref::<Player>("player", &p).ok()?;
-            sent.fetch_add(1, Ordering::Relaxed);
-            let t = Instant::now();
-            r.call(Player::Status, Duration::from_secs(5)).await.ok()?;
-            handled.fetch_add(1, Ordering::Relaxed);
-            Some(t.elapsed().as_micros() as u64)
+            ask(&node, &p, &sent, &handled).await
         }));
     }
     let mut lat = Vec::with_capacity(tasks.len());

@@ -129,6 +129,26 @@ impl Table {
     }
 }
 
+/// Puts a message into local activation `id`'s mailbox if there is room now; gives it back
+/// if not (full, or the actor stopped).
+fn try_push(inner: &Inner, id: ActorId, m: Unnamed) -> Result<(), Unnamed> {
+    let msg = RemoteMsg {
+        payload: m.payload.clone(),
+        from_node: m.from.clone(),
+        call: m.call,
+    };
+    let pushed = inner
+        .actors
+        .registry
+        .by_id(id)
+        .is_some_and(|mb| mb.try_push_remote(msg).is_ok());
+    if pushed {
+        Ok(())
+    } else {
+        Err(m)
+    }
+}
+
 /// Passes a message on to the activation of `name` on `to`, without waiting (so that it stays
 /// behind what was passed on before it); gives it back if the lane is full or `to` gone.
 /// Passed on without the call's number: `to`'s status answers would come here, where that
@@ -456,21 +476,13 @@ impl Host {
         (id, named, generation): (ActorId, Named, u64),
     ) -> Vec<Unnamed> {
         let actors = &inner.actors;
-        let mut refused = Vec::new();
-        let mailbox = actors.registry.by_id(id);
-        for m in t.held.remove(name).unwrap_or_default() {
-            let msg = RemoteMsg {
-                payload: m.payload.clone(),
-                from_node: m.from.clone(),
-                call: m.call,
-            };
-            let pushed = mailbox
-                .as_ref()
-                .is_some_and(|mb| mb.try_push_remote(msg).is_ok());
-            if !pushed {
-                refused.push(m);
-            }
-        }
+        let refused = t
+            .held
+            .remove(name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| try_push(inner, id, m).err())
+            .collect();
         if actors.registry.register(name, id).is_err() {
             tracing::warn!(%name, "activation's local name taken");
         }
@@ -788,17 +800,7 @@ impl Host {
 
     /// Puts a message into a local activation's mailbox if there is room now; refused if not.
     fn push_now(&self, inner: &Inner, id: ActorId, m: Unnamed) {
-        let msg = RemoteMsg {
-            payload: m.payload.clone(),
-            from_node: m.from.clone(),
-            call: m.call,
-        };
-        let pushed = inner
-            .actors
-            .registry
-            .by_id(id)
-            .is_some_and(|mb| mb.try_push_remote(msg).is_ok());
-        if !pushed {
+        if let Err(m) = try_push(inner, id, m) {
             self.refuse(inner, m, "mailbox full or actor stopped");
         }
     }

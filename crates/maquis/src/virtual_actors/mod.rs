@@ -271,11 +271,13 @@ impl<M: Message> VirtualRef<M> {
 
     /// The activation's name on the node it runs on, or is to be activated on.
     async fn target(&self) -> Result<ActorRef<M>, VirtualError> {
-        let members = self.node.members();
-        let cached = self.last_host().filter(|h| members.contains(h));
+        // Per message: a lookup of the cached host's name, not a copy of the member list.
+        let member = |h: &NodeId| self.node.member(&h.name).as_ref() == Some(h);
+        let cached = self.last_host().filter(|h| member(h));
         let host = match cached {
             Some(h) => h,
             None => {
+                let members = self.node.members();
                 let found = self.node.whereis_global::<M>(&self.name).await?;
                 let host = match found.map(|r| r.node().clone()) {
                     Some(h) if members.contains(&h) => h,
