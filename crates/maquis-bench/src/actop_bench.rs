@@ -53,13 +53,21 @@ pub struct ActopArgs {
     #[arg(long, default_value_t = 1000)]
     pub interval_ms: u64,
     /// Configurations: random, local (prefer-local: a player on the node that sends it its
-    /// game, a game on the node of its first player), actop.
-    #[arg(long, value_delimiter = ',', default_value = "random,local,actop")]
+    /// game, a game on the node of its first player), actop, actop+stages (ActOp, and each
+    /// node sizes its stages by the queueing model every `--interval-ms`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "random,local,actop,actop+stages"
+    )]
     pub configs: Vec<String>,
     /// First port (node i listens on 127.0.0.1:port+i).
     #[arg(long, default_value_t = 18_500)]
     pub base_port: u16,
 }
+
+/// The configurations `--configs` may name.
+const CONFIGS: [&str; 4] = ["random", "local", "actop", "actop+stages"];
 
 /// One configuration's measurement, as results.json holds it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -90,6 +98,10 @@ pub struct ConfigResult {
     pub timeline: Vec<f64>,
     /// Virtual actors per node at the end.
     pub activations: Vec<usize>,
+    /// Threads per stage (receive, execute, send) of each node at the end of the paced phase,
+    /// when the nodes size their stages.
+    #[serde(default)]
+    pub stage_threads: Vec<[u64; 3]>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -173,9 +185,10 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
         return Err("--nodes at least 2; --games, --players, --rate, --clients at least 1".into());
     }
     for c in &a.configs {
-        if !["random", "local", "actop"].contains(&c.as_str()) {
+        if !CONFIGS.contains(&c.as_str()) {
             return Err(format!(
-                "unknown configuration {c:?} (random, local, actop)"
+                "unknown configuration {c:?} ({})",
+                CONFIGS.join(", ")
             ));
         }
     }
@@ -242,11 +255,14 @@ async fn one(
             .listen(([127, 0, 0, 1], port + i as u16).into())
             .cookie("actop-bench");
         cfg.services.virtual_idle_ms = 0;
-        if config == "actop" {
+        if config.starts_with("actop") {
             cfg.services.actop_interval_ms = a.interval_ms;
             cfg.services.actop_candidates = 512;
             cfg.services.actop_imbalance =
                 ((games * (a.players + 1)) as usize / a.nodes / 10).max(4);
+        }
+        if config == "actop+stages" {
+            cfg.services.stage_interval_ms = a.interval_ms;
         }
         let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
         if let Some(first) = nodes.first() {
@@ -314,6 +330,15 @@ async fn one(
         timeline.push(s);
     }
     let cpu = crate::stats::cpu_seconds() - cpu0;
+    let stage_threads = nodes
+        .iter()
+        .filter_map(|n| {
+            let g = n.status().gauges;
+            let t = ["receive", "execute", "send"]
+                .map(|s| g.get(&format!("stage_threads_{s}")).copied());
+            Some([t[0]?, t[1]?, t[2]?])
+        })
+        .collect();
     let paced_sent = sent.load(Ordering::Relaxed) - sent0;
     let remote_fraction = timeline[warm as usize..].iter().sum::<f64>() / paced.max(1) as f64;
     let moves = count(&nodes, "virtual_migrations") - moves0;
@@ -367,6 +392,7 @@ async fn one(
         lost: sent - handled,
         timeline,
         activations,
+        stage_threads,
     })
 }
 
@@ -451,19 +477,19 @@ fn report(
     );
     let _ = writeln!(
         r,
-        "- Each configuration on a fresh cluster: {warm} s warm-up and {paced} s at {} requests/s (open loop: each request a task started on schedule), then {sat} s with {} closed-loop clients (peak throughput). `actop`: an exchange every {} ms, 512 candidates, imbalance 10 % of a node's share. Not simulated: players moving between games and arriving or leaving (the paper's 1 % of the graph a minute), and stage sizing (`actop+stages`).\n",
+        "- Each configuration on a fresh cluster: {warm} s warm-up and {paced} s at {} requests/s (open loop: each request a task started on schedule), then {sat} s with {} closed-loop clients (peak throughput). `actop`: an exchange every {} ms, 512 candidates, imbalance 10 % of a node's share; `actop+stages`: the same, and every node sizes its receive, execute and send stages by the queueing model at the same interval (all nodes share the process's 2 worker threads, so a node's stage of 2 threads is no limit at all). Not simulated: players moving between games and arriving or leaving (the paper's 1 % of the graph a minute).\n",
         a.rate, a.clients, a.interval_ms
     );
     let _ = writeln!(r, "## Results\n");
     let _ = writeln!(
         r,
-        "| config | remote share | p50 µs | p95 µs | p99 µs | peak req/s | CPU µs/req | moves/min | sent | handled | lost | actors per node |"
+        "| config | remote share | p50 µs | p95 µs | p99 µs | peak req/s | CPU µs/req | moves/min | sent | handled | lost | actors per node | stage threads r/e/s per node |"
     );
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for c in results {
         let _ = writeln!(
             r,
-            "| {} | {:.3} | {} | {} | {} | {:.0} | {:.1} | {:.0} | {} | {} | {} | {:?} |",
+            "| {} | {:.3} | {} | {} | {} | {:.0} | {:.1} | {:.0} | {} | {} | {} | {:?} | {} |",
             c.config,
             c.remote_fraction,
             c.p50_us,
@@ -475,7 +501,16 @@ fn report(
             c.sent,
             c.handled,
             c.lost,
-            c.activations
+            c.activations,
+            if c.stage_threads.is_empty() {
+                "–".to_string()
+            } else {
+                c.stage_threads
+                    .iter()
+                    .map(|[x, y, z]| format!("{x}/{y}/{z}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
         );
     }
     let by = |name: &str| results.iter().find(|c| c.config == name);
@@ -509,6 +544,19 @@ fn report(
             "- Nothing lost: {} of {} requests unanswered with ActOp, {} of {} with random placement.",
             act.lost, act.sent, rand.lost, rand.sent
         );
+        if let Some(staged) = by("actop+stages") {
+            let _ = writeln!(
+                r,
+                "- ActOp with stage sizing, against ActOp alone: p50 {} → {} µs, p99 {} → {} µs, peak {:.2}×, CPU {:.1} → {:.1} µs a request.",
+                act.p50_us,
+                staged.p50_us,
+                act.p99_us,
+                staged.p99_us,
+                staged.peak_ops_per_s / act.peak_ops_per_s.max(1.0),
+                act.cpu_us_per_request,
+                staged.cpu_us_per_request
+            );
+        }
         if let Some(local) = by("local") {
             let _ = writeln!(
                 r,

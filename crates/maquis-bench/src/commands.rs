@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::{
-    actop_bench, agent, clients, clients_agent, debench, debench_agent, local, local_cell, micro,
-    rawtcp, ring_agent, ring_bench, teardown,
+    actop_bench, agent, clients, clients_agent, debench, debench_agent, heartbeat, local,
+    local_cell, micro, rawtcp, ring_agent, ring_bench, teardown,
 };
 
 /// Benchmark commands.
@@ -35,6 +35,9 @@ pub enum BenchCommand {
     /// ActOp Fig. 10–11: Halo Presence with games and players as virtual actors on nodes in
     /// this process, random placement against ActOp's partitioning (no root needed).
     Actop(actop_bench::ActopArgs),
+    /// ActOp's Heartbeat benchmark (§6.2): one server, stage sizing by the queueing model
+    /// against the default.
+    Heartbeat(heartbeat::HeartbeatArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -61,6 +64,8 @@ pub enum AgentCommand {
     DebenchNodes(debench_agent::DebenchNodesArgs),
     /// One cell of `local` (one system, one workload) in a process of its own.
     LocalCell(local_cell::LocalCellArgs),
+    /// The Heartbeat benchmark's server: heartbeat actors, stages sized or not.
+    HeartbeatServer(heartbeat::HeartbeatServerArgs),
 }
 
 /// Where a `--quick` run writes when `--out` is left at the full run's directory: under
@@ -116,6 +121,12 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }
+        BenchCommand::Heartbeat(mut args) => {
+            quick_out(&mut args.out, args.quick, "heartbeat");
+            tokio::task::spawn_blocking(move || heartbeat::run(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
         BenchCommand::Actop(mut args) => {
             quick_out(&mut args.out, args.quick, "actop");
             tokio::task::spawn_blocking(move || actop_bench::run(&args).map(|_| ()))
@@ -131,6 +142,7 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
             AgentCommand::CsServer(x) => clients_agent::server(x).await,
             AgentCommand::CsClients(x) => clients_agent::clients(x).await,
             AgentCommand::DebenchNodes(x) => debench_agent::debench_nodes(x).await,
+            AgentCommand::HeartbeatServer(x) => heartbeat::server(x).await,
             AgentCommand::LocalCell(x) => tokio::task::spawn_blocking(move || local_cell::run(&x))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string())),

@@ -49,6 +49,7 @@ pub mod debench_agent;
 pub mod debench_hist;
 pub mod debench_report;
 pub mod erlang;
+pub mod heartbeat;
 pub mod local;
 pub mod local_cell;
 pub mod local_peers;
@@ -112,6 +113,7 @@ mod tests {
             "cs-clients",
             "debench-nodes",
             "local-cell",
+            "heartbeat-server",
         ] {
             let e = Cli::try_parse_from(["maquis-bench", "agent", role, "--help"]).unwrap_err();
             assert_eq!(

@@ -31,7 +31,7 @@ fn small_actop_run_measures_every_configuration() {
         .iter()
         .map(|c| c["config"].as_str().unwrap())
         .collect();
-    assert_eq!(configs, ["random", "local", "actop"]);
+    assert_eq!(configs, ["random", "local", "actop", "actop+stages"]);
     for c in &cells {
         let sent = c["sent"].as_u64().unwrap();
         assert!(sent > 0, "{c}");
@@ -53,6 +53,15 @@ fn small_actop_run_measures_every_configuration() {
             .map(|n| n.as_u64().unwrap())
             .sum();
         assert_eq!(actors, 20 * 9, "every game and player active once: {c}");
+        let stages = c["stage_threads"].as_array().unwrap();
+        if c["config"] == "actop+stages" {
+            assert_eq!(stages.len(), 4, "every node's stages: {c}");
+            for t in stages.iter().flat_map(|n| n.as_array().unwrap()) {
+                assert!((1..=2).contains(&t.as_u64().unwrap()), "{c}");
+            }
+        } else {
+            assert!(stages.is_empty(), "stages sized only when asked: {c}");
+        }
     }
     assert_eq!(
         cells[0]["migrations_per_min"], 0.0,

@@ -47,6 +47,7 @@ pub mod remote;
 mod router;
 mod service;
 mod slab;
+mod stages;
 pub mod supervisor;
 mod throttle;
 mod tls;

@@ -60,6 +60,12 @@ pub struct ServicesConfig {
     /// Edges (sender activation, virtual actor sent to) a node counts at most: the heaviest
     /// are kept (Space-Saving).
     pub actop_edges: usize,
+    /// How often a node sizes its stages (receive, execute, send) by ActOp's queueing model,
+    /// in milliseconds; 0: never (the default: every stage may use every worker thread).
+    pub stage_interval_ms: u64,
+    /// The model's cost of a thread (ActOp's η), in microseconds: the higher, the fewer
+    /// threads the stages get.
+    pub stage_penalty_us: u64,
 }
 
 impl Default for ServicesConfig {
@@ -83,6 +89,8 @@ impl Default for ServicesConfig {
             actop_candidates: 64,
             actop_imbalance: 10,
             actop_edges: 16_384,
+            stage_interval_ms: 0,
+            stage_penalty_us: 100,
         }
     }
 }
@@ -113,6 +121,9 @@ impl ServicesConfig {
         if self.resync_ms == 0 {
             return Err(invalid("services.resync_ms", "must be at least 1"));
         }
+        if self.stage_penalty_us == 0 {
+            return Err(invalid("services.stage_penalty_us", "must be at least 1"));
+        }
         if self.group_digest_ms == 0 {
             return Err(invalid("services.group_digest_ms", "must be at least 1"));
         }
@@ -133,6 +144,14 @@ impl ServicesConfig {
                 edges: self.actop_edges,
             },
         }
+    }
+
+    /// The stage-sizing settings, when on.
+    pub(crate) fn stages(&self) -> Option<crate::stages::Settings> {
+        (self.stage_interval_ms > 0).then(|| crate::stages::Settings {
+            interval: Duration::from_millis(self.stage_interval_ms),
+            penalty: Duration::from_micros(self.stage_penalty_us),
+        })
     }
 
     /// The groups machine's settings.

@@ -31,6 +31,10 @@ impl Host for Inner {
         self.tls.as_ref()
     }
 
+    fn stages(&self) -> Option<&Arc<crate::stages::Stages>> {
+        self.router.stages.as_ref()
+    }
+
     fn config(&self) -> &Config {
         &self.config
     }

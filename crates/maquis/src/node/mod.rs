@@ -175,6 +175,8 @@ impl Node {
                 hop_limit: config.broadcast.hop_limit,
             },
         );
+        let mut router = router;
+        router.stages = config.services.stages().map(crate::stages::Stages::new);
         let router = Arc::new(router);
         let actors = Arc::new(Actors::new(router.clone(), config.node.mailbox_capacity));
         let (names_tx, names_rx) = mpsc::channel(crate::names::COMMAND_QUEUE);
@@ -214,6 +216,9 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner()) = Some(accept);
         tokio::spawn(control::run(inner.clone(), machine, control_rx));
         tokio::spawn(heartbeats(inner.clone()));
+        if let Some(stages) = &inner.router.stages {
+            stages.spawn_controller(inner.router.shutdown.clone());
+        }
         if let Some(queues) = waiting {
             let actors = inner.actors.clone();
             let fail = move |call, why| actors.fail_call(call, why);
@@ -533,20 +538,26 @@ impl Node {
             id,
             reason: DownReason::Stopped,
         };
-        tokio::spawn(crate::actor::scope_actor(id, async move {
-            // The whole guard lives in the task (not only the field set below): it acts when the
-            // task ends, however it ends.
-            let mut guard = guard;
-            // A panic stops this actor only: it becomes the reason its monitors get.
-            match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-                Ok(reason) => guard.reason = reason,
-                Err(panic) => {
-                    let message = panic_message(panic.as_ref());
-                    tracing::warn!(actor = id, %message, "actor panicked; it stops");
-                    guard.reason = DownReason::Panicked(message);
+        let stages = self.inner.router.stages.as_ref();
+        let stage = crate::stages::Stage::Execute;
+        tokio::spawn(crate::stages::gated(
+            stages,
+            stage,
+            crate::actor::scope_actor(id, async move {
+                // The whole guard lives in the task (not only the field set below): it acts when the
+                // task ends, however it ends.
+                let mut guard = guard;
+                // A panic stops this actor only: it becomes the reason its monitors get.
+                match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+                    Ok(reason) => guard.reason = reason,
+                    Err(panic) => {
+                        let message = panic_message(panic.as_ref());
+                        tracing::warn!(actor = id, %message, "actor panicked; it stops");
+                        guard.reason = DownReason::Panicked(message);
+                    }
                 }
-            }
-        }));
+            }),
+        ));
         me
     }
 

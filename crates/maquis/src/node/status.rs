@@ -88,6 +88,9 @@ impl Node {
             ),
         ]);
         let (mut counters, mut gauges) = (counters, gauges);
+        if let Some(stages) = &inner.router.stages {
+            gauges.extend(stages.gauges());
+        }
         let sources = inner
             .app_metrics
             .lock()

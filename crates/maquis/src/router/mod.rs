@@ -230,6 +230,8 @@ pub(crate) struct Router {
     unsent: Option<mpsc::Sender<Unsent>>,
     /// Where forwarded frames with no way on yet wait (membership liveness only).
     parked: Option<mpsc::Sender<Parked>>,
+    /// The node's stages, when it sizes them (lane writers run in the send stage).
+    pub(crate) stages: Option<Arc<crate::stages::Stages>>,
 }
 
 /// The members as published, and by name (a lookup per remote call: a binary search over
@@ -290,6 +292,7 @@ impl Router {
             routes_changed: Notify::new(),
             unsent,
             parked,
+            stages: None,
         };
         (router, queues)
     }
@@ -509,14 +512,18 @@ impl Router {
                     slot,
                     tx,
                 });
-                tokio::spawn(run_writer(
-                    lane,
-                    task,
-                    abort.clone(),
-                    close.clone(),
-                    sink,
-                    self.limits.part_bytes,
-                    widen,
+                tokio::spawn(crate::stages::gated(
+                    self.stages.as_ref(),
+                    crate::stages::Stage::Send,
+                    run_writer(
+                        lane,
+                        task,
+                        abort.clone(),
+                        close.clone(),
+                        sink,
+                        self.limits.part_bytes,
+                        widen,
+                    ),
                 ))
             })
             .collect();

@@ -126,6 +126,10 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn next_conn_id(&self) -> u64;
     /// Microseconds since the node started.
     fn now_us(&self) -> u64;
+    /// The node's stages, when it sizes them (lane readers run in the receive stage).
+    fn stages(&self) -> Option<&Arc<crate::stages::Stages>> {
+        None
+    }
     /// Whether data lanes are dialed only when they have a frame to carry (overlays whose
     /// connections come and go, where most are never used for data) rather than at once.
     fn dials_on_demand(&self) -> bool;
