@@ -454,7 +454,12 @@ fn report(
                 return None;
             }
             v.sort_by(|a, b| a.total_cmp(b));
-            Some(v[v.len() / 2])
+            let mid = v.len() / 2;
+            Some(if v.len() % 2 == 0 {
+                (v[mid - 1] + v[mid]) / 2.0
+            } else {
+                v[mid]
+            })
         };
         let ratio = |f: &dyn Fn(&Cell) -> f64| match (med("stages", f), med("default", f)) {
             (Some(s), Some(d)) if d > 0.0 => format!("{:.2}×", s / d),

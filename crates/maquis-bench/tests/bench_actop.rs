@@ -7,7 +7,16 @@ use std::process::Command;
 fn small_actop_run_measures_every_configuration() {
     let out = std::env::temp_dir().join(format!("maquis-bench-actop-{}", std::process::id()));
     let run = Command::new(env!("CARGO_BIN_EXE_maquis-bench"))
-        .args(["actop", "--games", "20", "--rate", "200", "--clients", "4"])
+        .args([
+            "actop",
+            "--games",
+            "20",
+            "--rate",
+            "200,400",
+            "--clients",
+            "4",
+        ])
+        .args(["--churn", "300"])
         .args([
             "--seconds",
             "2,1,1",
@@ -43,16 +52,31 @@ fn small_actop_run_measures_every_configuration() {
         assert!(c["p99_us"].as_u64().unwrap() >= c["p50_us"].as_u64().unwrap());
         assert_eq!(
             c["timeline"].as_array().unwrap().len(),
-            3,
+            4,
             "a share per second: {c}"
         );
+        let loads = c["loads"].as_array().unwrap();
+        let rates: Vec<u64> = loads.iter().map(|l| l["rate"].as_u64().unwrap()).collect();
+        assert_eq!(rates, [200, 400], "{c}");
+        for l in loads {
+            assert_eq!(l["lost"], 0, "{c}");
+            assert!(l["achieved_per_s"].as_f64().unwrap() > 0.0, "{c}");
+        }
+        // One game a second ends (300 % of 20 games a minute): its 4 leavers are replaced by
+        // 4 newcomers, and a new game forms.
+        let ended = c["games_ended"].as_u64().unwrap();
+        assert!((3..=4).contains(&ended), "{c}");
         let actors: u64 = c["activations"]
             .as_array()
             .unwrap()
             .iter()
             .map(|n| n.as_u64().unwrap())
             .sum();
-        assert_eq!(actors, 20 * 9, "every game and player active once: {c}");
+        assert_eq!(
+            actors,
+            20 * 9 + 5 * ended,
+            "every game and player active once: {c}"
+        );
         let stages = c["stage_threads"].as_array().unwrap();
         if c["config"] == "actop+stages" {
             assert_eq!(stages.len(), 4, "every node's stages: {c}");
