@@ -25,7 +25,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 /// `maquis-bench actop`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct ActopArgs {
     /// A short run: fewer games and seconds.
     #[arg(long)]
@@ -43,12 +43,8 @@ pub struct ActopArgs {
     #[arg(long, default_value_t = 8)]
     pub players: u32,
     /// Paced loads, requests per second over all nodes, one after the other (each for the
-    /// paced phase's seconds).
-    #[arg(
-        long = "rate",
-        value_delimiter = ',',
-        default_value = "2000,10000,20000"
-    )]
+    /// paced phase's seconds; default 2000,10000,20000; 2000,10000 with --quick).
+    #[arg(long = "rate", value_delimiter = ',')]
     pub rates: Vec<u64>,
     /// Share of the graph that changes a minute, percent: that share of the games end every
     /// minute; half of each ended game's players leave, as many new ones arrive, and the
@@ -67,12 +63,9 @@ pub struct ActopArgs {
     pub interval_ms: u64,
     /// Configurations: random, local (prefer-local: a player on the node that sends it its
     /// game, a game on the node of its first player), actop, actop+stages (ActOp, and each
-    /// node sizes its stages by the queueing model every `--interval-ms`).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "random,local,actop,actop+stages"
-    )]
+    /// node sizes its stages by the queueing model every `--interval-ms`). Default: all four;
+    /// random,actop with --quick.
+    #[arg(long, value_delimiter = ',')]
     pub configs: Vec<String>,
     /// First port (node i listens on 127.0.0.1:port+i).
     #[arg(long, default_value_t = 18_500)]
@@ -238,6 +231,22 @@ impl Actor for GameActor {
 
 /// Runs the benchmark.
 pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
+    let mut a = a.clone();
+    if a.rates.is_empty() {
+        a.rates = if a.quick {
+            vec![2000, 10000]
+        } else {
+            vec![2000, 10000, 20000]
+        };
+    }
+    if a.configs.is_empty() {
+        a.configs = if a.quick {
+            vec!["random".into(), "actop".into()]
+        } else {
+            CONFIGS.iter().map(|c| c.to_string()).collect()
+        };
+    }
+    let a = &a;
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let games = a.games.unwrap_or(if a.quick { 500 } else { 1000 });
     let secs = a.seconds.clone().unwrap_or(if a.quick {
@@ -248,13 +257,7 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
     let [warm, paced, sat] = secs[..] else {
         return Err("--seconds takes three numbers: warm-up, paced, saturation".into());
     };
-    if a.nodes < 2
-        || a.players == 0
-        || games == 0
-        || a.rates.is_empty()
-        || a.rates.contains(&0)
-        || a.clients == 0
-    {
+    if a.nodes < 2 || a.players == 0 || games == 0 || a.rates.contains(&0) || a.clients == 0 {
         return Err(
             "--nodes at least 2; --games, --players, every --rate, --clients at least 1".into(),
         );
@@ -889,6 +892,8 @@ for key, label, name, title in [
             ax.plot([l["rate"] for l in loads], [l[key] for l in loads], marker="o", label=c["config"])
     ax.set_xlabel("offered load (requests/s)")
     ax.set_ylabel(label)
+    if key == "p99_us":
+        ax.set_yscale("log")
     ax.legend()
     ax.set_title(title)
     fig.tight_layout()

@@ -455,7 +455,7 @@ fn report(
             }
             v.sort_by(|a, b| a.total_cmp(b));
             let mid = v.len() / 2;
-            Some(if v.len() % 2 == 0 {
+            Some(if v.len().is_multiple_of(2) {
                 (v[mid - 1] + v[mid]) / 2.0
             } else {
                 v[mid]
