@@ -628,3 +628,69 @@ async fn two_sides_that_meet_keep_one_activation_of_a_key() {
     assert_eq!((host.as_str(), total), (a[0].id().name.as_str(), 1));
     assert_eq!(log.lock().unwrap().len(), 1, "the left side's one message");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn first_lookups_while_a_key_moves_always_find_it() {
+    let nodes = cluster("vh", 3, |c| c).await;
+    offer(&nodes);
+    let count = |k: &str| -> u64 { nodes.iter().map(|n| n.counters().snapshot()[k]).sum() };
+    let on_a = nodes[0]
+        .virtual_ref::<Count>("counter", "h")
+        .expect("address")
+        .placement(Placement::Local);
+    on_a.call(Count::Get, T).await.expect("active on a");
+    let activated = count("virtual_activations");
+    // c looks the key up afresh (no cached holder) again and again while the key moves
+    // between a and b: every lookup finds it held, by the node it is leaving until the next
+    // one takes it over; never free, so never placed afresh by a first message.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (a, b) = (nodes[0].id().name.clone(), nodes[1].id().name.clone());
+    let lookers: Vec<_> = (0..8)
+        .map(|_| {
+            let (stop, c, a, b) = (stop.clone(), nodes[2].clone(), a.clone(), b.clone());
+            tokio::spawn(async move {
+                let mut looks = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    c.invalidate_global("$maquis/v/counter/h").await;
+                    let holder = c
+                        .whereis_global::<Count>("$maquis/v/counter/h")
+                        .await
+                        .expect("looked up")
+                        .expect("some node holds the key");
+                    let host = &holder.node().name;
+                    assert!(*host == a || *host == b, "held on {host}");
+                    looks += 1;
+                }
+                looks
+            })
+        })
+        .collect();
+    let mut moves = 0;
+    for i in 0..40 {
+        let (from, to) = if i % 2 == 0 { (0, 1) } else { (1, 0) };
+        until("the key moved on from where it went", T, || async {
+            nodes[from]
+                .migrate("counter", "h", &nodes[to].id().name)
+                .is_ok()
+        })
+        .await;
+        moves += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut looks = 0;
+    for l in lookers {
+        looks += l.await.expect("every lookup found the key where it was");
+    }
+    assert!(looks >= 40, "{looks} lookups");
+    until("on a at the end, every move counted", T, || async {
+        nodes[0].activations() == 1 && count("virtual_migrations") == moves
+    })
+    .await;
+    assert_eq!(
+        count("virtual_activations") - activated,
+        moves,
+        "no activation but the moves' own"
+    );
+    assert_eq!(activations(&nodes), 1);
+    assert_eq!(count("virtual_refused"), 0);
+}

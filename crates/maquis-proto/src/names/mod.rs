@@ -33,6 +33,12 @@
 //!   whatever the order in which they meet. The loser's node is told ([`DirMsg::Lost`], sent
 //!   until acknowledged, or in the answer to its own assertion), drops the name and reports
 //!   [`DirOutput::Lost`].
+//! - A name can be handed from its owner to another node without ever being free: the owner
+//!   stops holding it without releasing it ([`Directory::hand_over`]); the home goes on
+//!   naming the old owner until the new one's [`Directory::register_replacing`] replaces the
+//!   entry, which the home grants only while the entry is still the old owner's (or there is
+//!   none), and the replicas apply as a replacement, not a conflict. The old owner's
+//!   [`Directory::release_if_left`] clears an entry no one took over.
 //! - A lookup is answered by the home (or this node's cache, or this node when it is the
 //!   home); replicas only keep copies for the home's successor. A lookup may return an entry
 //!   that was released or replaced a moment ago (a cache line, or an answer overtaken by a
@@ -165,6 +171,14 @@ pub type ReqId = u64;
 pub enum Change<P> {
     /// The name is this registration's (a conflict is settled as at the home).
     Set(Entry<P>),
+    /// The name passed from `from`'s registration to this one (a hand-over): it replaces a
+    /// registration of `from`, and is otherwise set as [`Change::Set`] is.
+    Replace {
+        /// The previous holder.
+        from: P,
+        /// The new registration.
+        entry: Entry<P>,
+    },
     /// The registration of `owner` stamped `stamp` (or earlier) is gone.
     Delete {
         /// Whose registration.
@@ -188,6 +202,9 @@ pub enum DirMsg<P> {
         name: String,
         /// The registration.
         entry: Entry<P>,
+        /// The holder this registration takes the name from, if it is a hand-over: granted
+        /// while the name is that holder's (or nobody's).
+        replaces: Option<P>,
     },
     /// The home's answer to a claim.
     Claimed {
@@ -338,6 +355,7 @@ enum Pending<P> {
     Register {
         name: String,
         entry: Entry<P>,
+        replaces: Option<P>,
     },
     Lookup {
         name: String,
@@ -484,14 +502,26 @@ impl<P: PeerId> Directory<P> {
             return;
         };
         match what {
-            Pending::Register { name, entry } => {
-                let (name, entry) = (name.clone(), entry.clone());
+            Pending::Register {
+                name,
+                entry,
+                replaces,
+            } => {
+                let (name, entry, replaces) = (name.clone(), entry.clone(), replaces.clone());
                 let home = self.home(&name);
                 if home == me {
-                    let result = self.claim(&name, entry);
+                    let result = self.claim(&name, entry, replaces.as_ref());
                     self.answer_register(req, result);
                 } else {
-                    self.send(home, DirMsg::Claim { req, name, entry });
+                    self.send(
+                        home,
+                        DirMsg::Claim {
+                            req,
+                            name,
+                            entry,
+                            replaces,
+                        },
+                    );
                 }
             }
             Pending::Assert { to, names } => {
@@ -528,6 +558,32 @@ impl<P: PeerId> Directory<P> {
     /// as [`DirOutput::Registered`] with the returned request (at once when this node is the
     /// home). Registering a name this node holds again replaces its target.
     pub fn register(&mut self, now: Duration, name: &str, target: Bytes, stamp: u64) -> ReqId {
+        self.register_as(now, name, target, stamp, None)
+    }
+
+    /// Registers `name` as [`Directory::register`] does, taking it over from `from` — the node
+    /// that handed it to this one ([`Directory::hand_over`]): the home grants it while the name
+    /// is `from`'s or nobody's, so that lookups find `from` until this registration replaces
+    /// its entry, and never find the name free in between.
+    pub fn register_replacing(
+        &mut self,
+        now: Duration,
+        name: &str,
+        target: Bytes,
+        stamp: u64,
+        from: P,
+    ) -> ReqId {
+        self.register_as(now, name, target, stamp, Some(from))
+    }
+
+    fn register_as(
+        &mut self,
+        now: Duration,
+        name: &str,
+        target: Bytes,
+        stamp: u64,
+        replaces: Option<P>,
+    ) -> ReqId {
         let refused = if name.is_empty() || name.len() > MAX_NAME_BYTES {
             Some(RegisterError::BadName)
         } else if self.own.len() >= self.cfg.max_names && !self.own.contains_key(name) {
@@ -554,6 +610,7 @@ impl<P: PeerId> Directory<P> {
             Pending::Register {
                 name: name.to_string(),
                 entry: entry.clone(),
+                replaces,
             },
         ) else {
             let req = self.next_req;
@@ -583,6 +640,32 @@ impl<P: PeerId> Directory<P> {
             self.send(home, DirMsg::Release { name, owner: me });
         }
         true
+    }
+
+    /// Hands `name` on: this node stops holding it without releasing it, so that its home
+    /// keeps pointing at this node (which passes messages on) until the next holder's
+    /// [`Directory::register_replacing`] replaces the entry. Returns whether it held the name.
+    /// [`Directory::release_if_left`] later clears the entry if no one took it over.
+    pub fn hand_over(&mut self, name: &str) -> bool {
+        self.cache.remove(name);
+        self.own.remove(name).is_some()
+    }
+
+    /// Releases a name this node handed over ([`Directory::hand_over`]) if its home still
+    /// names this node (the next holder never took it); nothing if this node holds the name
+    /// again.
+    pub fn release_if_left(&mut self, name: &str) {
+        if self.own.contains_key(name) {
+            return;
+        }
+        let home = self.home(name);
+        let me = self.me.clone();
+        if home == me {
+            self.release(name, &me);
+        } else {
+            let name = name.to_string();
+            self.send(home, DirMsg::Release { name, owner: me });
+        }
     }
 
     /// Who holds `name`: from this node's own registrations, its cache, or its table when it is
@@ -772,12 +855,17 @@ impl<P: PeerId> Directory<P> {
     /// A message from member `from`.
     pub fn handle_message(&mut self, now: Duration, from: P, msg: DirMsg<P>) {
         match msg {
-            DirMsg::Claim { req, name, entry } => {
+            DirMsg::Claim {
+                req,
+                name,
+                entry,
+                replaces,
+            } => {
                 // The claimant is who sent it: an entry naming another owner is refused.
                 let result = if entry.owner != from {
                     Err(RegisterError::Taken(entry))
                 } else {
-                    self.claim(&name, entry)
+                    self.claim(&name, entry, replaces.as_ref())
                 };
                 self.send(from, DirMsg::Claimed { req, result });
             }
@@ -811,7 +899,14 @@ impl<P: PeerId> Directory<P> {
                                 self.tell_loser(now, name, loser, winner);
                             }
                         }
-                        Change::Set(_) => {}
+                        Change::Replace { from, entry } if self.is_member(&entry.owner) => {
+                            if self.table.get(&name).is_some_and(|e| e.owner == from) {
+                                self.table.insert(name, entry);
+                            } else if let Some((loser, winner)) = self.merge(name.clone(), entry) {
+                                self.tell_loser(now, name, loser, winner);
+                            }
+                        }
+                        Change::Set(_) | Change::Replace { .. } => {}
                         Change::Delete { owner, stamp } => {
                             if self
                                 .table
@@ -915,17 +1010,25 @@ impl<P: PeerId> Directory<P> {
         }
     }
 
-    /// The home's decision on a claim.
-    fn claim(&mut self, name: &str, entry: Entry<P>) -> Result<(), RegisterError<P>> {
-        match self.table.get(name) {
-            Some(held) if held.owner != entry.owner => {
-                return Err(RegisterError::Taken(held.clone()));
-            }
+    /// The home's decision on a claim (taking the name over from `replaces`, if given).
+    fn claim(
+        &mut self,
+        name: &str,
+        entry: Entry<P>,
+        replaces: Option<&P>,
+    ) -> Result<(), RegisterError<P>> {
+        let change = match self.table.get(name) {
+            Some(held) if held.owner == entry.owner => Change::Set(entry.clone()),
+            Some(held) if Some(&held.owner) == replaces => Change::Replace {
+                from: held.owner.clone(),
+                entry: entry.clone(),
+            },
+            Some(held) => return Err(RegisterError::Taken(held.clone())),
             None if self.table.len() >= self.cfg.max_names => return Err(RegisterError::Full),
-            _ => {}
-        }
-        self.table.insert(name.to_string(), entry.clone());
-        self.copy_to_replicas(name, Change::Set(entry));
+            None => Change::Set(entry.clone()),
+        };
+        self.table.insert(name.to_string(), entry);
+        self.copy_to_replicas(name, change);
         Ok(())
     }
 
@@ -989,7 +1092,7 @@ impl<P: PeerId> Directory<P> {
     }
 
     fn answer_register(&mut self, req: ReqId, result: Result<(), RegisterError<P>>) {
-        let Some((Pending::Register { name, entry }, _)) = self.pending.remove(&req) else {
+        let Some((Pending::Register { name, entry, .. }, _)) = self.pending.remove(&req) else {
             return;
         };
         self.timers.cancel(&Timer::Req(req));

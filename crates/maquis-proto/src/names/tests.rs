@@ -329,3 +329,78 @@ fn a_join_copies_only_the_names_that_move() {
         assert_eq!(net.whereis(10, &format!("j{k}")), Some(id(k % 10)));
     }
 }
+
+impl Net {
+    fn register_replacing(
+        &mut self,
+        node: u32,
+        name: &str,
+        stamp: u64,
+        from: u32,
+    ) -> Result<(), RegisterError<SimId>> {
+        let target = Bytes::from(format!("{name}@{node}"));
+        let req = self.dirs[node as usize].register_replacing(T, name, target, stamp, id(from));
+        self.run();
+        self.registered[node as usize]
+            .iter()
+            .find(|(r, _)| *r == req)
+            .map(|(_, res)| res.clone())
+            .expect("an answer")
+    }
+}
+
+#[test]
+fn a_handed_over_name_is_never_free_and_only_the_next_holder_takes_it() {
+    // For names homed on every kind of node (the owner, the next holder, a third node).
+    for name in ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"] {
+        let mut net = Net::new(5, DirectoryConfig::default());
+        assert_eq!(net.register(1, name, 10), Ok(()));
+        // n1 hands the name to n2: it no longer holds it, but lookups still find it.
+        assert!(net.dirs[1].hand_over(name));
+        assert!(!net.dirs[1].hand_over(name));
+        net.run();
+        for n in 0..5 {
+            net.dirs[n as usize].invalidate(name);
+            assert_eq!(net.whereis(n, name), Some(id(1)), "{name} through n{n}");
+        }
+        // No one else may take it meanwhile, not even by claiming to replace another node.
+        assert!(
+            matches!(net.register(3, name, 1), Err(RegisterError::Taken(e)) if e.owner == id(1)),
+            "{name}"
+        );
+        assert!(matches!(
+            net.register_replacing(3, name, 1, 4),
+            Err(RegisterError::Taken(_))
+        ));
+        // The next holder replaces it, on the home and on the replicas, without a conflict.
+        assert_eq!(net.register_replacing(2, name, 20, 1), Ok(()), "{name}");
+        for n in 0..5 {
+            net.dirs[n as usize].invalidate(name);
+            assert_eq!(net.whereis(n, name), Some(id(2)), "{name} through n{n}");
+        }
+        for r in net.dirs[0].replicas(name) {
+            let stored = net.dirs[r.index as usize].stored(name).expect("a copy");
+            assert_eq!(stored.owner, id(2), "{name}: copy on {r:?}");
+        }
+        assert!(net.lost.iter().all(Vec::is_empty), "{name}: {:?}", net.lost);
+        // The old holder's late clean-up leaves the new holder's registration alone.
+        net.dirs[1].release_if_left(name);
+        net.run();
+        net.dirs[0].invalidate(name);
+        assert_eq!(net.whereis(0, name), Some(id(2)), "{name}");
+        // A hand-over no one took is cleared by it.
+        assert!(net.dirs[2].hand_over(name));
+        net.dirs[2].release_if_left(name);
+        net.run();
+        for n in 0..5 {
+            net.dirs[n as usize].invalidate(name);
+            assert_eq!(net.whereis(n, name), None, "{name} through n{n}");
+        }
+        // Nor does it release a name its node holds again.
+        assert_eq!(net.register(2, name, 30), Ok(()));
+        net.dirs[2].release_if_left(name);
+        net.run();
+        net.dirs[4].invalidate(name);
+        assert_eq!(net.whereis(4, name), Some(id(2)), "{name}");
+    }
+}

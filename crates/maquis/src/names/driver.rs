@@ -153,9 +153,15 @@ impl Driver {
                 name,
                 actor,
                 target,
+                replaces,
                 reply,
             } => {
-                let req = self.dir.register(now, &name, target, wall_ms());
+                let req = match replaces {
+                    Some(from) => self
+                        .dir
+                        .register_replacing(now, &name, target, wall_ms(), from),
+                    None => self.dir.register(now, &name, target, wall_ms()),
+                };
                 self.registering.insert(req, (name, actor, reply));
             }
             Cmd::Unregister { name, reply } => {
@@ -163,6 +169,12 @@ impl Driver {
                 self.forget(&name);
                 let _ = reply.send(held);
             }
+            Cmd::HandOver { name, reply } => {
+                let held = self.dir.hand_over(&name);
+                self.forget(&name);
+                let _ = reply.send(held);
+            }
+            Cmd::ReleaseIfLeft { name } => self.dir.release_if_left(&name),
             Cmd::Whereis { name, reply } => match self.dir.whereis(now, &name) {
                 Whereis::Now(e) => {
                     let _ = reply.send(Ok(e));

@@ -184,11 +184,22 @@ pub(crate) enum Cmd {
         name: String,
         actor: u64,
         target: Bytes,
+        /// The node that handed the name to this one, if it is a hand-over.
+        replaces: Option<NodeId>,
         reply: oneshot::Sender<Result<(), GlobalNameError>>,
     },
     Unregister {
         name: String,
         reply: oneshot::Sender<bool>,
+    },
+    /// Stop holding a name without releasing it: the next holder takes it over.
+    HandOver {
+        name: String,
+        reply: oneshot::Sender<bool>,
+    },
+    /// Release a handed-over name if no one took it over.
+    ReleaseIfLeft {
+        name: String,
     },
     Whereis {
         name: String,

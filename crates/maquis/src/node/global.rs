@@ -26,6 +26,18 @@ impl Node {
         name: &str,
         actor: &ActorRef<M>,
     ) -> Result<(), GlobalNameError> {
+        self.register_global_as(name, actor, None).await
+    }
+
+    /// [`Node::register_global`], taking the name over from `replaces` when given: the node
+    /// that handed it here ([`Node::hand_over_global`]); granted while the name is still
+    /// that node's (or nobody's).
+    pub(crate) async fn register_global_as<M: Message>(
+        &self,
+        name: &str,
+        actor: &ActorRef<M>,
+        replaces: Option<crate::NodeId>,
+    ) -> Result<(), GlobalNameError> {
         let id = match (actor.id(), self.inner.router.is_local(actor.node())) {
             (Some(id), Ok(true)) if self.inner.actors.registry.by_id(id).is_some() => id,
             _ => return Err(GlobalNameError::NotLocal),
@@ -48,6 +60,7 @@ impl Node {
                 name,
                 actor: id,
                 target,
+                replaces,
                 reply,
             })
             .await
@@ -99,6 +112,33 @@ impl Node {
             Dest::Id(target.id),
             Arc::downgrade(&self.inner.actors),
         )))
+    }
+
+    /// Stops holding a global name without releasing it: its home keeps naming this node
+    /// (which passes messages on) until the node it is handed to registers it with
+    /// [`Node::register_global_as`]. Returns whether this node held it. Its actor may stop
+    /// afterwards without releasing it.
+    pub(crate) async fn hand_over_global(&self, name: &str) -> bool {
+        let name = name.to_string();
+        self.inner
+            .names
+            .queue
+            .ask(|reply| Cmd::HandOver { name, reply })
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Releases a name this node handed over if its home still names this node.
+    pub(crate) async fn release_if_left(&self, name: &str) {
+        let _ = self
+            .inner
+            .names
+            .queue
+            .cmds
+            .send(Cmd::ReleaseIfLeft {
+                name: name.to_string(),
+            })
+            .await;
     }
 
     /// Forgets this node's cached lookup of a global name (a send to it failed): the next

@@ -31,7 +31,10 @@ enum Activated {
 }
 
 /// Makes and registers the activation of a key (the name, the key).
-type Factory = dyn Fn(Node, String, String) -> BoxFuture<'static, Activated> + Send + Sync;
+/// Activates a key: the node, the activation's name, the key, and the node it is taken over
+/// from (a hand-over whose holder still holds the name).
+type Factory =
+    dyn Fn(Node, String, String, Option<NodeId>) -> BoxFuture<'static, Activated> + Send + Sync;
 
 /// Limits, from `[services]`.
 #[derive(Clone, Copy, Debug)]
@@ -73,9 +76,10 @@ struct Table {
     /// marks the end (bounded by the keys being activated).
     fences: HashMap<String, Fence>,
     /// Keys handed over to this node (by a node they moved from) and not active yet: their
-    /// activation waits for the old holder's release (bounded by the keys being activated).
-    /// With each, the generation of its hand-over.
-    handed: HashMap<String, u64>,
+    /// activation takes the name over from that node, which holds it meanwhile (bounded by
+    /// the keys being activated). With each, the generation of its hand-over and the node
+    /// that handed it.
+    handed: HashMap<String, (u64, NodeId)>,
     /// The activations running here, by name, and how to tell one to move (bounded by
     /// `max_activations`).
     /// With each, the generation it was handed over with (0: activated afresh).
@@ -85,6 +89,10 @@ struct Table {
 /// How long an activation is tried again while the directory names a node that left as the
 /// holder (backing off from 50 ms).
 const RETRY_FOR: Duration = Duration::from_secs(2);
+
+/// How long a node that handed a key over keeps its name in the directory for the next
+/// holder to take over; then it releases it if no one did (the next node was unreachable).
+const HAND_OVER_FOR: Duration = Duration::from_secs(10);
 
 /// A key waiting for its fence (see [`Table::fences`]).
 struct Fence {
@@ -296,52 +304,56 @@ impl Host {
         let host = Arc::downgrade(self);
         let idle = self.limits.idle;
         let build = Arc::new(build);
-        let factory: Arc<Factory> = Arc::new(move |node: Node, name: String, key: String| {
-            let host = host.clone();
-            let build = build.clone();
-            let persist = persist.clone();
-            Box::pin(async move {
-                let (ready, actor_rx) = tokio::sync::oneshot::channel();
-                let (named, wait) = tokio::sync::oneshot::channel::<LeaveRx>();
-                let me = spawn_activation(
-                    &node,
-                    Start {
-                        host,
-                        name: name.clone(),
-                        idle,
-                        actor: actor_rx,
-                        named: wait,
-                        persist: persist.map(|p| Persist {
-                            p,
-                            id: name[PREFIX.len()..].to_string(),
-                            last: None,
-                        }),
-                    },
-                );
-                let id = me.id().expect("a local actor has an id");
-                let stop = |node: &Node| node.actors().kill(id, crate::DownReason::Shutdown);
-                match node.register_global(&name, &me).await {
-                    Ok(()) => match build(key).await {
-                        Ok(actor) => {
-                            let _ = ready.send(actor);
-                            Activated::Running(id, named)
-                        }
+        let factory: Arc<Factory> = Arc::new(
+            move |node: Node, name: String, key: String, replaces: Option<NodeId>| {
+                let host = host.clone();
+                let build = build.clone();
+                let persist = persist.clone();
+                Box::pin(async move {
+                    let (ready, actor_rx) = tokio::sync::oneshot::channel();
+                    let (named, wait) = tokio::sync::oneshot::channel::<LeaveRx>();
+                    let me = spawn_activation(
+                        &node,
+                        Start {
+                            host,
+                            name: name.clone(),
+                            idle,
+                            actor: actor_rx,
+                            named: wait,
+                            persist: persist.map(|p| Persist {
+                                p,
+                                id: name[PREFIX.len()..].to_string(),
+                                last: None,
+                            }),
+                        },
+                    );
+                    let id = me.id().expect("a local actor has an id");
+                    let stop = |node: &Node| node.actors().kill(id, crate::DownReason::Shutdown);
+                    match node.register_global_as(&name, &me, replaces).await {
+                        Ok(()) => match build(key).await {
+                            Ok(actor) => {
+                                let _ = ready.send(actor);
+                                Activated::Running(id, named)
+                            }
+                            Err(e) => {
+                                stop(&node);
+                                node.unregister_global(&name).await;
+                                Activated::Failed(e.to_string())
+                            }
+                        },
                         Err(e) => {
                             stop(&node);
-                            node.unregister_global(&name).await;
-                            Activated::Failed(e.to_string())
-                        }
-                    },
-                    Err(e) => {
-                        stop(&node);
-                        match e {
-                            GlobalNameError::Taken { holder, .. } => Activated::Elsewhere(holder),
-                            other => Activated::Failed(other.to_string()),
+                            match e {
+                                GlobalNameError::Taken { holder, .. } => {
+                                    Activated::Elsewhere(holder)
+                                }
+                                other => Activated::Failed(other.to_string()),
+                            }
                         }
                     }
-                }
-            }) as BoxFuture<'static, Activated>
-        });
+                }) as BoxFuture<'static, Activated>
+            },
+        );
         let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
         if kinds.contains_key(kind) {
             return Err(KindError::Exists(kind.to_string()));
@@ -376,21 +388,22 @@ impl Host {
             .map(|(_, k)| k.to_string())
             .unwrap_or_default();
         tokio::spawn(async move {
-            let mut outcome = factory(node.clone(), name.clone(), key.clone()).await;
+            // Handed over here: the node that handed it holds the name until this one takes
+            // it over, so that no lookup finds the key nowhere in between.
+            let hander = host.lock().handed.get(&name).map(|(_, h)| h.clone());
+            let again = || factory(node.clone(), name.clone(), key.clone(), hander.clone());
+            let mut outcome = again().await;
             // A holder that is no longer a member is a registration its name's home has not
             // dropped yet (it does once it sees the node gone): try again a little later.
             let mut wait = Duration::from_millis(50);
-            // So is one whose holder passed messages on to this node: it is moving the key
-            // here and its release has not reached the home yet.
             while let Activated::Elsewhere(holder) = &outcome {
                 let gone = !node.members().iter().any(|m| m.to_string() == *holder);
-                let moving_here = host.lock().handed.contains_key(&name);
-                if !(gone || moving_here) || wait > RETRY_FOR {
+                if !gone || wait > RETRY_FOR {
                     break;
                 }
                 tokio::time::sleep(wait).await;
                 wait *= 2;
-                outcome = factory(node.clone(), name.clone(), key.clone()).await;
+                outcome = again().await;
             }
             host.activated(node.inner(), name, outcome);
         });
@@ -408,7 +421,7 @@ impl Host {
                 let refused = {
                     let mut t = self.lock();
                     t.moved.remove(&name);
-                    let generation = t.handed.remove(&name).unwrap_or(0);
+                    let generation = t.handed.remove(&name).map_or(0, |(g, _)| g);
                     t.active += 1;
                     match t.fences.get_mut(&name) {
                         // Named when what this node passed on has come back.
@@ -579,9 +592,10 @@ impl Host {
         sent
     }
 
-    /// An activation that moves has handled its last message and released its name: what
-    /// was held meanwhile, and what comes later, is passed on to `to`, whose next message
-    /// activates the key there (from its stored state).
+    /// An activation that moves has handled its last message: its name is handed over (kept
+    /// in the directory until `to` takes it over, released after [`HAND_OVER_FOR`] if `to`
+    /// never does); what was held meanwhile, and what comes later, is passed on to `to`,
+    /// whose next message activates the key there (from its stored state).
     async fn departed(
         self: &Arc<Self>,
         inner: &Arc<Inner>,
@@ -589,8 +603,18 @@ impl Host {
         (to, generation): (NodeId, u64),
     ) {
         let node = Node::from_inner(inner.clone());
-        let released = node.unregister_global(name).await;
-        tracing::debug!(%name, %to, released, "moving");
+        let held = node.hand_over_global(name).await;
+        tracing::debug!(%name, %to, held, "moving");
+        if held {
+            let name = name.to_string();
+            let stop = inner.router.shutdown.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(HAND_OVER_FOR) => node.release_if_left(&name).await,
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         inner.router.counters.virtual_migrations.inc();
         let mut refused = Vec::new();
         {
@@ -711,7 +735,9 @@ impl UnnamedSink for Host {
             return Offer::Taken;
         }
         if let Some(generation) = handed {
-            t.handed.insert(name.to_string(), generation);
+            // A handed message comes from the node that hands the key over.
+            t.handed
+                .insert(name.to_string(), (generation, msg.from.clone()));
             if let Some((via, _)) = t.moved.remove(name) {
                 if !t.fences.contains_key(name) {
                     let back = msg.from.clone();

@@ -60,8 +60,11 @@
 //! # Moving an activation
 //!
 //! [`Node::migrate`] moves an activation the way it deactivates, with a destination: its
-//! local name goes, it handles what is in its mailbox, releases its global name, and remembers
-//! where the key went. Messages held meanwhile go to the destination under a *hand-over* name
+//! local name goes, it handles what is in its mailbox, hands its global name over, and
+//! remembers where the key went. Handing the name over keeps it in the directory under the
+//! old node, which passes messages on, until the destination's registration replaces it (the
+//! home grants that to the node the key was handed to while the name is still the old
+//! node's); if the destination never takes it, the old node releases it after 10 s. Messages held meanwhile go to the destination under a *hand-over* name
 //! (`$maquis/vh/GEN/k/x`, or an empty one if none was held), which makes that node activate
 //! the key whatever it thought of where it was (from the stored state, for a persistent
 //! kind); later messages that reach the old node are passed on. Every message about a key
@@ -87,12 +90,8 @@
 //! - Messages from one sender to one key are handled in the order sent, across activation,
 //!   deactivation and moves, as long as the nodes on their way stay up. A message sent to a
 //!   node that goes down before handling it is lost (a call fails with `NodeDown` or times
-//!   out). One gap: a sender whose first lookup of a key falls while the key is between two
-//!   nodes (released by one, not registered by the other yet) finds no holder and places the
-//!   key itself; if that activation wins the name, the messages waiting for the hand-over are
-//!   passed on to it after a retry of up to 2 s, behind that sender's newer ones. A
-//!   directory operation that hands a name from one holder to another at once would close
-//!   it.
+//!   out). A first lookup while the key moves finds the node it is leaving (the name is
+//!   handed over, never free in between), so no sender places a moving key afresh.
 //! - Nothing is dropped silently: a message the host cannot take (unknown kind, too many
 //!   activations or held messages, a failed registration) is counted in
 //!   `virtual_refused`, and a call is answered `NoProc`.
