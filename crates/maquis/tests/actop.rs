@@ -141,4 +141,27 @@ async fn talking_pairs_split_over_two_nodes_end_up_side_by_side() {
     })
     .await;
     assert_eq!(count(&nodes, "virtual_refused"), 0);
+    // `/status` (and `/metrics`) show what ActOp did: some node moved actors, each is within
+    // the imbalance of its last peer, and the remote share falls as it does above.
+    until(
+        "the gauges show the exchange",
+        Duration::from_secs(10),
+        || async {
+            let g: Vec<_> = nodes.iter().map(|n| n.status().gauges).collect();
+            g.iter().all(|g| {
+                g.contains_key("actop_moves_per_min")
+                    && g["actop_imbalance"] <= 4
+                    && g["actop_remote_permille"] <= 200
+            })
+        },
+    )
+    .await;
+    let metrics = maquis::admin::render_metrics(&nodes[0].status());
+    assert!(
+        metrics.contains("maquis_actop_remote_permille "),
+        "{metrics}"
+    );
+    let plain = start("ao-off").await;
+    assert!(!plain.status().gauges.contains_key("actop_imbalance"));
+    plain.shutdown().await;
 }

@@ -91,6 +91,9 @@ impl Node {
         if let Some(stages) = &inner.router.stages {
             gauges.extend(stages.gauges());
         }
+        if !inner.virtuals.actop_settings().interval.is_zero() {
+            gauges.extend(inner.virtuals.actop_gauges.read());
+        }
         let sources = inner
             .app_metrics
             .lock()

@@ -4,6 +4,7 @@
 //! [`Node::migrate`]'s).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -113,6 +114,56 @@ impl Edges {
     }
 }
 
+/// What the last interval showed, for `/status` and `/metrics` (when ActOp is on).
+#[derive(Default)]
+pub(crate) struct Gauges {
+    /// Thousandths of this node's sends to virtual actors that went to another node.
+    remote_permille: AtomicU64,
+    /// Activations this node moved away, per minute.
+    moves_per_min: AtomicU64,
+    /// How many activations this node and the peer of its last exchange differed by after
+    /// it (the balance a node keeps is pairwise).
+    imbalance: AtomicU64,
+    /// Counters at the start of the interval: sends local, sends remote, moves.
+    since: Mutex<(u64, u64, u64)>,
+}
+
+impl Gauges {
+    /// The gauges, named for `/status`.
+    pub(crate) fn read(&self) -> [(String, u64); 3] {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        [
+            ("actop_remote_permille".into(), get(&self.remote_permille)),
+            ("actop_moves_per_min".into(), get(&self.moves_per_min)),
+            ("actop_imbalance".into(), get(&self.imbalance)),
+        ]
+    }
+
+    /// An interval of `interval` ended, with the node's counters at `now` (sends local,
+    /// sends remote, moves).
+    fn interval(&self, now: (u64, u64, u64), interval: Duration) {
+        let mut since = self.since.lock().unwrap_or_else(|e| e.into_inner());
+        let (l, r, m) = (
+            now.0.saturating_sub(since.0),
+            now.1.saturating_sub(since.1),
+            now.2.saturating_sub(since.2),
+        );
+        *since = now;
+        if let Some(permille) = (r * 1000).checked_div(l + r) {
+            self.remote_permille.store(permille, Ordering::Relaxed);
+        }
+        let per_min = m as f64 * 60.0 / interval.as_secs_f64().max(1e-3);
+        self.moves_per_min
+            .store(per_min.round() as u64, Ordering::Relaxed);
+    }
+
+    /// An exchange left this node with `own` activations and its peer with `peer`.
+    fn exchanged(&self, own: usize, peer: usize) {
+        self.imbalance
+            .store(own.abs_diff(peer) as u64, Ordering::Relaxed);
+    }
+}
+
 /// An exchange offered by another node.
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Offer {
@@ -152,6 +203,16 @@ pub(crate) fn start(node: &Node, settings: Settings) {
                 _ = tick.tick() => {}
             }
             round(&node, settings, &last).await;
+            let c = node.inner().router.counters.snapshot();
+            let now = (
+                c["virtual_sent_local"],
+                c["virtual_sent_remote"],
+                c["virtual_migrations"],
+            );
+            node.inner()
+                .virtuals
+                .actop_gauges
+                .interval(now, settings.interval);
         }
     });
 }
@@ -233,6 +294,11 @@ fn decide(
         .into_iter()
         .filter(|n| n.starts_with(PREFIX))
         .collect();
+    let sent = x.to_offerer.len();
+    host.actop_gauges.exchanged(
+        (sizes.1 + taken.len()).saturating_sub(sent),
+        (sizes.0 + sent).saturating_sub(taken.len()),
+    );
     tracing::debug!(from = %offer.from, taken = taken.len(), sent = x.to_offerer.len(), "actop exchange");
     Some(taken)
 }

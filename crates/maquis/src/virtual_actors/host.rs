@@ -57,6 +57,8 @@ pub(crate) struct Host {
     table: Mutex<Table>,
     /// The edges from this node's activations (ActOp).
     edges: Mutex<super::actop::Edges>,
+    /// What ActOp's last interval showed, for `/status`.
+    pub(crate) actop_gauges: super::actop::Gauges,
 }
 
 #[derive(Default)]
@@ -203,6 +205,7 @@ impl Host {
             kinds: Default::default(),
             table: Default::default(),
             edges: Mutex::new(super::actop::Edges::new(limits.actop.edges)),
+            actop_gauges: Default::default(),
         }
     }
 
