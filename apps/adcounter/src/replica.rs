@@ -1,0 +1,135 @@
+//! The replica on each node: an actor registered as [`NAME`] that counts the impressions its
+//! clients report, merges the states its neighbours send, and sends its own state to the
+//! overlay's neighbours ([`maquis::Node::neighbors`]) every `sync_every` when it changed
+//! since the last time — Lasp's state synchronisation over whichever overlay the node runs.
+
+use std::time::Duration;
+
+use maquis::{ActorRef, Inbox, Node, ReplyTo};
+use serde::{Deserialize, Serialize};
+
+use crate::crdt::{AdError, Ads};
+
+/// The local name of every node's replica.
+pub const NAME: &str = "adcounter";
+
+/// What a replica is sent.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum AdMsg {
+    /// A client saw `ad`: counted here; the answer is the ad's count as this replica knows
+    /// it, or why it was not counted.
+    Impression {
+        /// The ad.
+        ad: String,
+        /// Where the answer goes.
+        reply: ReplyTo<Result<u64, String>>,
+    },
+    /// A neighbour's state.
+    State(Ads),
+    /// What this replica knows.
+    Read(ReplyTo<Snapshot>),
+}
+
+/// A replica's view.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Impressions of every ad, summed.
+    pub total: u64,
+    /// Ads known.
+    pub ads: usize,
+    /// Ads that reached their limit.
+    pub disabled: usize,
+    /// States sent to neighbours.
+    pub syncs_sent: u64,
+    /// Ads a merge left out for want of room (the table is bounded).
+    pub left_out: u64,
+}
+
+/// A replica's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Impressions after which an ad is disabled.
+    pub limit: u64,
+    /// Ads a replica keeps at most.
+    pub max_ads: usize,
+    /// How often a changed state goes to the neighbours.
+    pub sync_every: Duration,
+}
+
+/// Why a replica did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The name is taken on this node.
+    #[error("cannot register the replica: {0}")]
+    Register(String),
+}
+
+/// Starts this node's replica and registers it as [`NAME`].
+pub fn start(node: &Node, settings: Settings) -> Result<ActorRef<AdMsg>, StartError> {
+    let me = node.clone();
+    let replica = node.spawn_fn(move |inbox: Inbox<AdMsg>| run(me, settings, inbox));
+    node.register(NAME, &replica)
+        .map_err(|e| StartError::Register(e.to_string()))?;
+    Ok(replica)
+}
+
+async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
+    let name = node.id().name.clone();
+    let mut ads = Ads::new(settings.limit, settings.max_ads);
+    let mut changed = false;
+    let (mut syncs_sent, mut left_out) = (0u64, 0u64);
+    let mut tick = tokio::time::interval(settings.sync_every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            msg = inbox.recv() => {
+                let Some(msg) = msg else { return };
+                match msg {
+                    AdMsg::Impression { ad, reply } => {
+                        let r = ads.impression(&name, &ad);
+                        changed |= r.is_ok();
+                        let _ = reply.send(r.map_err(|e: AdError| e.to_string())).await;
+                    }
+                    AdMsg::State(theirs) => {
+                        let before = ads.clone();
+                        let out = ads.merge(&theirs);
+                        left_out += out.len() as u64;
+                        changed |= ads != before;
+                    }
+                    AdMsg::Read(reply) => {
+                        let disabled = ads.disabled();
+                        let _ = reply
+                            .send(Snapshot {
+                                total: ads.total(),
+                                ads: ads.len(),
+                                disabled,
+                                syncs_sent,
+                                left_out,
+                            })
+                            .await;
+                    }
+                }
+            }
+            _ = tick.tick() => {
+                if !changed {
+                    continue;
+                }
+                changed = false;
+                for peer in node.neighbors() {
+                    let Some(r) = node.remote::<AdMsg>(&peer.name, NAME) else {
+                        continue;
+                    };
+                    // A neighbour whose lane is full misses this state; the next change
+                    // sends it again (state-based: the latest state carries everything).
+                    match r.try_send(AdMsg::State(ads.clone())) {
+                        Ok(()) => syncs_sent += 1,
+                        Err(e) => {
+                            tracing::debug!(peer = %peer, error = %e, "state not sent");
+                            changed = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
