@@ -37,3 +37,37 @@ async fn an_applications_numbers_are_shown_beside_the_nodes() {
     assert!(node.add_metrics(Arc::new(Things(0))).is_err());
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_byte_totals_outlive_its_peers() {
+    let nodes = cluster("bt", 2, |c| c).await;
+    let sent = |n: &maquis::Node| n.status().counters["bytes_sent"];
+    let peer = nodes[1].id().name.clone();
+    let payload = bytes::Bytes::from(vec![1u8; 64 * 1024]);
+    for _ in 0..4 {
+        maquis::echo::echo_once(
+            &nodes[0],
+            &peer,
+            payload.clone(),
+            std::time::Duration::from_secs(5),
+            &maquis::SendOpts::default(),
+        )
+        .await
+        .expect("echoed");
+    }
+    let before = sent(&nodes[0]);
+    assert!(before >= 4 * 64 * 1024, "{before} bytes sent");
+    let received = nodes[1].status().counters["bytes_received"];
+    assert!(received >= 4 * 64 * 1024, "{received} bytes received");
+    // The peer goes: its lanes with it, their bytes stay counted.
+    nodes[1].shutdown().await;
+    // (Its lanes are dropped once their tasks end: the totals come back to at least what
+    // they were then, and stay.)
+    until(
+        "the peer gone, its bytes still counted",
+        std::time::Duration::from_secs(10),
+        || async { nodes[0].status().peers.is_empty() && sent(&nodes[0]) >= before },
+    )
+    .await;
+    nodes[0].shutdown().await;
+}

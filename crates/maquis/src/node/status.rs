@@ -88,6 +88,17 @@ impl Node {
             ),
         ]);
         let (mut counters, mut gauges) = (counters, gauges);
+        // The node's traffic: its peers' lanes now, and those of peers that are gone.
+        let (mut out, mut inb) = (
+            inner.router.retired.bytes_out.load(Ordering::Relaxed),
+            inner.router.retired.bytes_in.load(Ordering::Relaxed),
+        );
+        for l in peers.iter().flat_map(|p| p.lanes.iter()) {
+            out += l.bytes_out;
+            inb += l.bytes_in;
+        }
+        counters.insert("bytes_sent".to_string(), out);
+        counters.insert("bytes_received".to_string(), inb);
         if let Some(stages) = &inner.router.stages {
             gauges.extend(stages.gauges());
         }

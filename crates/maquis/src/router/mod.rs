@@ -232,6 +232,8 @@ pub(crate) struct Router {
     parked: Option<mpsc::Sender<Parked>>,
     /// The node's stages, when it sizes them (lane writers run in the send stage).
     pub(crate) stages: Option<Arc<crate::stages::Stages>>,
+    /// What the lanes of peers that are gone carried.
+    pub(crate) retired: Arc<crate::transport::lane::Retired>,
 }
 
 /// The members as published, and by name (a lookup per remote call: a binary search over
@@ -293,6 +295,7 @@ impl Router {
             unsent,
             parked,
             stages: None,
+            retired: Default::default(),
         };
         (router, queues)
     }
@@ -471,6 +474,7 @@ impl Router {
                     LaneId::new(spec.name.clone(), index),
                     self.limits.lane_queue_bytes,
                     self.queue_budget.clone(),
+                    self.retired.clone(),
                 );
                 tasks.push((lane.clone(), task, None));
                 lanes.push(lane);

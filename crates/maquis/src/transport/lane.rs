@@ -128,6 +128,16 @@ impl QueueBudget {
     }
 }
 
+/// What the node's lanes that are gone carried: a lane adds its counts when it is dropped
+/// (after its last write), so that the node's totals outlive its peers.
+#[derive(Debug, Default)]
+pub(crate) struct Retired {
+    /// Bytes written.
+    pub bytes_out: AtomicU64,
+    /// Bytes read.
+    pub bytes_in: AtomicU64,
+}
+
 /// Counters of one lane, exported at `/metrics`.
 #[derive(Debug, Default)]
 pub(crate) struct LaneMetrics {
@@ -248,6 +258,20 @@ pub(crate) struct Lane {
     capacity: u32,
     node: QueueBudget,
     conn_tx: mpsc::Sender<ConnHandle>,
+    /// Where its counts go when it is dropped.
+    retired: Arc<Retired>,
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        let m = &self.metrics;
+        self.retired
+            .bytes_out
+            .fetch_add(m.bytes_out.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.retired
+            .bytes_in
+            .fetch_add(m.bytes_in.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
 }
 
 /// The receiving ends a lane's writer task owns.
@@ -263,15 +287,16 @@ impl Lane {
     /// beyond it.
     #[cfg(test)]
     pub(crate) fn new(id: LaneId, capacity: usize) -> (Arc<Lane>, LaneTask) {
-        Lane::with_budget(id, capacity, QueueBudget::new(capacity))
+        Lane::with_budget(id, capacity, QueueBudget::new(capacity), Default::default())
     }
 
     /// A new, disconnected lane with a queue of `capacity` bytes that also draws on the
-    /// node-wide `node` budget.
+    /// node-wide `node` budget; its byte counts go to `retired` when it is dropped.
     pub(crate) fn with_budget(
         id: LaneId,
         capacity: usize,
         node: QueueBudget,
+        retired: Arc<Retired>,
     ) -> (Arc<Lane>, LaneTask) {
         let capacity = capacity.clamp(1, u32::MAX as usize) as u32;
         // Unbounded in count, bounded in bytes: every frame holds at least one permit.
@@ -291,6 +316,7 @@ impl Lane {
             capacity,
             node,
             conn_tx,
+            retired,
         });
         (lane, LaneTask { rx, conn_rx })
     }
@@ -1053,8 +1079,14 @@ mod tests {
     #[tokio::test]
     async fn lanes_share_the_node_budget() {
         let node = QueueBudget::new(1500);
-        let (a, _ta) = Lane::with_budget(LaneId::new("default", 0), 1024, node.clone());
-        let (b, _tb) = Lane::with_budget(LaneId::new("default", 1), 1024, node.clone());
+        let retired = Arc::new(Retired::default());
+        let (a, _ta) = Lane::with_budget(
+            LaneId::new("default", 0),
+            1024,
+            node.clone(),
+            retired.clone(),
+        );
+        let (b, _tb) = Lane::with_budget(LaneId::new("default", 1), 1024, node.clone(), retired);
         a.try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 1000]), None)
             .unwrap();
         assert_eq!(node.queued_bytes(), 1000);
