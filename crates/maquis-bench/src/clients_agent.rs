@@ -115,18 +115,6 @@ pub struct SwarmStats {
     pub min_members: usize,
 }
 
-fn proc_status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
 }
@@ -165,8 +153,8 @@ pub async fn server(args: CsServerArgs) -> Result<(), String> {
         if line.trim() == "stats" {
             let status = node.status();
             let s = ServerStats {
-                rss_kib: proc_status_kib("VmRSS:"),
-                hwm_kib: proc_status_kib("VmHWM:"),
+                rss_kib: crate::stats::proc_status_kib("VmRSS:"),
+                hwm_kib: crate::stats::proc_status_kib("VmHWM:"),
                 members: node.members().len(),
                 neighbors: node.neighbors().len(),
                 merged: merged.load(Ordering::Relaxed),
@@ -283,7 +271,7 @@ pub async fn clients(args: CsClientsArgs) -> Result<(), String> {
                         .clone(),
                     received: tally.received.load(Ordering::Relaxed),
                     max_wait_ms: tally.max_wait_ms.load(Ordering::Relaxed),
-                    rss_kib: proc_status_kib("VmRSS:"),
+                    rss_kib: crate::stats::proc_status_kib("VmRSS:"),
                     min_members: nodes
                         .iter()
                         .map(|(_, n)| n.members().len())

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::{
-    actop_bench, agent, clients, clients_agent, debench, debench_agent, heartbeat, local,
-    local_cell, micro, rawtcp, ring_agent, ring_bench, teardown,
+    actop_bench, adcounter_bench, agent, clients, clients_agent, debench, debench_agent, heartbeat,
+    local, local_cell, micro, rawtcp, ring_agent, ring_bench, teardown,
 };
 
 /// Benchmark commands.
@@ -38,6 +38,9 @@ pub enum BenchCommand {
     /// ActOp's Heartbeat benchmark (§6.2): one server, stage sizing by the queueing model
     /// against the default.
     Heartbeat(heartbeat::HeartbeatArgs),
+    /// PARTISAN's advertisement counter (§6.3, Fig. 9): 32 to 1,024 nodes, client-server and
+    /// peer-to-peer.
+    Adcounter(adcounter_bench::AdcounterArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -66,6 +69,8 @@ pub enum AgentCommand {
     LocalCell(local_cell::LocalCellArgs),
     /// The Heartbeat benchmark's server: heartbeat actors, stages sized or not.
     HeartbeatServer(heartbeat::HeartbeatServerArgs),
+    /// The advertisement counter's node 0 (server or contact) with its replica.
+    AdcounterNode(adcounter_bench::AdcounterNodeArgs),
 }
 
 /// Where a `--quick` run writes when `--out` is left at the full run's directory: under
@@ -121,6 +126,12 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }
+        BenchCommand::Adcounter(mut args) => {
+            quick_out(&mut args.out, args.quick, "adcounter");
+            tokio::task::spawn_blocking(move || adcounter_bench::run(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
         BenchCommand::Heartbeat(mut args) => {
             quick_out(&mut args.out, args.quick, "heartbeat");
             tokio::task::spawn_blocking(move || heartbeat::run(&args).map(|_| ()))
@@ -143,6 +154,7 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
             AgentCommand::CsClients(x) => clients_agent::clients(x).await,
             AgentCommand::DebenchNodes(x) => debench_agent::debench_nodes(x).await,
             AgentCommand::HeartbeatServer(x) => heartbeat::server(x).await,
+            AgentCommand::AdcounterNode(x) => adcounter_bench::node(x).await,
             AgentCommand::LocalCell(x) => tokio::task::spawn_blocking(move || local_cell::run(&x))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string())),

@@ -416,7 +416,7 @@ async fn timed<T, E: std::fmt::Display>(
 }
 
 /// A hundred nodes in full mesh hold thousands of sockets: lift the soft limit to the hard one.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -39,6 +39,7 @@
 //! stops the children and deletes the emulated hosts ([`teardown`]).
 
 pub mod actop_bench;
+pub mod adcounter_bench;
 pub mod agent;
 pub mod certs;
 pub mod clients;
@@ -114,6 +115,7 @@ mod tests {
             "debench-nodes",
             "local-cell",
             "heartbeat-server",
+            "adcounter-node",
         ] {
             let e = Cli::try_parse_from(["maquis-bench", "agent", role, "--help"]).unwrap_err();
             assert_eq!(

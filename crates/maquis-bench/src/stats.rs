@@ -239,3 +239,16 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1.0)]
     pub warmup_s: f64,
 }
+
+/// A field of `/proc/self/status` in KiB (`VmRSS:`, `VmHWM:`), 0 if it cannot be read.
+pub fn proc_status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
