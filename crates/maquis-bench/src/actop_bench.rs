@@ -295,8 +295,7 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
         results.push(r);
     }
     drop(rt);
-    let json = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
-    std::fs::write(a.out.join("results.json"), json).map_err(|e| e.to_string())?;
+    crate::stats::write_results(&a.out, &results)?;
     report(
         a,
         games,
@@ -699,9 +698,7 @@ fn report(
         a.interval_ms,
         a.configs.join(",")
     );
-    let _ = writeln!(r, "Machine: {}  ", crate::micro_report::machine());
-    let _ = writeln!(r, "TCP: {}  ", crate::debench_report::tcp_settings());
-    let _ = writeln!(r, "Commit: {}  ", crate::micro_report::build_commit());
+    r.push_str(&crate::stats::setting_lines());
     let _ = writeln!(
         r,
         "Wall time: {:.0} s; load average before the run: {}\n",

@@ -228,8 +228,7 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
         }
     }
     drop(rt);
-    let json = serde_json::to_string_pretty(&cells).map_err(|e| e.to_string())?;
-    std::fs::write(a.out.join("results.json"), json).map_err(|e| e.to_string())?;
+    crate::stats::write_results(&a.out, &cells)?;
     let md = report(a, &cells, t0.elapsed(), &load_before);
     std::fs::write(a.out.join("report.md"), md).map_err(|e| e.to_string())?;
     eprintln!("adcounter: wrote {}", a.out.display());
@@ -375,9 +374,7 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
         a.ads,
         a.sync_ms
     );
-    let _ = writeln!(r, "Machine: {}  ", crate::micro_report::machine());
-    let _ = writeln!(r, "TCP: {}  ", crate::debench_report::tcp_settings());
-    let _ = writeln!(r, "Commit: {}  ", crate::micro_report::build_commit());
+    r.push_str(&crate::stats::setting_lines());
     let _ = writeln!(
         r,
         "Wall time: {:.0} s; load average before: {}\n",

@@ -105,9 +105,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
         let _ = write!(cmd, " --rate {rate}");
     }
     let _ = writeln!(r, "Command: `{cmd}`  ");
-    let _ = writeln!(r, "Machine: {}  ", crate::micro_report::machine());
-    let _ = writeln!(r, "TCP: {}  ", tcp_settings());
-    let _ = writeln!(r, "Commit: {}  ", crate::micro_report::build_commit());
+    r.push_str(&crate::stats::setting_lines());
     let _ = writeln!(
         r,
         "Wall time: {:.0} s; load average before the run: {}\n",

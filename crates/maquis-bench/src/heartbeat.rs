@@ -220,8 +220,7 @@ pub fn run(a: &HeartbeatArgs) -> Result<Vec<Cell>, String> {
         }
     }
     drop(rt);
-    let json = serde_json::to_string_pretty(&cells).map_err(|e| e.to_string())?;
-    std::fs::write(a.out.join("results.json"), json).map_err(|e| e.to_string())?;
+    crate::stats::write_results(&a.out, &cells)?;
     let md = report(
         a,
         &rates,
@@ -403,9 +402,8 @@ fn report(
         a.stage_ms,
         a.penalty_us
     );
-    let _ = writeln!(r, "Machine: {}  ", crate::micro_report::machine());
-    let _ = writeln!(r, "TCP: {}  ", crate::debench_report::tcp_settings());
-    let _ = writeln!(r, "Commit: {}\n", crate::micro_report::build_commit());
+    r.push_str(&crate::stats::setting_lines());
+    r.push('\n');
     let _ = writeln!(
         r,
         "| config | round | rate | answered/s | p50 µs | p95 µs | p99 µs | mean µs | server CPU µs/req | lost | threads r/e/s | busy r/e/s |"

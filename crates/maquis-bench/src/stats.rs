@@ -252,3 +252,20 @@ pub fn proc_status_kib(field: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// The lines every report starts its description with: the machine, its TCP settings and
+/// the commit the binary was built from (each ending in a Markdown line break).
+pub fn setting_lines() -> String {
+    format!(
+        "Machine: {}  \nTCP: {}  \nCommit: {}  \n",
+        crate::micro_report::machine(),
+        crate::debench_report::tcp_settings(),
+        crate::micro_report::build_commit()
+    )
+}
+
+/// Writes `cells` as `out/results.json`.
+pub fn write_results<T: serde::Serialize>(out: &std::path::Path, cells: &T) -> Result<(), String> {
+    let json = serde_json::to_string_pretty(cells).map_err(|e| e.to_string())?;
+    std::fs::write(out.join("results.json"), json).map_err(|e| format!("{}: {e}", out.display()))
+}

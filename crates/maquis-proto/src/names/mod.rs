@@ -631,6 +631,13 @@ impl<P: PeerId> Directory<P> {
             return false;
         }
         self.cache.remove(name);
+        self.release_mine(name);
+        true
+    }
+
+    /// Releases this node's registration of `name` at its home (no-op there if the entry is
+    /// another node's).
+    fn release_mine(&mut self, name: &str) {
         let home = self.home(name);
         let me = self.me.clone();
         if home == me {
@@ -639,7 +646,6 @@ impl<P: PeerId> Directory<P> {
             let name = name.to_string();
             self.send(home, DirMsg::Release { name, owner: me });
         }
-        true
     }
 
     /// Hands `name` on: this node stops holding it without releasing it, so that its home
@@ -655,16 +661,8 @@ impl<P: PeerId> Directory<P> {
     /// names this node (the next holder never took it); nothing if this node holds the name
     /// again.
     pub fn release_if_left(&mut self, name: &str) {
-        if self.own.contains_key(name) {
-            return;
-        }
-        let home = self.home(name);
-        let me = self.me.clone();
-        if home == me {
-            self.release(name, &me);
-        } else {
-            let name = name.to_string();
-            self.send(home, DirMsg::Release { name, owner: me });
+        if !self.own.contains_key(name) {
+            self.release_mine(name);
         }
     }
 
