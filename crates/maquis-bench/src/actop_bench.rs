@@ -136,6 +136,10 @@ pub struct LoadResult {
     pub cpu_us_per_request: f64,
     /// Requests that failed or got no answer.
     pub lost: u64,
+    /// The latency CDF: the latency (µs) at each hundredth of the answered requests, from
+    /// the fastest (index 0) to the slowest (index 100).
+    #[serde(default)]
+    pub cdf_us: Vec<u64>,
 }
 
 impl LoadResult {
@@ -447,6 +451,11 @@ async fn one(
             p99_us: pct(0.99),
             cpu_us_per_request: cpu * 1e6 / window_sent.max(1) as f64,
             lost: window_sent - window_handled,
+            cdf_us: if lat.is_empty() {
+                Vec::new()
+            } else {
+                (0..=100).map(|c| pct(c as f64 / 100.0)).collect()
+            },
         };
         eprintln!(
             "  {rate} req/s: {:.0} answered/s, remote share {:.3}, p50/p95/p99 {}/{}/{} µs, {:.1} µs CPU a request",
@@ -878,6 +887,22 @@ ax.set_title("Remote messages over time (cf. Fig. 10a)")
 fig.tight_layout()
 fig.savefig(os.path.join(out, "remote_share.png"), dpi=120)
 print("remote_share.png")
+loads = {l["rate"] for c in cells for l in c.get("loads", [])}
+if loads:
+    top = max(loads)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for c in cells:
+        for l in c.get("loads", []):
+            if l["rate"] == top and l.get("cdf_us"):
+                ax.plot(l["cdf_us"], [i / 100 for i in range(len(l["cdf_us"]))], label=c["config"])
+    ax.set_xscale("log")
+    ax.set_xlabel("request latency (µs)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(f"Latency CDF at {top} requests/s (cf. Fig. 10b)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "latency_cdf.png"), dpi=120)
+    print("latency_cdf.png")
 for key, label, name, title in [
     ("p99_us", "p99 latency (µs)", "p99_by_load.png", "p99 latency by load (cf. Fig. 10d)"),
     ("cpu_us_per_request", "CPU µs per request", "cpu_by_load.png", "CPU per request by load (cf. Fig. 10e)"),

@@ -477,5 +477,38 @@ fn report(
         "\nA ratio below 1× means `stages` was faster (or cheaper). The server's `busy` columns \
          are the model's λ·s per stage (threads kept busy) in its last interval."
     );
+    r.push_str(&crate::plot::section(
+        &a.out,
+        "plot_heartbeat.py",
+        PLOT_PY,
+        &[],
+    ));
     r
 }
+
+/// Fig. 11(a)'s measure: each configuration's p50 and p99 against the load (every round a
+/// point, the median a line).
+const PLOT_PY: &str = r#"
+import json, sys, os, statistics
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out = sys.argv[1]
+cells = json.load(open(os.path.join(out, "results.json")))
+fig, ax = plt.subplots(figsize=(7, 4))
+for config in sorted({c["config"] for c in cells}):
+    for key, style in (("p50_us", "--"), ("p99_us", "-")):
+        rates = sorted({c["rate"] for c in cells if c["config"] == config})
+        med = [statistics.median(c[key] for c in cells if c["config"] == config and c["rate"] == r) for r in rates]
+        line, = ax.plot(rates, med, style, marker="o", label=f"{config} {key[:3]}")
+        pts = [(c["rate"], c[key]) for c in cells if c["config"] == config]
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=line.get_color(), s=10, alpha=0.5)
+ax.set_yscale("log")
+ax.set_xlabel("offered load (requests/s)")
+ax.set_ylabel("latency (µs)")
+ax.set_title("Heartbeat: stage sizing against the default (cf. Fig. 11a)")
+ax.legend()
+fig.tight_layout()
+fig.savefig(os.path.join(out, "latency_by_load.png"), dpi=120)
+print("latency_by_load.png")
+"#;

@@ -61,6 +61,15 @@ fn small_actop_run_measures_every_configuration() {
         for l in loads {
             assert_eq!(l["lost"], 0, "{c}");
             assert!(l["achieved_per_s"].as_f64().unwrap() > 0.0, "{c}");
+            let cdf: Vec<u64> = l["cdf_us"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            assert_eq!(cdf.len(), 101, "{c}");
+            assert!(cdf.windows(2).all(|w| w[0] <= w[1]), "a CDF rises: {c}");
+            assert_eq!(cdf[50], l["p50_us"].as_u64().unwrap(), "{c}");
         }
         // One game a second ends (300 % of 20 games a minute): its 4 leavers are replaced by
         // 4 newcomers, and a new game forms.
