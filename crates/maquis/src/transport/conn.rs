@@ -203,6 +203,10 @@ pub(crate) async fn accept<H: Host>(inner: Arc<H>, tcp: TcpStream, remote: Socke
             inner.counters().handshake_failures.inc();
             tracing::debug!(%remote, error = %e, "incoming connection closed during the handshake");
         }
+        Err(e) if inner.shutdown().is_cancelled() => {
+            // Refused because this node is stopping: expected, nothing to warn about.
+            tracing::debug!(%remote, reason = %e, "incoming connection refused while stopping");
+        }
         Err(e) => {
             // One line per source a minute at most (the host counts), and one a second for all
             // sources together.
