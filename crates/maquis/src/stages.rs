@@ -221,15 +221,27 @@ impl Stages {
     }
 }
 
-/// `fut` as a task of `stage` when the node sizes its stages, else as it is.
-pub(crate) fn gated<F: Future>(stages: Option<&Arc<Stages>>, stage: Stage, fut: F) -> Gated<F> {
-    Gated {
-        gate: stages.map(|s| Slot {
-            stages: s.clone(),
-            permits: PollSemaphore::new(s.gates[stage as usize].permits.clone()),
-            stage,
+/// Spawns `fut` as a task of `stage` when the node sizes its stages (gated and timed), else
+/// as it is (nothing added to its polls).
+pub(crate) fn spawn<F>(
+    stages: Option<&Arc<Stages>>,
+    stage: Stage,
+    fut: F,
+) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match stages {
+        None => tokio::spawn(fut),
+        Some(s) => tokio::spawn(Gated {
+            gate: Slot {
+                stages: s.clone(),
+                permits: PollSemaphore::new(s.gates[stage as usize].permits.clone()),
+                stage,
+            },
+            inner: fut,
         }),
-        inner: fut,
     }
 }
 
@@ -242,7 +254,7 @@ struct Slot {
 pin_project_lite::pin_project! {
     /// A future whose every poll holds one of its stage's permits, timed.
     pub(crate) struct Gated<F> {
-        gate: Option<Slot>,
+        gate: Slot,
         #[pin]
         inner: F,
     }
@@ -253,9 +265,7 @@ impl<F: Future> Future for Gated<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let Some(slot) = this.gate.as_mut() else {
-            return this.inner.poll(cx);
-        };
+        let slot = this.gate;
         let permit = match slot.permits.poll_acquire(cx) {
             Poll::Ready(Some(p)) => p,
             // The semaphore is never closed; were it, the stage would run ungated.
@@ -264,7 +274,7 @@ impl<F: Future> Future for Gated<F> {
         };
         let gate = &slot.stages.gates[slot.stage as usize];
         let n = gate.events.fetch_add(1, Ordering::Relaxed);
-        let timed = n % TIMED_EVERY == 0;
+        let timed = n.is_multiple_of(TIMED_EVERY);
         let cpu = if timed { thread_cpu() } else { None };
         let start = Instant::now();
         let out = this.inner.poll(cx);
@@ -339,7 +349,7 @@ mod tests {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let fut = busy(inside.clone(), most.clone(), 20);
-                tokio::spawn(gated(Some(&s), Stage::Execute, fut))
+                spawn(Some(&s), Stage::Execute, fut)
             })
             .collect();
         // The receive stage keeps its four: its tasks overlap (while execute's run one by one).
@@ -347,7 +357,7 @@ mod tests {
         let others: Vec<_> = (0..3)
             .map(|_| {
                 let fut = busy(rin.clone(), rmost.clone(), 20);
-                tokio::spawn(gated(Some(&s), Stage::Receive, fut))
+                spawn(Some(&s), Stage::Receive, fut)
             })
             .collect();
         for t in tasks.into_iter().chain(others) {
@@ -369,7 +379,7 @@ mod tests {
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let fut = busy(inside.clone(), most.clone(), 20);
-                tokio::spawn(gated(Some(&s), Stage::Execute, fut))
+                spawn(Some(&s), Stage::Execute, fut)
             })
             .collect();
         for t in tasks {
@@ -385,7 +395,7 @@ mod tests {
         let release = Arc::new(AtomicBool::new(false));
         let started = Arc::new(tokio::sync::Notify::new());
         // One poll holds a permit (spins until released); shrinking to 1 must wait for it.
-        let task = tokio::spawn(gated(Some(&s), Stage::Send, {
+        let task = spawn(Some(&s), Stage::Send, {
             let (release, started) = (release.clone(), started.clone());
             async move {
                 started.notify_one();
@@ -393,7 +403,7 @@ mod tests {
                     std::hint::spin_loop();
                 }
             }
-        }));
+        });
         started.notified().await;
         // Two permits: one is free, one is in the poll. Shrinking by one takes the free one.
         s.resize([2, 2, 1]).await;

@@ -540,7 +540,7 @@ impl Node {
         };
         let stages = self.inner.router.stages.as_ref();
         let stage = crate::stages::Stage::Execute;
-        tokio::spawn(crate::stages::gated(
+        crate::stages::spawn(
             stages,
             stage,
             crate::actor::scope_actor(id, async move {
@@ -557,7 +557,7 @@ impl Node {
                     }
                 }
             }),
-        ));
+        );
         me
     }
 

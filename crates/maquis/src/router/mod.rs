@@ -516,7 +516,7 @@ impl Router {
                     slot,
                     tx,
                 });
-                tokio::spawn(crate::stages::gated(
+                crate::stages::spawn(
                     self.stages.as_ref(),
                     crate::stages::Stage::Send,
                     run_writer(
@@ -528,7 +528,7 @@ impl Router {
                         self.limits.part_bytes,
                         widen,
                     ),
-                ))
+                )
             })
             .collect();
         *peer.writers.lock().unwrap_or_else(|e| e.into_inner()) = writers;

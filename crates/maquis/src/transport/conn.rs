@@ -470,11 +470,11 @@ pub(crate) async fn install<H: Host>(
         }
     };
     tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, dialed_by_me, ?replaced, "lane connected");
-    tokio::spawn(crate::stages::gated(
+    crate::stages::spawn(
         inner.stages(),
         crate::stages::Stage::Receive,
         read_loop(inner.clone(), peer.clone(), slot, read, info),
-    ));
+    );
     peer.changed.notify_waiters();
     inner
         .on_lane(LaneEvent::Up {
