@@ -1,7 +1,8 @@
 //! `maquis-bench actop`: ActOp's Halo Presence (§6.1, Fig. 10–11), scaled to this machine.
 //!
 //! Games of `--players` players, each game and each player a virtual actor, placed at random
-//! over `--nodes` Maquis nodes (in this process, on loopback). A client request asks a random
+//! over `--nodes` Maquis nodes (each a process of its own, `maquis-bench agent halo-node`, on
+//! loopback; each node also runs its share of the clients). A client request asks a random
 //! player for its status; the player asks its game (a call from one virtual actor to another:
 //! the message ActOp tries to keep on one node) and answers. Every configuration runs on a
 //! fresh cluster, one after the other: `random` (placement only), `local` (prefer-local
@@ -14,15 +15,15 @@
 //! to new games). Writes `results.json`, `report.md` and plots into `--out`.
 
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use maquis::virtual_actors::Placement;
-use maquis::{Actor, Config, Context, Node, ReplyTo};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+
+use crate::actop_agent::{Answer, Command, NodeStats};
+use crate::ring_proc::Proc;
 
 /// `maquis-bench actop`.
 #[derive(clap::Args, Debug, Clone)]
@@ -33,7 +34,7 @@ pub struct ActopArgs {
     /// Where results.json and report.md go (with --quick and no --out: target/bench-quick/actop).
     #[arg(long, default_value = "bench/results/actop")]
     pub out: PathBuf,
-    /// Nodes (in this process).
+    /// Nodes (each a process of its own).
     #[arg(long, default_value_t = 4)]
     pub nodes: usize,
     /// Games (default 1,000; 500 with --quick).
@@ -73,7 +74,7 @@ pub struct ActopArgs {
 }
 
 /// The configurations `--configs` may name.
-const CONFIGS: [&str; 4] = ["random", "local", "actop", "actop+stages"];
+pub const CONFIGS: [&str; 4] = ["random", "local", "actop", "actop+stages"];
 
 /// One configuration's measurement, as results.json holds it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -150,89 +151,6 @@ impl LoadResult {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-enum Player {
-    /// Join a game (its key), leaving the one it was in.
-    Join(String),
-    /// Leave the game and the service.
-    Leave,
-    /// A client asks for the player's status: the player asks its game.
-    Status(ReplyTo<u64>),
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-enum Game {
-    /// A player joined.
-    Hello,
-    /// A player left.
-    Bye,
-    /// How many players have joined.
-    Status(ReplyTo<u64>),
-}
-
-struct PlayerActor {
-    game: Option<String>,
-    /// Where its game goes if it has no activation yet.
-    placement: Placement,
-}
-
-impl Actor for PlayerActor {
-    type Msg = Player;
-    async fn handle(&mut self, msg: Player, ctx: &mut Context<Player>) {
-        match msg {
-            Player::Join(game) => {
-                self.leave(ctx).await;
-                if let Ok(g) = ctx.node().virtual_ref::<Game>("game", &game) {
-                    let g = g.placement(self.placement);
-                    let _ = g.send(Game::Hello).await;
-                }
-                self.game = Some(game);
-            }
-            Player::Leave => self.leave(ctx).await,
-            Player::Status(reply) => {
-                let Some(game) = &self.game else {
-                    let _ = reply.send(0).await;
-                    return;
-                };
-                let Ok(g) = ctx.node().virtual_ref::<Game>("game", game) else {
-                    return;
-                };
-                if let Ok(n) = g.call(Game::Status, Duration::from_secs(5)).await {
-                    let _ = reply.send(n).await;
-                }
-            }
-        }
-    }
-}
-
-impl PlayerActor {
-    /// Tells the game it is in, if any, that it left.
-    async fn leave(&mut self, ctx: &mut Context<Player>) {
-        if let Some(old) = self.game.take() {
-            if let Ok(g) = ctx.node().virtual_ref::<Game>("game", &old) {
-                let _ = g.send(Game::Bye).await;
-            }
-        }
-    }
-}
-
-struct GameActor {
-    players: u64,
-}
-
-impl Actor for GameActor {
-    type Msg = Game;
-    async fn handle(&mut self, msg: Game, _ctx: &mut Context<Game>) {
-        match msg {
-            Game::Hello => self.players += 1,
-            Game::Bye => self.players = self.players.saturating_sub(1),
-            Game::Status(reply) => {
-                let _ = reply.send(self.players).await;
-            }
-        }
-    }
-}
-
 /// Runs the benchmark.
 pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
     let mut a = a.clone();
@@ -279,11 +197,11 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
     }
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let t0 = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    if a.base_port as usize + a.configs.len() * a.nodes > u16::MAX as usize {
+        return Err(
+            "--base-port plus a port per node and configuration passes the last port".into(),
+        );
+    }
     let mut results = Vec::new();
     for (i, config) in a.configs.iter().enumerate() {
         eprintln!(
@@ -291,14 +209,13 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
             a.nodes, a.players
         );
         let port = a.base_port + (i * a.nodes) as u16;
-        let r = rt.block_on(one(a, config, games, port, (warm, paced, sat)))?;
+        let r = one(a, config, games, port, (warm, paced, sat))?;
         eprintln!(
             "  remote share {:.3}, p50/p95/p99 {}/{}/{} µs, peak {:.0} req/s, {:.1} µs CPU a request, {:.0} moves/min",
             r.remote_fraction, r.p50_us, r.p95_us, r.p99_us, r.peak_ops_per_s, r.cpu_us_per_request, r.migrations_per_min
         );
         results.push(r);
     }
-    drop(rt);
     crate::stats::write_results(&a.out, &results)?;
     report(
         a,
@@ -312,129 +229,242 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
     Ok(results)
 }
 
-fn count(nodes: &[Node], k: &str) -> u64 {
-    nodes.iter().map(|n| n.counters().snapshot()[k]).sum()
+/// The node processes of one configuration.
+struct Cluster {
+    procs: Vec<Proc>,
+}
+
+/// How long a command may take to answer (a paced second that falls behind lasts longer; a
+/// request times out after 5 s).
+const ANSWER_LIMIT: Duration = Duration::from_secs(120);
+
+impl Cluster {
+    /// Starts `a.nodes` node processes on ports `port`, `port + 1`, …, and waits until each
+    /// sees them all.
+    fn start(a: &ActopArgs, config: &str, games: u32, port: u16) -> Result<Cluster, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(a.out.join("agents.log"))
+            .map_err(|e| e.to_string())?;
+        let addr = |i: usize| SocketAddr::from(([127, 0, 0, 1], port + i as u16));
+        let imbalance = ((games * (a.players + 1)) as usize / a.nodes / 10).max(4);
+        let mut procs = Vec::with_capacity(a.nodes);
+        for i in 0..a.nodes {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.env("RUST_LOG", crate::stats::agent_log_filter())
+                .args(["agent", "halo-node", "--index", &i.to_string()])
+                .args(["--listen", &addr(i).to_string()])
+                .args(["--nodes", &a.nodes.to_string(), "--config", config])
+                .args(["--interval-ms", &a.interval_ms.to_string()])
+                .args(["--imbalance", &imbalance.to_string()]);
+            if i > 0 {
+                cmd.args(["--join", &addr(0).to_string()]);
+            }
+            let what = format!("halo{i}");
+            let mut p = Proc::start(
+                &what,
+                cmd,
+                log.try_clone().map_err(|e| e.to_string())?.into(),
+            )?;
+            p.expect(&["started"], Duration::from_secs(60))?;
+            procs.push(p);
+        }
+        for p in &mut procs {
+            p.expect(&["ready"], Duration::from_secs(60))?;
+        }
+        Ok(Cluster { procs })
+    }
+
+    /// Sends each node its command, then waits for every answer.
+    fn all(&mut self, cmds: Vec<Command>) -> Result<Vec<Answer>, String> {
+        for (p, c) in self.procs.iter_mut().zip(cmds) {
+            p.command(&c)?;
+        }
+        self.procs
+            .iter_mut()
+            .map(|p| p.answer(ANSWER_LIMIT))
+            .collect()
+    }
+
+    fn stats(&mut self) -> Result<Vec<NodeStats>, String> {
+        let n = self.procs.len();
+        self.all((0..n).map(|_| Command::Stats).collect())?
+            .into_iter()
+            .map(|a| match a {
+                Answer::Stats(s) => Ok(s),
+                other => Err(format!("expected stats, got {other:?}")),
+            })
+            .collect()
+    }
+
+    /// The CPU seconds of the node processes so far.
+    fn cpu(&self) -> f64 {
+        self.procs
+            .iter()
+            .map(|p| crate::stats::cpu_seconds_of(p.pid()))
+            .sum()
+    }
+
+    /// Tells players, `(player, game)` (`None`: leave), spreading them round robin from
+    /// node `*next` on.
+    fn tell(&mut self, told: Vec<(String, Option<String>)>, next: &mut u64) -> Result<(), String> {
+        let n = self.procs.len();
+        let mut per: Vec<Vec<_>> = vec![Vec::new(); n];
+        for t in told {
+            per[*next as usize % n].push(t);
+            *next += 1;
+        }
+        let want: Vec<usize> = per.iter().map(Vec::len).collect();
+        let got = self.all(per.into_iter().map(Command::Tell).collect())?;
+        for (a, want) in got.into_iter().zip(want) {
+            if !matches!(a, Answer::Told { players } if players == want) {
+                return Err(format!("expected {want} players told, got {a:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// One second of requests at `rate`, spread round robin over the nodes, each about a
+    /// random player; the latencies (µs) of those answered, and how many were sent.
+    fn paced(&mut self, roster: &Roster, rate: u64) -> Result<(Vec<u64>, u64), String> {
+        let n = self.procs.len();
+        let mut per: Vec<Vec<String>> = vec![Vec::new(); n];
+        let mut rng = rand::thread_rng();
+        for i in 0..rate as usize {
+            let p = &roster.players[rng.gen_range(0..roster.players.len())];
+            per[i % n].push(p.clone());
+        }
+        let (mut lat, mut sent) = (Vec::with_capacity(rate as usize), 0);
+        for a in self.all(per.into_iter().map(Command::Paced).collect())? {
+            match a {
+                Answer::Paced { lat_us, sent: s } => {
+                    lat.extend(lat_us);
+                    sent += s;
+                }
+                other => return Err(format!("expected paced, got {other:?}")),
+            }
+        }
+        Ok((lat, sent))
+    }
+
+    fn shutdown(self) {
+        for p in self.procs {
+            p.stop(Duration::from_secs(10));
+        }
+    }
 }
 
 /// The remote share of player → game calls since `(local, remote)`.
-fn share(nodes: &[Node], since: (u64, u64)) -> ((u64, u64), f64) {
+fn share(stats: &[NodeStats], since: (u64, u64)) -> ((u64, u64), f64) {
     let now = (
-        count(nodes, "virtual_sent_local"),
-        count(nodes, "virtual_sent_remote"),
+        stats.iter().map(|s| s.sent_local).sum::<u64>(),
+        stats.iter().map(|s| s.sent_remote).sum::<u64>(),
     );
     let (l, r) = (now.0 - since.0, now.1 - since.1);
     (now, r as f64 / (l + r).max(1) as f64)
 }
 
-async fn one(
+fn one(
     a: &ActopArgs,
     config: &str,
     games: u32,
     port: u16,
+    secs: (u64, u64, u64),
+) -> Result<ConfigResult, String> {
+    let cluster = Cluster::start(a, config, games, port)?;
+    let mut run = Run {
+        cluster,
+        roster: Roster::new(games, a.players),
+        told: 0,
+        churn: Churn {
+            per_second: games as f64 * a.churn / 100.0 / 60.0,
+            due: 0.0,
+            ended: 0,
+        },
+        since: (0, 0),
+        timeline: Vec::new(),
+        sent: 0,
+        handled: 0,
+    };
+    let r = measure(a, &mut run, secs);
+    run.cluster.shutdown();
+    r.map(|mut r| {
+        r.config = config.to_string();
+        r
+    })
+}
+
+/// A configuration's run: its cluster, the roster, the churn and the counts so far.
+struct Run {
+    cluster: Cluster,
+    roster: Roster,
+    /// Players told so far (the next tell goes to node `told % nodes`).
+    told: u64,
+    churn: Churn,
+    /// Player → game calls (local, remote) counted so far.
+    since: (u64, u64),
+    /// The remote share of each second.
+    timeline: Vec<f64>,
+    /// Requests sent and answered so far.
+    sent: u64,
+    handled: u64,
+}
+
+impl Run {
+    /// One second at `rate`, then that second's churn and remote share: the latencies of the
+    /// answered requests, how many were sent, and the share.
+    fn second(&mut self, rate: u64) -> Result<(Vec<u64>, u64, f64), String> {
+        let (lat, sent) = self.cluster.paced(&self.roster, rate)?;
+        self.sent += sent;
+        self.handled += lat.len() as u64;
+        let told = self.churn.step(&mut self.roster);
+        self.cluster.tell(told, &mut self.told)?;
+        let (now, s) = share(&self.cluster.stats()?, self.since);
+        self.since = now;
+        self.timeline.push(s);
+        Ok((lat, sent, s))
+    }
+}
+
+fn measure(
+    a: &ActopArgs,
+    run: &mut Run,
     (warm, paced, sat): (u64, u64, u64),
 ) -> Result<ConfigResult, String> {
-    let mut nodes: Vec<Node> = Vec::new();
-    for i in 0..a.nodes {
-        let mut cfg = Config::new(format!("halo{i}"))
-            .listen(([127, 0, 0, 1], port + i as u16).into())
-            .cookie("actop-bench");
-        cfg.services.virtual_idle_ms = 0;
-        if config.starts_with("actop") {
-            cfg.services.actop_interval_ms = a.interval_ms;
-            cfg.services.actop_candidates = 512;
-            cfg.services.actop_imbalance =
-                ((games * (a.players + 1)) as usize / a.nodes / 10).max(4);
-        }
-        if config == "actop+stages" {
-            cfg.services.stage_interval_ms = a.interval_ms;
-        }
-        let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
-        if let Some(first) = nodes.first() {
-            node.join_wait(first.addr(), Duration::from_secs(10))
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        let placement = if config == "local" {
-            Placement::Local
-        } else {
-            Placement::Random
-        };
-        node.register_virtual("player", move |_key: &str| PlayerActor {
-            game: None,
-            placement,
-        })
-        .map_err(|e| e.to_string())?;
-        node.register_virtual("game", |_key: &str| GameActor { players: 0 })
-            .map_err(|e| e.to_string())?;
-        nodes.push(node);
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while nodes.iter().any(|n| n.members().len() < a.nodes) {
-        if Instant::now() > deadline {
-            return Err("the cluster did not form in 20 s".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Players join their games; everything is placed at random.
-    let placement = if config == "local" {
-        Placement::Local
-    } else {
-        Placement::Random
-    };
-    let roster = std::sync::RwLock::new(Roster::new(games, a.players));
-    let first: Vec<(String, String)> = roster
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
+    // Players join their games, placed as the configuration places them.
+    let first: Vec<(String, Option<String>)> = run
+        .roster
         .games
         .iter()
-        .flat_map(|(g, ps)| ps.iter().map(move |p| (p.clone(), g.clone())))
+        .flat_map(|(g, ps)| ps.iter().map(move |p| (p.clone(), Some(g.clone()))))
         .collect();
-    for (i, (p, g)) in first.into_iter().enumerate() {
-        tell(&nodes[i % nodes.len()], &p, placement, Player::Join(g)).await?;
-    }
-    let sent = Arc::new(AtomicU64::new(0));
-    let handled = Arc::new(AtomicU64::new(0));
-    let moves0 = count(&nodes, "virtual_migrations");
-    let mut since = share(&nodes, (0, 0)).0;
-    let mut timeline = Vec::new();
-    let mut churn = Churn {
-        per_second: games as f64 * a.churn / 100.0 / 60.0,
-        due: 0.0,
-        ended: 0,
-        told: 0,
-    };
-    // Warm-up at the first rate, then each paced load; the remote share each second, churn
-    // each second.
-    let mut loads = Vec::new();
+    run.cluster.tell(first, &mut run.told)?;
+    let stats0 = run.cluster.stats()?;
+    let moves0: u64 = stats0.iter().map(|s| s.migrations).sum();
+    run.since = share(&stats0, (0, 0)).0;
+    // Warm-up at the first rate, then each paced load.
     for _ in 0..warm {
-        paced_load(&nodes, &roster, a.rates[0], &sent, &handled).await;
-        churn.step(&nodes, &roster, placement).await?;
-        let (now, s) = share(&nodes, since);
-        since = now;
-        timeline.push(s);
+        run.second(a.rates[0])?;
     }
+    let mut loads = Vec::new();
     let mut stage_threads = Vec::new();
     for &rate in &a.rates {
-        let cpu0 = crate::stats::cpu_seconds();
-        let (sent0, handled0) = (
-            sent.load(Ordering::Relaxed),
-            handled.load(Ordering::Relaxed),
-        );
+        let cpu0 = run.cluster.cpu();
         let started = Instant::now();
         let mut lat = Vec::new();
         let mut shares = Vec::new();
+        let mut window_sent = 0;
         for _ in 0..paced {
-            lat.extend(paced_load(&nodes, &roster, rate, &sent, &handled).await);
-            churn.step(&nodes, &roster, placement).await?;
-            let (now, s) = share(&nodes, since);
-            since = now;
-            timeline.push(s);
-            shares.push(s);
+            let (l, s, share) = run.second(rate)?;
+            window_sent += s;
+            lat.extend(l);
+            shares.push(share);
         }
         let wall = started.elapsed().as_secs_f64();
-        let cpu = crate::stats::cpu_seconds() - cpu0;
-        let window_sent = sent.load(Ordering::Relaxed) - sent0;
-        let window_handled = handled.load(Ordering::Relaxed) - handled0;
+        let cpu = run.cluster.cpu() - cpu0;
+        let window_handled = lat.len() as u64;
         lat.sort_unstable();
         let pct = |p: f64| -> u64 {
             if lat.is_empty() {
@@ -463,56 +493,42 @@ async fn one(
         );
         loads.push(load);
         if stage_threads.is_empty() {
-            stage_threads = nodes
+            stage_threads = run
+                .cluster
+                .stats()?
                 .iter()
-                .filter_map(|n| {
-                    let g = n.status().gauges;
-                    let t = ["receive", "execute", "send"]
-                        .map(|s| g.get(&format!("stage_threads_{s}")).copied());
-                    Some([t[0]?, t[1]?, t[2]?])
-                })
+                .filter_map(|s| s.stage_threads)
                 .collect();
         }
     }
-    let moves = count(&nodes, "virtual_migrations") - moves0;
+    let stats = run.cluster.stats()?;
+    let moves = stats.iter().map(|s| s.migrations).sum::<u64>() - moves0;
     let measured = warm + paced * a.rates.len() as u64;
-    // Saturation: closed-loop clients.
-    let players = roster
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .players
-        .clone();
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Instant::now() + Duration::from_secs(sat);
-    let mut tasks = Vec::new();
-    for c in 0..a.clients {
-        let node = nodes[c % nodes.len()].clone();
-        let players = players.clone();
-        let (done, sent, handled) = (done.clone(), sent.clone(), handled.clone());
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < stop {
-                let p = &players[rand::thread_rng().gen_range(0..players.len())];
-                if ask(&node, p, &sent, &handled).await.is_some() {
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
+    // Saturation: closed-loop clients, spread over the nodes.
+    let n = run.cluster.procs.len();
+    let cmds = (0..n)
+        .map(|i| Command::Closed {
+            clients: a.clients / n + usize::from(i < a.clients % n),
+            secs: sat,
+            players: run.roster.players.clone(),
+        })
+        .collect();
+    let mut done = 0;
+    for ans in run.cluster.all(cmds)? {
+        match ans {
+            Answer::Closed { sent, handled } => {
+                run.sent += sent;
+                run.handled += handled;
+                done += handled;
             }
-        }));
+            other => return Err(format!("expected closed, got {other:?}")),
+        }
     }
-    for t in tasks {
-        let _ = t.await;
-    }
-    let peak = done.load(Ordering::Relaxed) as f64 / sat.max(1) as f64;
-    let activations = nodes.iter().map(|n| n.activations()).collect();
-    for n in &nodes {
-        n.shutdown().await;
-    }
-    let (sent, handled) = (
-        sent.load(Ordering::Relaxed),
-        handled.load(Ordering::Relaxed),
-    );
+    let peak = done as f64 / sat.max(1) as f64;
+    let activations = run.cluster.stats()?.iter().map(|s| s.activations).collect();
     let first = loads[0].clone();
     Ok(ConfigResult {
-        config: config.to_string(),
+        config: String::new(),
         remote_fraction: first.remote_fraction,
         p50_us: first.p50_us,
         p95_us: first.p95_us,
@@ -520,12 +536,12 @@ async fn one(
         peak_ops_per_s: peak,
         cpu_us_per_request: first.cpu_us_per_request,
         migrations_per_min: moves as f64 * 60.0 / measured.max(1) as f64,
-        sent,
-        handled,
-        lost: sent - handled,
-        timeline,
+        sent: run.sent,
+        handled: run.handled,
+        lost: run.sent - run.handled,
+        timeline: run.timeline.clone(),
         loads,
-        games_ended: churn.ended,
+        games_ended: run.churn.ended,
         activations,
         stage_threads,
     })
@@ -591,90 +607,23 @@ struct Churn {
     per_second: f64,
     due: f64,
     ended: u64,
-    told: u64,
 }
 
 impl Churn {
-    /// One second's churn: the games due end, their players leave or join a new game.
-    async fn step(
-        &mut self,
-        nodes: &[Node],
-        roster: &std::sync::RwLock<Roster>,
-        placement: Placement,
-    ) -> Result<(), String> {
+    /// One second's churn: the games due end; what their players are told (leave, or join
+    /// the new game).
+    fn step(&mut self, roster: &mut Roster) -> Vec<(String, Option<String>)> {
+        let mut told = Vec::new();
         self.due += self.per_second;
         while self.due >= 1.0 {
             self.due -= 1.0;
-            let (leaving, game, players) =
-                roster.write().unwrap_or_else(|e| e.into_inner()).end_one();
+            let (leaving, game, players) = roster.end_one();
             self.ended += 1;
-            for p in leaving {
-                let node = &nodes[self.told as usize % nodes.len()];
-                self.told += 1;
-                tell(node, &p, placement, Player::Leave).await?;
-            }
-            for p in players {
-                let node = &nodes[self.told as usize % nodes.len()];
-                self.told += 1;
-                tell(node, &p, placement, Player::Join(game.clone())).await?;
-            }
+            told.extend(leaving.into_iter().map(|p| (p, None)));
+            told.extend(players.into_iter().map(|p| (p, Some(game.clone()))));
         }
-        Ok(())
+        told
     }
-}
-
-/// Sends `msg` to `player` from `node`, placing it by `placement` if it is not active.
-async fn tell(node: &Node, player: &str, placement: Placement, msg: Player) -> Result<(), String> {
-    node.virtual_ref::<Player>("player", player)
-        .map_err(|e| e.to_string())?
-        .placement(placement)
-        .send(msg)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// Asks `player` for its status from `node`, counting the request and its answer; the
-/// latency in µs if it was answered.
-async fn ask(node: &Node, player: &str, sent: &AtomicU64, handled: &AtomicU64) -> Option<u64> {
-    let r = node.virtual_ref::<Player>("player", player).ok()?;
-    sent.fetch_add(1, Ordering::Relaxed);
-    let t = Instant::now();
-    r.call(Player::Status, Duration::from_secs(5)).await.ok()?;
-    handled.fetch_add(1, Ordering::Relaxed);
-    Some(t.elapsed().as_micros() as u64)
-}
-
-/// Requests at `rate` per second for a second, spread over the nodes; the latencies (µs) of
-/// those answered. Each request is a task of its own started on schedule (an open loop).
-async fn paced_load(
-    nodes: &[Node],
-    roster: &std::sync::RwLock<Roster>,
-    rate: u64,
-    sent: &Arc<AtomicU64>,
-    handled: &Arc<AtomicU64>,
-) -> Vec<u64> {
-    let gap = Duration::from_secs(1) / rate.max(1) as u32;
-    let start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(rate as usize);
-    for i in 0..rate {
-        tokio::time::sleep_until(start + gap * i as u32).await;
-        let node = nodes[i as usize % nodes.len()].clone();
-        let p = {
-            let r = roster.read().unwrap_or_else(|e| e.into_inner());
-            r.players[rand::thread_rng().gen_range(0..r.players.len())].clone()
-        };
-        let (sent, handled) = (sent.clone(), handled.clone());
-        tasks.push(tokio::spawn(async move {
-            ask(&node, &p, &sent, &handled).await
-        }));
-    }
-    let mut lat = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        if let Ok(Some(us)) = t.await {
-            lat.push(us);
-        }
-    }
-    lat
 }
 
 fn rates_list(rates: &[u64]) -> String {
@@ -717,14 +666,14 @@ fn report(
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- {} Maquis nodes in one process (one tokio runtime of 2 worker threads), full mesh on 127.0.0.1. {games} games of {} players: {} virtual actors, placed by the first message to each: at random (the Orleans baseline; `random`, `actop`), or on the sender's node (`local`: a player on the node that sends it its game, spread round robin; a game on the node of its first player). A request asks a random player for its status; the player calls its game and answers. The paper's cluster had 10+ servers and 100,000s of players; this is the shape of its experiment at the size of two cores.",
+        "- {} Maquis nodes, each a process of its own (`maquis-bench agent halo-node`, a tokio runtime of as many worker threads as cores), full mesh on 127.0.0.1; all share this machine's cores. {games} games of {} players: {} virtual actors, placed by the first message to each: at random (the Orleans baseline; `random`, `actop`), or on the sender's node (`local`: a player on the node that sends it its game, spread round robin; a game on the node of its first player). The clients run inside the node processes (the driver hands each node its share of every second's requests, round robin, each about a random player): a request asks a player for its status; the player calls its game and answers. CPU per request is the node processes' CPU time (clients included) over the requests sent. The paper's cluster had 10+ servers and 100,000s of players; this is the shape of its experiment at the size of two cores.",
         a.nodes,
         a.players,
         games * (a.players + 1)
     );
     let _ = writeln!(
         r,
-        "- Each configuration on a fresh cluster: {warm} s warm-up at the first rate, then {paced} s at each of {} requests/s (open loop: each request a task started on schedule; a second whose requests are not all answered within it lasts longer, so the answered rate shows whether the configuration kept up), then {sat} s with {} closed-loop clients (peak throughput). Churn: {} % of the games end a minute (from the warm-up on); half of an ended game's players leave, as many new players arrive, and the eight form a new game (new virtual actors, placed as the configuration places). `actop`: an exchange every {} ms, 512 candidates, imbalance 10 % of a node's share; `actop+stages`: the same, and every node sizes its receive, execute and send stages by the queueing model at the same interval (all nodes share the process's 2 worker threads, so a node's stage of 2 threads is no limit at all). The table below is the first rate's; the next one has every rate.\n",
+        "- Each configuration on a fresh cluster: {warm} s warm-up at the first rate, then {paced} s at each of {} requests/s (open loop: each request a task started on schedule; a second whose requests are not all answered within it lasts longer, so the answered rate shows whether the configuration kept up), then {sat} s with {} closed-loop clients (peak throughput). Churn: {} % of the games end a minute (from the warm-up on); half of an ended game's players leave, as many new players arrive, and the eight form a new game (new virtual actors, placed as the configuration places). `actop`: an exchange every {} ms, 512 candidates, imbalance 10 % of a node's share; `actop+stages`: the same, and every node sizes its receive, execute and send stages by the queueing model at the same interval (the node processes share the machine's 2 cores). The table below is the first rate's; the next one has every rate.\n",
         rates_list(&a.rates), a.clients, a.churn, a.interval_ms
     );
     let _ = writeln!(r, "## Results\n");

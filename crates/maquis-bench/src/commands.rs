@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::{
-    actop_bench, adcounter_bench, agent, clients, clients_agent, debench, debench_agent, heartbeat,
-    local, local_cell, micro, rawtcp, ring_agent, ring_bench, teardown,
+    actop_agent, actop_bench, adcounter_bench, agent, clients, clients_agent, debench,
+    debench_agent, heartbeat, local, local_cell, micro, rawtcp, ring_agent, ring_bench, teardown,
 };
 
 /// Benchmark commands.
@@ -71,6 +71,8 @@ pub enum AgentCommand {
     HeartbeatServer(heartbeat::HeartbeatServerArgs),
     /// The advertisement counter's node 0 (server or contact) with its replica.
     AdcounterNode(adcounter_bench::AdcounterNodeArgs),
+    /// A Halo Presence node of `maquis-bench actop`: players, games and its share of the clients.
+    HaloNode(actop_agent::HaloNodeArgs),
 }
 
 /// Where a `--quick` run writes when `--out` is left at the full run's directory: under
@@ -155,6 +157,7 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
             AgentCommand::DebenchNodes(x) => debench_agent::debench_nodes(x).await,
             AgentCommand::HeartbeatServer(x) => heartbeat::server(x).await,
             AgentCommand::AdcounterNode(x) => adcounter_bench::node(x).await,
+            AgentCommand::HaloNode(x) => actop_agent::node(x).await,
             AgentCommand::LocalCell(x) => tokio::task::spawn_blocking(move || local_cell::run(&x))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string())),

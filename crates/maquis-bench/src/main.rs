@@ -38,6 +38,7 @@
 //! ([`commands::AgentCommand`]); those are not meant to be run by hand. Ctrl-C or SIGTERM during a run
 //! stops the children and deletes the emulated hosts ([`teardown`]).
 
+pub mod actop_agent;
 pub mod actop_bench;
 pub mod adcounter_bench;
 pub mod agent;
@@ -116,6 +117,7 @@ mod tests {
             "local-cell",
             "heartbeat-server",
             "adcounter-node",
+            "halo-node",
         ] {
             let e = Cli::try_parse_from(["maquis-bench", "agent", role, "--help"]).unwrap_err();
             assert_eq!(
