@@ -55,6 +55,11 @@ fn small_actop_run_measures_every_configuration() {
             4,
             "a share per second: {c}"
         );
+        assert_eq!(
+            c["moves_timeline"].as_array().unwrap().len(),
+            4,
+            "moves counted per second: {c}"
+        );
         let loads = c["loads"].as_array().unwrap();
         let rates: Vec<u64> = loads.iter().map(|l| l["rate"].as_u64().unwrap()).collect();
         assert_eq!(rates, [200, 400], "{c}");
