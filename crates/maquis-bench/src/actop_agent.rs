@@ -19,28 +19,40 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// whole roster for the saturation phase).
 pub const MAX_NAMES: usize = 1 << 20;
 
+/// Players a game keeps track of at most (a game has `--players` of them; a join beyond is
+/// not tracked, and that player gets no updates).
+const MAX_PLAYERS_PER_GAME: usize = 64;
+
 #[derive(Debug, Serialize, Deserialize)]
 enum Player {
     /// Join a game (its key), leaving the one it was in.
     Join(String),
     /// Leave the game and the service.
     Leave,
-    /// A client asks for the player's status: the player asks its game.
+    /// A client asks for the player's status: the player calls its game.
     Status(ReplyTo<u64>),
+    /// The game's news (its players' count): the player answers with an [`Game::Ack`].
+    Update(u64),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Game {
-    /// A player joined.
-    Hello,
+    /// A player (its key) joined.
+    Hello(String),
     /// A player left.
-    Bye,
-    /// How many players have joined.
+    Bye(String),
+    /// A player asks for the game's status: the game sends every player an update and
+    /// answers with how many players it has.
     Status(ReplyTo<u64>),
+    /// A player got an update.
+    Ack,
 }
 
 struct PlayerActor {
+    key: String,
     game: Option<String>,
+    /// The players' count in its game's last update.
+    last: u64,
     /// Where its game goes if it has no activation yet.
     placement: Placement,
 }
@@ -53,14 +65,15 @@ impl Actor for PlayerActor {
                 self.leave(ctx).await;
                 if let Ok(g) = ctx.node().virtual_ref::<Game>("game", &game) {
                     let g = g.placement(self.placement);
-                    let _ = g.send(Game::Hello).await;
+                    let _ = g.send(Game::Hello(self.key.clone())).await;
                 }
                 self.game = Some(game);
             }
             Player::Leave => self.leave(ctx).await,
             Player::Status(reply) => {
                 let Some(game) = &self.game else {
-                    let _ = reply.send(0).await;
+                    // Out of a game: the last news it had.
+                    let _ = reply.send(self.last).await;
                     return;
                 };
                 let Ok(g) = ctx.node().virtual_ref::<Game>("game", game) else {
@@ -68,6 +81,14 @@ impl Actor for PlayerActor {
                 };
                 if let Ok(n) = g.call(Game::Status, CALL_TIMEOUT).await {
                     let _ = reply.send(n).await;
+                }
+            }
+            Player::Update(n) => {
+                self.last = n;
+                if let Some(game) = &self.game {
+                    if let Ok(g) = ctx.node().virtual_ref::<Game>("game", game) {
+                        let _ = g.send(Game::Ack).await;
+                    }
                 }
             }
         }
@@ -79,25 +100,41 @@ impl PlayerActor {
     async fn leave(&mut self, ctx: &mut Context<Player>) {
         if let Some(old) = self.game.take() {
             if let Ok(g) = ctx.node().virtual_ref::<Game>("game", &old) {
-                let _ = g.send(Game::Bye).await;
+                let _ = g.send(Game::Bye(self.key.clone())).await;
             }
         }
     }
 }
 
 struct GameActor {
-    players: u64,
+    players: std::collections::BTreeSet<String>,
 }
 
 impl Actor for GameActor {
     type Msg = Game;
-    async fn handle(&mut self, msg: Game, _ctx: &mut Context<Game>) {
+    async fn handle(&mut self, msg: Game, ctx: &mut Context<Game>) {
         match msg {
-            Game::Hello => self.players += 1,
-            Game::Bye => self.players = self.players.saturating_sub(1),
-            Game::Status(reply) => {
-                let _ = reply.send(self.players).await;
+            Game::Hello(p) => {
+                if self.players.len() < MAX_PLAYERS_PER_GAME {
+                    self.players.insert(p);
+                }
             }
+            Game::Bye(p) => {
+                self.players.remove(&p);
+            }
+            Game::Status(reply) => {
+                // Halo Presence: the game sends its news to its players (one-way: the asking
+                // player waits for this answer, and reads its update after it), then answers.
+                let n = self.players.len() as u64;
+                for p in &self.players {
+                    if let Ok(r) = ctx.node().virtual_ref::<Player>("player", p) {
+                        let _ = r.send(Player::Update(n)).await;
+                    }
+                }
+                let _ = reply.send(n).await;
+            }
+            // The answer's cost is the point (the paper's 18 messages a request).
+            Game::Ack => {}
         }
     }
 }
@@ -219,13 +256,17 @@ pub async fn node(a: HaloNodeArgs) -> Result<(), String> {
     }
     let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
     let placement = placement(&a.config);
-    node.register_virtual("player", move |_key: &str| PlayerActor {
+    node.register_virtual("player", move |key: &str| PlayerActor {
+        key: key.to_string(),
         game: None,
+        last: 0,
         placement,
     })
     .map_err(|e| e.to_string())?;
-    node.register_virtual("game", |_key: &str| GameActor { players: 0 })
-        .map_err(|e| e.to_string())?;
+    node.register_virtual("game", |_key: &str| GameActor {
+        players: std::collections::BTreeSet::new(),
+    })
+    .map_err(|e| e.to_string())?;
     println!("started");
     if let Some(seed) = a.join {
         node.join_wait(seed, Duration::from_secs(20))

@@ -3,8 +3,10 @@
 //! Games of `--players` players, each game and each player a virtual actor, placed at random
 //! over `--nodes` Maquis nodes (each a process of its own, `maquis-bench agent halo-node`, on
 //! loopback; each node also runs its share of the clients). A client request asks a random
-//! player for its status; the player asks its game (a call from one virtual actor to another:
-//! the message ActOp tries to keep on one node) and answers. Every configuration runs on a
+//! player for its status; the player calls its game, which sends an update to each of its
+//! players (each answers the game with an acknowledgement) and answers the player: as in the
+//! paper, 18 messages between virtual actors a request, the messages ActOp tries to keep on
+//! one node. Every configuration runs on a
 //! fresh cluster, one after the other: `random` (placement only), `local` (prefer-local
 //! placement), `actop` (random placement, then pairwise partitioning every `--interval-ms`),
 //! `actop+stages` (ActOp, and every node sizes its stages by the queueing model). Each one
@@ -44,7 +46,7 @@ pub struct ActopArgs {
     #[arg(long, default_value_t = 8)]
     pub players: u32,
     /// Paced loads, requests per second over all nodes, one after the other (each for the
-    /// paced phase's seconds; default 2000,10000,20000; 2000,10000 with --quick).
+    /// paced phase's seconds; default 1000,2000,4000,6000; 1000,4000 with --quick).
     #[arg(long = "rate", value_delimiter = ',')]
     pub rates: Vec<u64>,
     /// Share of the graph that changes a minute, percent: that share of the games end every
@@ -82,7 +84,8 @@ pub const CONFIGS: [&str; 4] = ["random", "local", "actop", "actop+stages"];
 pub struct ConfigResult {
     /// `random`, `local` or `actop`.
     pub config: String,
-    /// Share of player → game calls that crossed nodes in the paced phase.
+    /// Share of the messages between virtual actors (player ↔ game) that crossed nodes in the
+    /// paced phase.
     pub remote_fraction: f64,
     /// Latency of a request in the paced phase, µs.
     pub p50_us: u64,
@@ -103,7 +106,8 @@ pub struct ConfigResult {
     pub handled: u64,
     /// Requests that failed or got no answer.
     pub lost: u64,
-    /// Remote share of player → game calls per second, from the start of the warm-up.
+    /// Remote share of the messages between virtual actors per second, from the start of
+    /// the warm-up.
     pub timeline: Vec<f64>,
     /// Actors moved in each second, from the start of the warm-up.
     #[serde(default)]
@@ -130,7 +134,7 @@ pub struct LoadResult {
     /// Requests per second answered (answered over the window's wall time: a window whose
     /// requests could not all be answered within it lasts longer).
     pub achieved_per_s: f64,
-    /// Share of player → game calls that crossed nodes.
+    /// Share of the messages between virtual actors that crossed nodes.
     pub remote_fraction: f64,
     /// Latency percentiles, µs.
     pub p50_us: u64,
@@ -161,9 +165,9 @@ pub fn run(a: &ActopArgs) -> Result<Vec<ConfigResult>, String> {
     let mut a = a.clone();
     if a.rates.is_empty() {
         a.rates = if a.quick {
-            vec![2000, 10000]
+            vec![1000, 4000]
         } else {
-            vec![2000, 10000, 20000]
+            vec![1000, 2000, 4000, 6000]
         };
     }
     if a.configs.is_empty() {
@@ -361,7 +365,7 @@ impl Cluster {
     }
 }
 
-/// The remote share of player → game calls since `(local, remote)`.
+/// The remote share of the messages between virtual actors since `(local, remote)`.
 fn share(stats: &[NodeStats], since: (u64, u64)) -> ((u64, u64), f64) {
     let now = (
         stats.iter().map(|s| s.sent_local).sum::<u64>(),
@@ -680,7 +684,7 @@ fn report(
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- {} Maquis nodes, each a process of its own (`maquis-bench agent halo-node`, a tokio runtime of as many worker threads as cores), full mesh on 127.0.0.1; all share this machine's cores. {games} games of {} players: {} virtual actors, placed by the first message to each: at random (the Orleans baseline; `random`, `actop`), or on the sender's node (`local`: a player on the node that sends it its game, spread round robin; a game on the node of its first player). The clients run inside the node processes (the driver hands each node its share of every second's requests, round robin, each about a random player): a request asks a player for its status; the player calls its game and answers. CPU per request is the node processes' CPU time (clients included) over the requests sent. The paper's cluster had 10+ servers and 100,000s of players; this is the shape of its experiment at the size of two cores.",
+        "- {} Maquis nodes, each a process of its own (`maquis-bench agent halo-node`, a tokio runtime of as many worker threads as cores), full mesh on 127.0.0.1; all share this machine's cores. {games} games of {} players: {} virtual actors, placed by the first message to each: at random (the Orleans baseline; `random`, `actop`), or on the sender's node (`local`: a player on the node that sends it its game, spread round robin; a game on the node of its first player). The clients run inside the node processes (the driver hands each node its share of every second's requests, round robin, each about a random player): a request asks a player for its status; the player calls its game, which sends each of its players an update (each answers with an acknowledgement) and answers the player: 18 messages between virtual actors a request, as in the paper's Halo Presence. CPU per request is the node processes' CPU time (clients included) over the requests sent. The paper's cluster had 10+ servers and 100,000s of players; this is the shape of its experiment at the size of two cores.",
         a.nodes,
         a.players,
         games * (a.players + 1)
@@ -860,7 +864,7 @@ fig, ax = plt.subplots(figsize=(7, 4))
 for c in cells:
     ax.plot(range(1, len(c["timeline"]) + 1), c["timeline"], label=c["config"])
 ax.set_xlabel("seconds since the warm-up began")
-ax.set_ylabel("remote share of player-game calls")
+ax.set_ylabel("remote share of actor-to-actor messages")
 ax.set_ylim(0, 1)
 ax.legend()
 ax.set_title("Remote messages over time (cf. Fig. 10a)")

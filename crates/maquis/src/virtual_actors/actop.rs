@@ -3,7 +3,7 @@
 //! would gain most from (the decisions are `maquis_proto::actop`'s; the moves are
 //! [`Node::migrate`]'s).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -90,10 +90,10 @@ impl Edges {
 
     /// What this node knows, for the activations in `running` (names) here: their edges and
     /// where the other ends are, by node name.
-    pub(crate) fn view(&self, me: &NodeId, running: &[String]) -> View<String, String> {
+    pub(crate) fn view(&self, me: &NodeId, running: &HashSet<String>) -> View<String, String> {
         let mut edges: HashMap<String, Vec<(String, u64)>> = HashMap::new();
         for ((from, to), c) in self.counts.top() {
-            if running.iter().any(|r| **r == *from) {
+            if running.contains(&*from) {
                 edges
                     .entry(from.to_string())
                     .or_default()
@@ -103,7 +103,7 @@ impl Edges {
         let location = self
             .at
             .iter()
-            .filter(|(name, _)| !running.contains(name))
+            .filter(|(name, _)| !running.contains(*name))
             .map(|(name, node)| (name.clone(), node.name.clone()))
             .collect();
         View {

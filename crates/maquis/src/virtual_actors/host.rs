@@ -266,7 +266,7 @@ impl Host {
         &self,
         me: &NodeId,
     ) -> (maquis_proto::actop::View<String, String>, usize) {
-        let (running, active): (Vec<String>, usize) = {
+        let (running, active): (std::collections::HashSet<String>, usize) = {
             let t = self.lock();
             (t.running.keys().cloned().collect(), t.active)
         };
