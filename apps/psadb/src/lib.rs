@@ -6,9 +6,17 @@
 //!   order writes arrive in.
 //! - [`replica`]: one member as a state machine without I/O: who answers what, and when a
 //!   write is acknowledged (once every member has it, so a member's death loses none).
+//! - [`member`]: the actor that drives a replica with Maquis's process groups, and joins late
+//!   members safely.
+//! - [`client`]: the handle that sends each request to its key's group and retries.
 
+pub mod client;
+pub mod member;
 pub mod replica;
 pub mod store;
+
+pub use client::{Client, ClientSettings, PsadbError};
+pub use member::{start_member, MemberSettings};
 
 #[cfg(test)]
 mod tests;

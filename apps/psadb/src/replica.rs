@@ -172,19 +172,28 @@ pub struct Replica<M> {
     ready: Vec<M>,
     store: Store,
     pending: BTreeMap<ReqId, Pending<M>>,
+    /// Confirmations that came before their request (the publish and the confirmation travel
+    /// different ways), with when they came: at most `max_pending`, kept `give_up_after`.
+    early: BTreeMap<ReqId, (BTreeSet<M>, Instant)>,
     limits: Limits,
     out: Vec<Out<M>>,
 }
 
-/// Which of `n` ready members answers for `key`.
-pub fn share_of(key: &[u8], n: usize) -> usize {
-    // FNV-1a: stable across processes and versions (the members must agree).
+/// A key's hash: FNV-1a, stable across processes and versions (members and clients must
+/// agree on it).
+pub fn hash(key: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    (h % n.max(1) as u64) as usize
+    h
+}
+
+/// Which of `n` ready members answers for `key` (the hash's low half; the group is chosen by
+/// its high half: [`crate::client::group_of`]).
+pub fn share_of(key: &[u8], n: usize) -> usize {
+    ((hash(key) & 0xffff_ffff) % n.max(1) as u64) as usize
 }
 
 impl<M: Ord + Clone> Replica<M> {
@@ -196,6 +205,7 @@ impl<M: Ord + Clone> Replica<M> {
             ready: Vec::new(),
             store: Store::new(limits.max_keys, limits.max_tombstones),
             pending: BTreeMap::new(),
+            early: BTreeMap::new(),
             limits,
             out: Vec::new(),
         }
@@ -214,6 +224,11 @@ impl<M: Ord + Clone> Replica<M> {
     /// Writes waiting for confirmations.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Whether write `id` waits for confirmations here.
+    pub fn is_pending(&self, id: ReqId) -> bool {
+        self.pending.contains_key(&id)
     }
 
     /// The member responsible for `key`, if any member is ready.
@@ -286,10 +301,11 @@ impl<M: Ord + Clone> Replica<M> {
         if self.pending.contains_key(&id) {
             return;
         }
+        let confirmed = self.early.remove(&id).map(|(c, _)| c).unwrap_or_default();
         let waiting: BTreeSet<M> = self
             .members
             .iter()
-            .filter(|m| **m != self.me)
+            .filter(|m| **m != self.me && !confirmed.contains(*m))
             .cloned()
             .collect();
         if waiting.is_empty() {
@@ -330,8 +346,15 @@ impl<M: Ord + Clone> Replica<M> {
     }
 
     /// Member `from` applied request `id`.
-    pub fn handle_confirm(&mut self, from: M, id: ReqId) {
+    pub fn handle_confirm(&mut self, from: M, id: ReqId, now: Instant) {
         let Some(p) = self.pending.get_mut(&id) else {
+            // Before the request itself, perhaps: kept a while (a resend repairs one that
+            // finds no room).
+            if let Some((who, _)) = self.early.get_mut(&id) {
+                who.insert(from);
+            } else if self.early.len() < self.limits.max_pending {
+                self.early.insert(id, (BTreeSet::from([from]), now));
+            }
             return;
         };
         p.waiting.remove(&from);
@@ -367,6 +390,9 @@ impl<M: Ord + Clone> Replica<M> {
                 answer: Answer::NotReplicated,
             });
         }
+        let keep = self.limits.give_up_after;
+        self.early
+            .retain(|_, (_, at)| now.duration_since(*at) < keep);
         self.store.prune();
     }
 

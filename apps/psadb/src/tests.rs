@@ -75,7 +75,7 @@ impl Net {
         };
         match msg {
             Msg::Req(req) => r.handle_request(req, now),
-            Msg::Confirm(from, id) => r.handle_confirm(from, id),
+            Msg::Confirm(from, id) => r.handle_confirm(from, id, now),
             Msg::Resend(from, req) => r.handle_resend(from, req),
         }
         self.collect(to);
@@ -199,4 +199,39 @@ fn reads_go_to_the_responsible_member_only() {
     }
     assert_eq!(net.answers.get(&id), Some(&Answer::Value(None)));
     assert_eq!(net.replies, 1, "one member answers");
+}
+
+#[test]
+fn confirmations_that_come_before_their_request_count() {
+    let mut net = Net::new(3);
+    let key = b("some key".into());
+    let resp = *net.replicas[&0].responsible(&key).unwrap();
+    let id = ReqId { client: 1, seq: 0 };
+    let req = Request {
+        id,
+        key,
+        op: Op::Write(
+            Write::Set(b("v".into())),
+            Version {
+                clock: 1,
+                writer: 1,
+            },
+        ),
+    };
+    // The others apply the write and confirm; their confirmations reach the responsible
+    // member before the request does.
+    for m in (0..3u8).filter(|m| *m != resp) {
+        net.flight.push((m, Msg::Req(req.clone())));
+    }
+    while !net.flight.is_empty() {
+        net.deliver(0);
+    }
+    assert!(net.answers.is_empty());
+    net.flight.push((resp, Msg::Req(req)));
+    net.deliver(0);
+    assert_eq!(
+        net.answers.get(&id),
+        Some(&Answer::Written),
+        "answered at once, without waiting for a resend"
+    );
 }

@@ -274,3 +274,77 @@ async fn a_dead_nodes_members_leave_and_clusters_that_meet_merge_their_groups() 
     let survivors: Vec<&Node> = all.into_iter().filter(|n| n.id().name != "ga3").collect();
     members_everywhere(&survivors, "g", 4).await;
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Ask {
+    /// The node whose member answers; the others drop their copy of `reply`.
+    answerer: String,
+    reply: ReplyTo<String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_published_call_takes_the_one_answer_and_unanswered_copies_fail_nothing() {
+    let nodes = cluster("pc", 3, |c| c).await;
+    for node in &nodes {
+        let me = node.id().name.clone();
+        let m: ActorRef<Ask> = node.spawn_fn(move |mut inbox: maquis::Inbox<Ask>| async move {
+            while let Some(a) = inbox.recv().await {
+                if a.answerer == me {
+                    let _ = a.reply.send(me.clone()).await;
+                }
+            }
+        });
+        node.join_group("askers", &m).await.unwrap();
+    }
+    for node in &nodes {
+        until(
+            &format!("{} sees 3 askers", node.id().name),
+            Duration::from_secs(10),
+            || async { node.group_members::<Ask>("askers").await.unwrap().len() == 3 },
+        )
+        .await;
+    }
+    // Each node's member answering in turn, asked from node 0 (local and remote answers).
+    for target in &nodes {
+        let name = target.id().name.clone();
+        let got = nodes[0]
+            .publish_call(
+                "askers",
+                |reply| Ask {
+                    answerer: name.clone(),
+                    reply,
+                },
+                Duration::from_secs(10),
+            )
+            .await;
+        assert_eq!(got, Ok(name), "the one member that answers is heard");
+    }
+    // Nobody answers: the timeout, not a failure from a dropped copy.
+    let t = std::time::Instant::now();
+    let got: Result<String, _> = nodes[1]
+        .publish_call(
+            "askers",
+            |reply| Ask {
+                answerer: "nobody".into(),
+                reply,
+            },
+            Duration::from_millis(300),
+        )
+        .await;
+    assert_eq!(got, Err(GroupError::Timeout));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    let none: Result<String, _> = nodes[0]
+        .publish_call(
+            "nobody-here",
+            |reply| Ask {
+                answerer: "x".into(),
+                reply,
+            },
+            Duration::from_secs(1),
+        )
+        .await;
+    assert_eq!(none, Err(GroupError::NoMembers("nobody-here".into())));
+    for n in nodes {
+        n.shutdown().await;
+    }
+}

@@ -316,19 +316,7 @@ impl<M: Message> ActorRef<M> {
                 return Err(CallError::Timeout);
             }
         };
-        match outcome {
-            CallOutcome::Local(b) => b.downcast::<R>().map(|b| *b).map_err(|_| {
-                CallError::Decode("the reply has another type than the call expects".into())
-            }),
-            CallOutcome::Remote { ty, .. } if !compatible(ty, fingerprint::<R>()) => Err(
-                CallError::Decode("the reply has another type than the call expects".into()),
-            ),
-            CallOutcome::Remote { payload, .. } => super::decode_frame_in::<R>(&self.rt, &payload)
-                .map_err(|e| CallError::Decode(e.to_string())),
-            CallOutcome::TypeMismatch => Err(CallError::Send(SendError::TypeMismatch)),
-            CallOutcome::NoProc => Err(CallError::NoProc),
-            CallOutcome::Failed(why) => Err(CallError::NoReply(why)),
-        }
+        outcome_of(&self.rt, outcome)
     }
 
     async fn deliver(
@@ -431,5 +419,27 @@ async fn push<M>(tx: &mpsc::Sender<Delivery<M>>, msg: M, wait: bool) -> Result<(
     } else {
         tx.try_send(Delivery::Local(msg))
             .map_err(|_| SendError::Backpressure("mailbox"))
+    }
+}
+
+/// A call's outcome as its caller sees it: the answer, decoded for node `rt` if it came from
+/// another node, or why there is none.
+pub(crate) fn outcome_of<R: Message>(
+    rt: &Weak<Actors>,
+    outcome: CallOutcome,
+) -> Result<R, CallError> {
+    match outcome {
+        CallOutcome::Local(b) => b.downcast::<R>().map(|b| *b).map_err(|_| {
+            CallError::Decode("the reply has another type than the call expects".into())
+        }),
+        CallOutcome::Remote { ty, .. } if !compatible(ty, fingerprint::<R>()) => Err(
+            CallError::Decode("the reply has another type than the call expects".into()),
+        ),
+        CallOutcome::Remote { payload, .. } => {
+            super::decode_frame_in::<R>(rt, &payload).map_err(|e| CallError::Decode(e.to_string()))
+        }
+        CallOutcome::TypeMismatch => Err(CallError::Send(SendError::TypeMismatch)),
+        CallOutcome::NoProc => Err(CallError::NoProc),
+        CallOutcome::Failed(why) => Err(CallError::NoReply(why)),
     }
 }

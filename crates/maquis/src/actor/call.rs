@@ -41,8 +41,10 @@ pub(crate) struct PendingCalls {
     waiting: Mutex<HashMap<u64, Waiting>>,
 }
 
-/// A waiting call: the node of the actor it waits on (`None` if local) and where the outcome goes.
-type Waiting = (Option<NodeId>, oneshot::Sender<CallOutcome>);
+/// A waiting call: the node of the actor it waits on (`None` if local or several), where the
+/// outcome goes, and whether only an answer ends it (a request published to a group: every
+/// member gets a copy, and the copies that are dropped unanswered fail nothing).
+type Waiting = (Option<NodeId>, oneshot::Sender<CallOutcome>, bool);
 
 impl PendingCalls {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waiting>> {
@@ -53,7 +55,16 @@ impl PendingCalls {
     pub(crate) fn open(&self, target: Option<NodeId>) -> (u64, oneshot::Receiver<CallOutcome>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
-        self.lock().insert(id, (target, tx));
+        self.lock().insert(id, (target, tx, false));
+        (id, rx)
+    }
+
+    /// Opens a call that any of several copies of its request may answer: only an answer
+    /// ends it (or its caller's timeout).
+    pub(crate) fn open_any(&self) -> (u64, oneshot::Receiver<CallOutcome>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(id, (None, tx, true));
         (id, rx)
     }
 
@@ -74,7 +85,7 @@ impl PendingCalls {
 
     /// Takes over a local call's outcome channel (its `ReplyTo` is leaving the node).
     fn adopt(&self, id: u64, tx: oneshot::Sender<CallOutcome>) {
-        self.lock().insert(id, (None, tx));
+        self.lock().insert(id, (None, tx, false));
     }
 
     pub(crate) fn cancel(&self, id: u64) {
@@ -83,9 +94,16 @@ impl PendingCalls {
 
     /// Completes a call; false when nobody waits for it any more (late or unknown reply).
     pub(crate) fn complete(&self, id: u64, outcome: CallOutcome) -> bool {
-        let waiting = self.lock().remove(&id);
+        let mut map = self.lock();
+        let answer = matches!(outcome, CallOutcome::Local(_) | CallOutcome::Remote { .. });
+        if !answer && map.get(&id).is_some_and(|w| w.2) {
+            // A copy of a published request went unanswered: another may answer.
+            return true;
+        }
+        let waiting = map.remove(&id);
+        drop(map);
         match waiting {
-            Some((_, tx)) => tx.send(outcome).is_ok(),
+            Some((_, tx, _)) => tx.send(outcome).is_ok(),
             None => false,
         }
     }
@@ -99,11 +117,11 @@ impl PendingCalls {
         let mut map = self.lock();
         let hit: Vec<u64> = map
             .iter()
-            .filter(|(_, (t, _))| t.as_ref() == Some(node))
+            .filter(|(_, (t, _, _))| t.as_ref() == Some(node))
             .map(|(id, _)| *id)
             .collect();
         for id in hit {
-            if let Some((_, tx)) = map.remove(&id) {
+            if let Some((_, tx, _)) = map.remove(&id) {
                 let _ = tx.send(CallOutcome::Failed(format!("node {} went away", node.name)));
             }
         }
@@ -112,7 +130,7 @@ impl PendingCalls {
     /// Fails every waiting call (node shutdown).
     pub(crate) fn fail_all(&self, why: &str) {
         let all: Vec<_> = self.lock().drain().collect();
-        for (_, (_, tx)) in all {
+        for (_, (_, tx, _)) in all {
             let _ = tx.send(CallOutcome::Failed(why.to_string()));
         }
     }

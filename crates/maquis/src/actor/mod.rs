@@ -49,6 +49,7 @@ mod scope;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+pub(crate) use actor_ref::outcome_of;
 pub use actor_ref::ActorRef;
 pub(crate) use actors::{Actors, NewActor, Offer, Unnamed, UnnamedSink};
 pub use call::ReplyTo;
@@ -57,7 +58,7 @@ pub use monitor::Monitor;
 pub(crate) use monitor::WatchTarget;
 pub(crate) use reliable::run_timers as run_reliable_timers;
 pub(crate) use scope::{
-    adopting, decode_frame_in, decode_in, note_spawn, scope as scope_actor, Adopted,
+    adopting, current_actor, decode_frame_in, decode_in, note_spawn, scope as scope_actor, Adopted,
 };
 
 /// An actor's id, unique on its node for the node's life.

@@ -31,6 +31,11 @@
 //! message per neighbour but every node in the cluster a copy, members or not: it pays only
 //! for groups spread over most of the nodes, and is not built.)
 //!
+//! **publish_call** publishes a request with one [`ReplyTo`](crate::ReplyTo) and returns the
+//! first answer: the members agree among themselves which one answers (psaDB's requests to a
+//! group, where every member keeps a replica and one answers); the others drop their copy,
+//! which fails nothing.
+//!
 //! **Anycast** and **call_any** pick a member at random (the local ones first); a `call_any`
 //! whose member stops or whose node goes down before it answers is tried on another member,
 //! until one answers, the timeout passes, or no member is left.

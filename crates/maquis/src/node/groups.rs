@@ -141,6 +141,50 @@ impl Node {
         Ok(members.len())
     }
 
+    /// Publishes a request to `group` (as [`Node::publish`]: every member of type `M` gets a
+    /// copy) and returns the first answer: psaDB's group request, which the members agree
+    /// among themselves who answers. The members that do not answer simply drop their
+    /// [`ReplyTo`] (that fails nothing here); the call ends at the first answer, or with
+    /// [`GroupError::Timeout`] after `timeout` (no member answered, or the copies were lost:
+    /// a publish is best effort).
+    pub async fn publish_call<M: Message, R: Message>(
+        &self,
+        group: &str,
+        make: impl FnOnce(ReplyTo<R>) -> M,
+        timeout: Duration,
+    ) -> Result<R, GroupError> {
+        let actors = &self.inner.actors;
+        let (call, rx) = actors.calls.open_any();
+        let reply = ReplyTo::new(
+            self.inner.router.id.clone(),
+            call,
+            crate::actor::current_actor(),
+            &crate::dispatch::SendOpts::default(),
+            actors,
+            None,
+        );
+        let msg = make(reply);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let exchange = async {
+            self.publish(group, &msg).await?;
+            drop(msg);
+            rx.await.map_err(|_| GroupError::Stopped)
+        };
+        let outcome = match tokio::time::timeout_at(deadline, exchange).await {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => {
+                actors.calls.cancel(call);
+                return Err(e);
+            }
+            Err(_) => {
+                actors.calls.cancel(call);
+                return Err(GroupError::Timeout);
+            }
+        };
+        crate::actor::outcome_of(&Arc::downgrade(actors), outcome)
+            .map_err(|e| GroupError::Failed(e.to_string()))
+    }
+
     /// Sends `msg` to one member of `group` of type `M`, chosen at random among this node's
     /// members if it has any, else among all (waiting while its lane is full). A member that
     /// stopped a moment ago may be chosen: the send then fails (a local one) or the message is

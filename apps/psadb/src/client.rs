@@ -1,0 +1,249 @@
+//! The client side: psaDB's "single, local actor that forwards all requests transparently to
+//! the corresponding groups", here a handle any task on a node may clone and use.
+//!
+//! A key belongs to group `group_of(key) mod groups`; each request is published to that group
+//! with [`maquis::Node::publish_call`] and the first answer taken. A request with no answer
+//! within `attempt_timeout` (its responsible member died, or a copy was lost) is published
+//! again with the same id and version, up to `attempts` times: requests are idempotent.
+//!
+//! Writes carry a version from a hybrid clock: the larger of the client's last version plus
+//! one and the wall clock in microseconds, so a write made after another completed wins as
+//! long as the clients' clocks differ by less than the time between them (the clients of one
+//! machine share a clock).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use maquis::groups::GroupError;
+use maquis::Node;
+
+use crate::member::{group_name, MemberMsg};
+use crate::replica::{Answer, Op, Read, ReqId, Request};
+use crate::store::{Version, Write};
+
+/// Which of `groups` groups holds `key` (independent of the member a group picks for it).
+pub fn group_of(key: &[u8], groups: u32) -> u32 {
+    let h = crate::replica::hash(key) >> 32;
+    (h % u64::from(groups.max(1))) as u32
+}
+
+/// A client's settings.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    /// Groups the keys are split among (the same for every client and member).
+    pub groups: u32,
+    /// How long one attempt waits for an answer.
+    pub attempt_timeout: Duration,
+    /// Attempts at most.
+    pub attempts: u32,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        ClientSettings {
+            groups: 3,
+            attempt_timeout: Duration::from_millis(500),
+            attempts: 10,
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PsadbError {
+    /// No member answered any attempt.
+    #[error("no member of {group} answered in {attempts} attempts")]
+    Unavailable {
+        /// The group.
+        group: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The key holds a value of the other kind.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    /// The group's members hold as many keys as they may.
+    #[error("the store is full")]
+    Full,
+    /// The responsible member waits for as many writes as it may.
+    #[error("the member is busy")]
+    Busy,
+    /// Not every member confirmed the write in time: it is not acknowledged.
+    #[error("the write was not acknowledged by every member")]
+    NotReplicated,
+    /// The group service failed.
+    #[error(transparent)]
+    Group(#[from] GroupError),
+    /// An answer of another kind than the request asks.
+    #[error("unexpected answer {0:?}")]
+    Unexpected(String),
+}
+
+/// A handle to the store (cheap to clone).
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node: Node,
+    settings: ClientSettings,
+    id: u64,
+    clock: AtomicU64,
+    seq: AtomicU64,
+}
+
+impl Client {
+    /// A client on `node`.
+    pub fn new(node: &Node, settings: ClientSettings) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                node: node.clone(),
+                settings,
+                id: rand::random(),
+                clock: AtomicU64::new(0),
+                seq: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn version(&self) -> Version {
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut cur = self.inner.clock.load(Ordering::Relaxed);
+        loop {
+            let next = wall.max(cur + 1);
+            match self.inner.clock.compare_exchange_weak(
+                cur,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Version {
+                        clock: next,
+                        writer: self.inner.id,
+                    }
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Sends `op` on `key` to its group; the answer.
+    pub async fn request(&self, key: &Bytes, op: Op) -> Result<Answer, PsadbError> {
+        let s = &self.inner.settings;
+        let group = group_name(group_of(key, s.groups));
+        let id = ReqId {
+            client: self.inner.id,
+            seq: self.inner.seq.fetch_add(1, Ordering::Relaxed),
+        };
+        for _ in 0..s.attempts {
+            let req = Request {
+                id,
+                key: key.clone(),
+                op: op.clone(),
+            };
+            let got = self
+                .inner
+                .node
+                .publish_call(
+                    &group,
+                    |reply| MemberMsg::Request(req, reply),
+                    s.attempt_timeout,
+                )
+                .await;
+            match got {
+                Ok(answer) => return check(answer),
+                Err(GroupError::Timeout) => continue,
+                Err(GroupError::NoMembers(_)) => {
+                    // The group is being formed or re-formed: wait an attempt's time.
+                    tokio::time::sleep(s.attempt_timeout).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(PsadbError::Unavailable {
+            group,
+            attempts: s.attempts,
+        })
+    }
+
+    async fn write(&self, key: &Bytes, w: Write) -> Result<(), PsadbError> {
+        let v = self.version();
+        match self.request(key, Op::Write(w, v)).await? {
+            Answer::Written => Ok(()),
+            other => Err(PsadbError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// `GET`.
+    pub async fn get(&self, key: &Bytes) -> Result<Option<Bytes>, PsadbError> {
+        match self.request(key, Op::Read(Read::Get)).await? {
+            Answer::Value(v) => Ok(v),
+            other => Err(PsadbError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// `EXISTS` of one key.
+    pub async fn exists(&self, key: &Bytes) -> Result<bool, PsadbError> {
+        match self.request(key, Op::Read(Read::Exists)).await? {
+            Answer::Exists(e) => Ok(e),
+            other => Err(PsadbError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// `HGETALL`.
+    pub async fn hgetall(&self, key: &Bytes) -> Result<Vec<(Bytes, Bytes)>, PsadbError> {
+        match self.request(key, Op::Read(Read::HGetAll)).await? {
+            Answer::Hash(h) => Ok(h),
+            other => Err(PsadbError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// `HMGET`.
+    pub async fn hmget(
+        &self,
+        key: &Bytes,
+        fields: Vec<Bytes>,
+    ) -> Result<Vec<Option<Bytes>>, PsadbError> {
+        match self.request(key, Op::Read(Read::HMGet(fields))).await? {
+            Answer::Fields(f) => Ok(f),
+            other => Err(PsadbError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// `SET` (acknowledged once every member of the key's group has it).
+    pub async fn set(&self, key: &Bytes, value: Bytes) -> Result<(), PsadbError> {
+        self.write(key, Write::Set(value)).await
+    }
+
+    /// `DEL` of one key.
+    pub async fn del(&self, key: &Bytes) -> Result<(), PsadbError> {
+        self.write(key, Write::Del).await
+    }
+
+    /// `HSET` / `HMSET`.
+    pub async fn hset(&self, key: &Bytes, fields: Vec<(Bytes, Bytes)>) -> Result<(), PsadbError> {
+        self.write(key, Write::HSet(fields)).await
+    }
+
+    /// `HDEL`.
+    pub async fn hdel(&self, key: &Bytes, fields: Vec<Bytes>) -> Result<(), PsadbError> {
+        self.write(key, Write::HDel(fields)).await
+    }
+}
+
+/// The answers that are errors, as errors.
+fn check(a: Answer) -> Result<Answer, PsadbError> {
+    match a {
+        Answer::WrongType => Err(PsadbError::WrongType),
+        Answer::Full => Err(PsadbError::Full),
+        Answer::Busy => Err(PsadbError::Busy),
+        Answer::NotReplicated => Err(PsadbError::NotReplicated),
+        a => Ok(a),
+    }
+}
