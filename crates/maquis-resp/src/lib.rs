@@ -1,7 +1,10 @@
-//! The Redis-protocol (RESP2) front: `redis-cli` and `redis-benchmark` against any node.
+//! The Redis-protocol (RESP2) front of Maquis's stores: `redis-cli`, `redis-benchmark` and
+//! Redis client libraries against any node. A store implements the small [`Store`] trait
+//! (its keys, and what `INFO` shows of it); [`serve`] does the rest.
 //!
 //! Supported: `PING`, `ECHO`, `GET`, `SET key value` (no options), `DEL`, `EXISTS`, `MGET`,
-//! `MSET`, `INFO [section]`, `COMMAND [COUNT|DOCS|INFO]`, `CLIENT
+//! `MSET`, `HSET`/`HMSET`, `HGET`, `HMGET`, `HGETALL`, `HDEL` (when the store keeps hashes),
+//! `INFO [section]`, `COMMAND [COUNT|DOCS|INFO]`, `CLIENT
 //! SETNAME|GETNAME|ID|SETINFO|INFO|LIST`, `SELECT 0`, `QUIT`, `CONFIG GET save|appendonly`,
 //! `HELLO [2]`. Anything else is answered `-ERR unknown command …` and the connection stays
 //! open. A request that cannot be framed (bad lengths, garbage, sizes over the [`Limits`]) is
@@ -28,6 +31,7 @@ mod commands;
 mod info;
 pub mod parser;
 pub mod reply;
+mod store;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,11 +45,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
 pub use commands::COMMANDS;
+pub use info::REDIS_VERSION;
 pub use parser::{Limits, ProtocolError, RequestParser};
 pub use reply::Reply;
-
-use crate::error::RingError;
-use crate::node::RingNode;
+pub use store::{Store, StoreError};
 
 /// Settings of the RESP front.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,8 +109,8 @@ pub(crate) struct Closed {
     pub refused: AtomicU64,
 }
 
-pub(crate) struct ServerState {
-    pub ring: RingNode,
+pub(crate) struct ServerState<S> {
+    pub store: Arc<S>,
     pub config: RespConfig,
     pub addr: SocketAddr,
     pub clients: AtomicUsize,
@@ -121,7 +124,7 @@ pub(crate) struct ServerState {
     pub closed: Closed,
 }
 
-impl ServerState {
+impl<S: Store> ServerState<S> {
     fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -149,46 +152,67 @@ impl ServerState {
     }
 }
 
-/// A running RESP front. It runs until [`RespServer::stop`] or until its node stops.
+/// What a [`RespServer`] handle reaches of its server, whatever its store.
+trait Control: Send + Sync {
+    fn addr(&self) -> SocketAddr;
+    fn clients(&self) -> usize;
+    fn stop(&self);
+}
+
+impl<S: Store> Control for ServerState<S> {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A running RESP front. It runs until [`RespServer::stop`] or until its store's node stops.
 pub struct RespServer {
-    state: Arc<ServerState>,
+    state: Arc<dyn Control>,
 }
 
 impl std::fmt::Debug for RespServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RespServer({})", self.state.addr)
+        write!(f, "RespServer({})", self.state.addr())
     }
 }
 
 impl RespServer {
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.state.addr
+        self.state.addr()
     }
 
     /// Connections open now.
     pub fn clients(&self) -> usize {
-        self.state.clients.load(Ordering::Relaxed)
+        self.state.clients()
     }
 
     /// Stops accepting and closes every connection.
     pub fn stop(&self) {
-        let _ = self.state.stop.send(true);
+        self.state.stop();
     }
 }
 
-/// Binds `addr` and serves the Redis protocol for `ring`.
-pub async fn serve(
-    ring: RingNode,
+/// Binds `addr` and serves the Redis protocol for `store`.
+pub async fn serve<S: Store>(
+    store: Arc<S>,
     addr: SocketAddr,
     config: RespConfig,
-) -> Result<RespServer, RingError> {
+) -> std::io::Result<RespServer> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let (stop, stop_rx) = watch::channel(false);
     let state = Arc::new(ServerState {
         stop,
-        ring,
+        store,
         config,
         addr,
         clients: AtomicUsize::new(0),
@@ -199,18 +223,22 @@ pub async fn serve(
         slots: Mutex::new(HashMap::new()),
         closed: Closed::default(),
     });
-    tracing::info!(%addr, node = %state.ring.name(), "RESP front listening");
+    tracing::info!(%addr, node = %state.store.node_name(), "RESP front listening");
     tokio::spawn(accept(listener, state.clone(), stop_rx));
     Ok(RespServer { state })
 }
 
-async fn accept(listener: TcpListener, state: Arc<ServerState>, mut stop: watch::Receiver<bool>) {
+async fn accept<S: Store>(
+    listener: TcpListener,
+    state: Arc<ServerState<S>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut check = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             _ = check.tick() => {
-                if state.ring.node().is_stopped() {
+                if state.store.stopped() {
                     let _ = state.stop.send(true);
                     break;
                 }
@@ -258,12 +286,12 @@ async fn accept(listener: TcpListener, state: Arc<ServerState>, mut stop: watch:
 }
 
 /// The bytes a connection holds, counted in the server's total (given back on drop).
-struct Held<'a> {
-    state: &'a ServerState,
+struct Held<'a, S> {
+    state: &'a ServerState<S>,
     bytes: usize,
 }
 
-impl Held<'_> {
+impl<S: Store> Held<'_, S> {
     /// Sets what the connection holds; `false` if it must be closed (the server is over
     /// `max_buffered` and this connection holds more than its share).
     fn set(&mut self, bytes: usize) -> bool {
@@ -288,15 +316,15 @@ impl Held<'_> {
     }
 }
 
-impl Drop for Held<'_> {
+impl<S> Drop for Held<'_, S> {
     fn drop(&mut self) {
         self.state.buffered.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
 /// Writes `out` within the idle timeout.
-async fn flush(
-    state: &ServerState,
+async fn flush<S: Store>(
+    state: &ServerState<S>,
     sock: &mut TcpStream,
     out: &mut BytesMut,
 ) -> std::io::Result<()> {
@@ -320,12 +348,12 @@ async fn flush(
 
 const BUFFER_LIMIT: &[u8] = b"-ERR client buffer limit reached\r\n";
 
-async fn connection(
-    state: &ServerState,
+async fn connection<S: Store>(
+    state: &ServerState<S>,
     mut sock: TcpStream,
     id: u64,
     slot: &Slot,
-    held: &mut Held<'_>,
+    held: &mut Held<'_, S>,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let _ = sock.set_nodelay(true);

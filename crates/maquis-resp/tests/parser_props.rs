@@ -2,7 +2,7 @@
 //! hold more than the limits allow; well-formed requests parse the same however they are split.
 
 use bytes::{Bytes, BytesMut};
-use maquis_ring::resp::parser::{encode_request, Limits, RequestParser};
+use maquis_resp::parser::{encode_request, Limits, RequestParser};
 use proptest::prelude::*;
 
 fn small_limits() -> Limits {

@@ -7,7 +7,7 @@ use futures::stream::{self, StreamExt};
 
 use super::reply::Reply;
 use super::ServerState;
-use crate::error::RingError;
+use crate::store::{Store, StoreError};
 
 /// Per-connection state.
 #[derive(Debug, Default)]
@@ -34,8 +34,8 @@ impl ConnState {
 
 /// The commands listed by `COMMAND COUNT` and `INFO`.
 pub const COMMANDS: &[&str] = &[
-    "PING", "ECHO", "GET", "SET", "DEL", "EXISTS", "MGET", "MSET", "INFO", "COMMAND", "CLIENT",
-    "SELECT", "QUIT", "CONFIG", "HELLO",
+    "PING", "ECHO", "GET", "SET", "DEL", "EXISTS", "MGET", "MSET", "HSET", "HMSET", "HGET",
+    "HMGET", "HGETALL", "HDEL", "INFO", "COMMAND", "CLIENT", "SELECT", "QUIT", "CONFIG", "HELLO",
 ];
 
 fn arity(name: &str) -> Reply {
@@ -45,8 +45,8 @@ fn arity(name: &str) -> Reply {
     ))
 }
 
-fn ring_err(e: RingError) -> Reply {
-    Reply::err(e.to_string())
+fn store_err(e: StoreError) -> Reply {
+    Reply::Error(e.0)
 }
 
 fn upper(b: &[u8]) -> String {
@@ -58,9 +58,9 @@ fn upper(b: &[u8]) -> String {
 async fn count_keys<F, Fut>(keys: &[Bytes], batch: usize, test: F) -> Reply
 where
     F: FnMut(Bytes) -> Fut,
-    Fut: std::future::Future<Output = Result<bool, RingError>>,
+    Fut: std::future::Future<Output = Result<bool, StoreError>>,
 {
-    let results: Vec<Result<bool, RingError>> = stream::iter(keys.to_vec())
+    let results: Vec<Result<bool, StoreError>> = stream::iter(keys.to_vec())
         .map(test)
         .buffered(batch)
         .collect()
@@ -75,14 +75,14 @@ where
         }
     }
     match failure {
-        Some(e) => ring_err(e),
+        Some(e) => store_err(e),
         None => Reply::Int(count),
     }
 }
 
 /// Runs one request; returns the reply and whether to close the connection after it.
-pub(crate) async fn execute(
-    state: &ServerState,
+pub(crate) async fn execute<S: Store>(
+    state: &ServerState<S>,
     conn: &mut ConnState,
     args: Vec<Bytes>,
 ) -> (Reply, bool) {
@@ -90,7 +90,7 @@ pub(crate) async fn execute(
         return (Reply::err("empty command"), false);
     };
     let name = upper(first);
-    let ring = &state.ring;
+    let store = &state.store;
     let n = args.len();
     let batch = state.config.max_batch.max(1);
     let reply = match name.as_str() {
@@ -100,64 +100,96 @@ pub(crate) async fn execute(
             _ => arity(&name),
         },
         "ECHO" if n == 2 => Reply::Bulk(Some(args[1].clone())),
-        "GET" if n == 2 => match ring.get(&args[1]).await {
+        "GET" if n == 2 => match store.get(args[1].clone()).await {
             Ok(v) => Reply::Bulk(v),
-            Err(e) => ring_err(e),
+            Err(e) => store_err(e),
         },
-        "SET" if n == 3 => match ring.put(&args[1], args[2].clone()).await {
+        "SET" if n == 3 => match store.set(args[1].clone(), args[2].clone()).await {
             Ok(()) => Reply::ok(),
-            Err(e) => ring_err(e),
+            Err(e) => store_err(e),
         },
         "SET" if n > 3 => Reply::err("syntax error (SET options are not supported)"),
         "DEL" if n >= 2 => {
-            let ring = ring.clone();
+            let store = store.clone();
             count_keys(&args[1..], batch, move |k| {
-                let ring = ring.clone();
-                async move { ring.delete(&k).await }
+                let store = store.clone();
+                async move { store.del(k).await }
             })
             .await
         }
         "EXISTS" if n >= 2 => {
-            let ring = ring.clone();
+            let store = store.clone();
             count_keys(&args[1..], batch, move |k| {
-                let ring = ring.clone();
-                async move { ring.get(&k).await.map(|v| v.is_some()) }
+                let store = store.clone();
+                async move { store.exists(k).await }
             })
             .await
         }
         "MGET" if n >= 2 => {
-            let results: Vec<Result<Option<Bytes>, RingError>> = stream::iter(args[1..].to_vec())
+            let results: Vec<Result<Option<Bytes>, StoreError>> = stream::iter(args[1..].to_vec())
                 .map(|k| {
-                    let ring = ring.clone();
-                    async move { ring.get(&k).await }
+                    let store = store.clone();
+                    async move { store.get(k).await }
                 })
                 .buffered(batch)
                 .collect()
                 .await;
             match results.into_iter().collect::<Result<Vec<_>, _>>() {
                 Ok(values) => Reply::Array(values.into_iter().map(Reply::Bulk).collect()),
-                Err(e) => ring_err(e),
+                Err(e) => store_err(e),
             }
         }
         "MSET" if n >= 3 && n % 2 == 1 => {
-            let results: Vec<Result<(), RingError>> = stream::iter(
+            let results: Vec<Result<(), StoreError>> = stream::iter(
                 args[1..]
                     .chunks(2)
                     .map(|kv| (kv[0].clone(), kv[1].clone()))
                     .collect::<Vec<_>>(),
             )
             .map(|(k, v)| {
-                let ring = ring.clone();
-                async move { ring.put(&k, v).await }
+                let store = store.clone();
+                async move { store.set(k, v).await }
             })
             .buffered(batch)
             .collect()
             .await;
             match results.into_iter().find_map(Result::err) {
-                Some(e) => ring_err(e),
+                Some(e) => store_err(e),
                 None => Reply::ok(),
             }
         }
+        "HSET" | "HMSET" if n >= 4 && n.is_multiple_of(2) => {
+            let fields = args[2..]
+                .chunks(2)
+                .map(|fv| (fv[0].clone(), fv[1].clone()))
+                .collect();
+            match store.hset(args[1].clone(), fields).await {
+                Ok(added) if name == "HSET" => Reply::Int(added),
+                Ok(_) => Reply::ok(),
+                Err(e) => store_err(e),
+            }
+        }
+        "HGET" if n == 3 => match store.hmget(args[1].clone(), vec![args[2].clone()]).await {
+            Ok(mut v) => Reply::Bulk(v.pop().flatten()),
+            Err(e) => store_err(e),
+        },
+        "HMGET" if n >= 3 => match store.hmget(args[1].clone(), args[2..].to_vec()).await {
+            Ok(v) => Reply::Array(v.into_iter().map(Reply::Bulk).collect()),
+            Err(e) => store_err(e),
+        },
+        "HGETALL" if n == 2 => match store.hgetall(args[1].clone()).await {
+            Ok(fields) => Reply::Array(
+                fields
+                    .into_iter()
+                    .flat_map(|(f, v)| [Reply::Bulk(Some(f)), Reply::Bulk(Some(v))])
+                    .collect(),
+            ),
+            Err(e) => store_err(e),
+        },
+        "HDEL" if n >= 3 => match store.hdel(args[1].clone(), args[2..].to_vec()).await {
+            Ok(n) => Reply::Int(n),
+            Err(e) => store_err(e),
+        },
         "INFO" if n <= 2 => {
             let section = args
                 .get(1)
@@ -203,8 +235,8 @@ pub(crate) async fn execute(
             ]),
             Some(_) => Reply::Error("NOPROTO unsupported protocol version".into()),
         },
-        "ECHO" | "GET" | "SET" | "DEL" | "EXISTS" | "MGET" | "MSET" | "INFO" | "CLIENT"
-        | "SELECT" | "CONFIG" => arity(&name),
+        "ECHO" | "GET" | "SET" | "DEL" | "EXISTS" | "MGET" | "MSET" | "HSET" | "HMSET" | "HGET"
+        | "HMGET" | "HGETALL" | "HDEL" | "INFO" | "CLIENT" | "SELECT" | "CONFIG" => arity(&name),
         _ => {
             let mut shown = String::new();
             for a in args.iter().skip(1).take(8) {
@@ -221,7 +253,7 @@ pub(crate) async fn execute(
     (reply, false)
 }
 
-fn client(state: &ServerState, conn: &mut ConnState, args: &[Bytes]) -> Reply {
+fn client<S: Store>(state: &ServerState<S>, conn: &mut ConnState, args: &[Bytes]) -> Reply {
     match upper(&args[1]).as_str() {
         "SETNAME" if args.len() == 3 => {
             if args[2].iter().any(|b| *b <= b' ') {
