@@ -5,7 +5,8 @@
 //! write published before that to be settled), merges a snapshot from every ready member, and
 //! only then joins `psadb/<g>/ready`: the members that answer for their share of the keys. So
 //! a member that joins late never answers a read before it holds every acknowledged write.
-//! The membership is read from the node's replica of the groups every `tick`.
+//! The membership is read from the node's replica of the groups whenever
+//! [`maquis::Node::group_changes`] says it may have changed.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -54,7 +55,7 @@ pub fn ready_name(g: u32) -> String {
 pub struct MemberSettings {
     /// The replica's limits and timings.
     pub limits: Limits,
-    /// How often the member reads the membership and resends what is due.
+    /// How often the member resends and gives up what is due.
     pub tick: Duration,
     /// How long a joining member waits before it takes its snapshot and answers.
     pub settle: Duration,
@@ -129,6 +130,8 @@ async fn run(node: Node, g: u32, s: MemberSettings, mut inbox: Inbox<MemberMsg>)
     };
     let settled_at = Instant::now() + s.settle;
     let mut ready = false;
+    let mut changes = d.node.group_changes();
+    d.refresh().await;
     let mut tick = tokio::time::interval(s.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -137,8 +140,14 @@ async fn run(node: Node, g: u32, s: MemberSettings, mut inbox: Inbox<MemberMsg>)
                 let Some(msg) = msg else { return };
                 d.handle(msg).await;
             }
-            _ = tick.tick() => {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
                 d.refresh().await;
+                d.flush().await;
+            }
+            _ = tick.tick() => {
                 if !ready && Instant::now() >= settled_at {
                     d.catch_up(s.snapshot_timeout).await;
                     ready = d.node.join_group(&ready_name(g), &d.myself).await.is_ok();

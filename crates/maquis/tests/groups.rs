@@ -348,3 +348,52 @@ async fn a_published_call_takes_the_one_answer_and_unanswered_copies_fail_nothin
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_changes_move_when_members_join_and_leave_anywhere() {
+    let nodes = cluster("gc", 2, |c| c).await;
+    let mut seen = nodes[0].group_changes();
+    let before = *seen.borrow_and_update();
+    // A member joins on the other node: this node is told.
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let m = member(&nodes[1], tx);
+    nodes[1].join_group("watched", &m).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            seen.changed().await.unwrap();
+            if nodes[0]
+                .group_members::<Work>("watched")
+                .await
+                .unwrap()
+                .len()
+                == 1
+            {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("told of the remote join");
+    let joined = *seen.borrow_and_update();
+    assert!(joined > before);
+    // It leaves: told again.
+    assert!(nodes[1].leave_group("watched", &m).await);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            seen.changed().await.unwrap();
+            if nodes[0]
+                .group_members::<Work>("watched")
+                .await
+                .unwrap()
+                .is_empty()
+            {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("told of the remote leave");
+    for n in nodes {
+        n.shutdown().await;
+    }
+}

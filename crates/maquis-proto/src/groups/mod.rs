@@ -156,6 +156,8 @@ pub struct Groups<P: PeerId> {
     digest_at: Option<Duration>,
     out: VecDeque<GroupOutput<P>>,
     stats: GroupStats,
+    /// Increases whenever what [`Groups::members`] answers may have changed.
+    changes: u64,
 }
 
 impl<P: PeerId> Groups<P> {
@@ -172,7 +174,15 @@ impl<P: PeerId> Groups<P> {
             digest_at: None,
             out: VecDeque::new(),
             stats: GroupStats::default(),
+            changes: 0,
         }
+    }
+
+    /// A number that increases whenever what [`Groups::members`] answers may have changed
+    /// (a join or leave here, a delta or state from a member, a member node added or gone):
+    /// a driver tells the node's users to read the members again when it moves.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Takes the next thing to do.
@@ -261,6 +271,7 @@ impl<P: PeerId> Groups<P> {
     }
 
     fn changed(&mut self, now: Duration, joined: Vec<(String, Actor)>, left: Vec<(String, Actor)>) {
+        self.changes += 1;
         self.v += 1;
         let v = self.v;
         self.send_all(GroupMsg::Delta { v, joined, left });
@@ -313,6 +324,9 @@ impl<P: PeerId> Groups<P> {
             .cloned()
             .collect();
         self.members = members;
+        if !added.is_empty() || !gone.is_empty() {
+            self.changes += 1;
+        }
         for g in gone {
             if let Some(view) = self.views.remove(&g) {
                 self.count -= view.groups.values().map(BTreeSet::len).sum::<usize>();
@@ -349,6 +363,7 @@ impl<P: PeerId> Groups<P> {
                     return;
                 }
                 let max = self.cfg.max_members;
+                self.changes += 1;
                 let view = self.views.entry(from).or_default();
                 view.v = v;
                 for (g, a) in left {
@@ -388,6 +403,7 @@ impl<P: PeerId> Groups<P> {
                 if let Some(old) = self.views.remove(&from) {
                     self.count -= old.groups.values().map(BTreeSet::len).sum::<usize>();
                 }
+                self.changes += 1;
                 let mut view = View {
                     v,
                     groups: Local::new(),

@@ -20,6 +20,8 @@ struct Driver {
     watches: Watches,
     /// Room for publishes being handed to local members.
     deliveries: Arc<Semaphore>,
+    /// The machine's change count last told to `Node::group_changes`.
+    told: u64,
 }
 
 /// Starts the service on `node`: registers it as [`SERVICE`] and returns at once.
@@ -29,6 +31,7 @@ pub(crate) fn spawn(node: &Node, inner: Arc<Inner>, cmds: mpsc::Receiver<Cmd>) {
         inner,
         watches: Watches::default(),
         deliveries: Arc::new(Semaphore::new(DELIVERIES)),
+        told: 0,
     };
     crate::service::spawn(node, SERVICE, driver, cmds);
 }
@@ -73,6 +76,11 @@ impl Service for Driver {
     }
 
     fn flush(&mut self) {
+        let changes = self.machine.changes();
+        if changes != self.told {
+            self.told = changes;
+            self.inner.group_changes.send_replace(changes);
+        }
         while let Some(GroupOutput::Send { to, msg }) = self.machine.poll_output() {
             let envelope = Envelope {
                 from: self.inner.router.id.clone(),

@@ -36,6 +36,9 @@
 //! group, where every member keeps a replica and one answers); the others drop their copy,
 //! which fails nothing.
 //!
+//! [`Node::group_changes`](crate::Node::group_changes) moves whenever the members may have
+//! changed: a user that keeps its own view of a group reads it again then.
+//!
 //! **Anycast** and **call_any** pick a member at random (the local ones first); a `call_any`
 //! whose member stops or whose node goes down before it answers is tried on another member,
 //! until one answers, the timeout passes, or no member is left.

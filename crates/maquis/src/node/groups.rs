@@ -255,6 +255,14 @@ impl Node {
             .collect())
     }
 
+    /// Tells when the members of the groups may have changed: the value moves with every
+    /// join or leave seen here, local or remote, and every member node added or gone (read
+    /// the members again with [`Node::group_members`] when it does). Cheaper than asking for
+    /// the members over and over; many changes close together may show as one.
+    pub fn group_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.group_changes.subscribe()
+    }
+
     /// The groups machine's counters on this node.
     pub async fn group_stats(&self) -> Result<GroupStats, GroupError> {
         self.inner

@@ -62,6 +62,8 @@ pub(crate) struct Inner {
     pub(crate) remote: crate::remote::Registry,
     /// The groups service's queue.
     pub(crate) groups: crate::service::Queue<crate::groups::Cmd>,
+    /// Moves whenever the groups' members may have changed (`Node::group_changes`).
+    pub(crate) group_changes: tokio::sync::watch::Sender<u64>,
     /// The virtual actors this node offers and hosts.
     pub(crate) virtuals: Arc<crate::virtual_actors::Host>,
 }
