@@ -82,14 +82,7 @@ fn parse_switch(v: &str) -> Result<bool, String> {
 #[tokio::main]
 async fn main() {
     maquis::tune_allocator();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    maquis::init_logging("info");
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Serve(s) => match serve(s).await {

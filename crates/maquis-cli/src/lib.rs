@@ -6,15 +6,7 @@ use std::process::ExitCode;
 
 /// Logs to standard error, filtered by `RUST_LOG` (default: warnings and errors).
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Colours only on a terminal: logs sent to a file stay plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
+    maquis::init_logging("warn");
 }
 
 /// Runs a command on a multi-threaded tokio runtime; fails if the runtime cannot start.

@@ -88,5 +88,5 @@ pub use error::{
 pub use id::{LaneId, NodeId, DEFAULT_CHANNEL, MEMBERSHIP_CHANNEL};
 pub use node::{Actor, Context, Inbox, MembershipEvent, Node, Subscription, TooManySources};
 pub use payload::Payload;
-pub use process::{shutdown_signal, tune_allocator};
+pub use process::{init_logging, shutdown_signal, tune_allocator};
 pub use wire::frame::DownReason;

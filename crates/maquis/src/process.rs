@@ -1,5 +1,18 @@
-//! Helpers for a process that runs a node: allocator settings for large messages, and the
-//! signal that asks it to stop.
+//! Helpers for a process that runs a node: allocator settings for large messages, logging,
+//! and the signal that asks it to stop.
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` or else by `default_filter`
+/// (`"info"`, `"warn"`, …), in colour only on a terminal (logs sent to a file stay plain
+/// text). Call it once, early in `main`; a second call does nothing.
+pub fn init_logging(default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
 
 /// Keeps large message buffers in the heap for reuse; call it first thing in `main`.
 ///

@@ -349,6 +349,25 @@ async fn a_published_call_takes_the_one_answer_and_unanswered_copies_fail_nothin
     }
 }
 
+/// Waits, a change at a time, until `node` sees `n` members of `watched`.
+async fn told_until(
+    seen: &mut tokio::sync::watch::Receiver<u64>,
+    node: &Node,
+    n: usize,
+    what: &str,
+) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            seen.changed().await.unwrap();
+            if node.group_members::<Work>("watched").await.unwrap().len() == n {
+                break;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not told of {what}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn group_changes_move_when_members_join_and_leave_anywhere() {
     let nodes = cluster("gc", 2, |c| c).await;
@@ -358,41 +377,12 @@ async fn group_changes_move_when_members_join_and_leave_anywhere() {
     let (tx, _rx) = mpsc::unbounded_channel();
     let m = member(&nodes[1], tx);
     nodes[1].join_group("watched", &m).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            seen.changed().await.unwrap();
-            if nodes[0]
-                .group_members::<Work>("watched")
-                .await
-                .unwrap()
-                .len()
-                == 1
-            {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("told of the remote join");
+    told_until(&mut seen, &nodes[0], 1, "the remote join").await;
     let joined = *seen.borrow_and_update();
     assert!(joined > before);
     // It leaves: told again.
     assert!(nodes[1].leave_group("watched", &m).await);
-    tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            seen.changed().await.unwrap();
-            if nodes[0]
-                .group_members::<Work>("watched")
-                .await
-                .unwrap()
-                .is_empty()
-            {
-                break;
-            }
-        }
-    })
-    .await
-    .expect("told of the remote leave");
+    told_until(&mut seen, &nodes[0], 0, "the remote leave").await;
     for n in nodes {
         n.shutdown().await;
     }

@@ -305,17 +305,10 @@ impl<M: Message> ActorRef<M> {
                 .map_err(|_| CallError::NoReply("the node stopped".into()))
         };
         let deadline = tokio::time::Instant::now() + timeout;
-        let outcome = match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(Ok(o)) => o,
-            Ok(Err(e)) => {
-                rt.calls.cancel(call);
-                return Err(e);
-            }
-            Err(_) => {
-                rt.calls.cancel(call);
-                return Err(CallError::Timeout);
-            }
-        };
+        let outcome = rt
+            .calls
+            .within(call, deadline, exchange, CallError::Timeout)
+            .await?;
         outcome_of(&self.rt, outcome)
     }
 

@@ -92,6 +92,25 @@ impl PendingCalls {
         self.lock().remove(&id);
     }
 
+    /// Runs call `id`'s `exchange` (its request sent, then its outcome awaited) until
+    /// `deadline`: one timer for both. A failure, or `timeout` at the deadline, cancels the call.
+    pub(crate) async fn within<E>(
+        &self,
+        id: u64,
+        deadline: tokio::time::Instant,
+        exchange: impl std::future::Future<Output = Result<CallOutcome, E>>,
+        timeout: E,
+    ) -> Result<CallOutcome, E> {
+        let r = match tokio::time::timeout_at(deadline, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(timeout),
+        };
+        if r.is_err() {
+            self.cancel(id);
+        }
+        r
+    }
+
     /// Completes a call; false when nobody waits for it any more (late or unknown reply).
     pub(crate) fn complete(&self, id: u64, outcome: CallOutcome) -> bool {
         let mut map = self.lock();

@@ -170,17 +170,10 @@ impl Node {
             drop(msg);
             rx.await.map_err(|_| GroupError::Stopped)
         };
-        let outcome = match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(Ok(o)) => o,
-            Ok(Err(e)) => {
-                actors.calls.cancel(call);
-                return Err(e);
-            }
-            Err(_) => {
-                actors.calls.cancel(call);
-                return Err(GroupError::Timeout);
-            }
-        };
+        let outcome = actors
+            .calls
+            .within(call, deadline, exchange, GroupError::Timeout)
+            .await?;
         crate::actor::outcome_of(&Arc::downgrade(actors), outcome)
             .map_err(|e| GroupError::Failed(e.to_string()))
     }
