@@ -135,8 +135,14 @@ impl Client {
 
     /// Sends `op` on `key` to its group; the answer.
     pub async fn request(&self, key: &Bytes, op: Op) -> Result<Answer, PsadbError> {
+        self.request_group(group_of(key, self.inner.settings.groups), key, op)
+            .await
+    }
+
+    /// Sends `op` on `key` to group `g`; the answer.
+    async fn request_group(&self, g: u32, key: &Bytes, op: Op) -> Result<Answer, PsadbError> {
         let s = &self.inner.settings;
-        let group = group_name(group_of(key, s.groups));
+        let group = group_name(g);
         let id = ReqId {
             client: self.inner.id,
             seq: self.inner.seq.fetch_add(1, Ordering::Relaxed),
@@ -214,6 +220,25 @@ impl Client {
             Answer::Fields(f) => Ok(f),
             other => Err(PsadbError::Unexpected(format!("{other:?}"))),
         }
+    }
+
+    /// The keys showing a value from `start` on, in byte order, at most `count`: every group
+    /// is asked (concurrently) for its first `count` keys and the answers merged, as psaDB
+    /// scans without a coordinator.
+    pub async fn keys_from(&self, start: &Bytes, count: u32) -> Result<Vec<Bytes>, PsadbError> {
+        let groups = self.inner.settings.groups;
+        let asks =
+            (0..groups).map(|g| self.request_group(g, start, Op::Read(Read::KeysFrom(count))));
+        let mut keys = Vec::new();
+        for answer in futures::future::join_all(asks).await {
+            match answer? {
+                Answer::Keys(k) => keys.extend(k),
+                other => return Err(PsadbError::Unexpected(format!("{other:?}"))),
+            }
+        }
+        keys.sort_unstable();
+        keys.truncate(count as usize);
+        Ok(keys)
     }
 
     /// `SET` (acknowledged once every member of the key's group has it).

@@ -9,12 +9,14 @@
 //! - [`member`]: the actor that drives a replica with Maquis's process groups, and joins late
 //!   members safely.
 //! - [`client`]: the handle that sends each request to its key's group and retries.
-//! - [`resp`]: the Redis-protocol front over a client (`psadb serve` runs a node with it).
+//! - [`resp`]: the Redis-protocol front over a client.
+//! - [`serve`]: `psadb serve`, a node with its members and the front.
 
 pub mod client;
 pub mod member;
 pub mod replica;
 pub mod resp;
+pub mod serve;
 pub mod store;
 
 pub use client::{Client, ClientSettings, PsadbError};

@@ -54,6 +54,9 @@ pub enum Read {
     HMGet(Vec<Bytes>),
     /// The key's newest version (a client's clock catches up with it).
     Version,
+    /// The keys showing a value from the request's key on, in byte order, at most this many
+    /// (the member's part of a range scan: every group is asked and the answers merged).
+    KeysFrom(u32),
 }
 
 /// What a request asks.
@@ -87,6 +90,8 @@ pub enum Answer {
     Hash(Vec<(Bytes, Bytes)>),
     /// `HMGET`: each field's value.
     Fields(Vec<Option<Bytes>>),
+    /// `KeysFrom`: the keys, in byte order.
+    Keys(Vec<Bytes>),
     /// The key's newest version.
     Version(Version),
     /// The write is on every member.
@@ -410,6 +415,9 @@ impl<M: Ord + Clone> Replica<M> {
     }
 
     fn read(&self, key: &[u8], r: &Read) -> Answer {
+        if let Read::KeysFrom(count) = r {
+            return Answer::Keys(self.store.scan(key, *count as usize));
+        }
         let shown = self.store.get(key);
         match (r, shown) {
             (Read::Version, _) => Answer::Version(self.store.version(key)),
@@ -427,6 +435,7 @@ impl<M: Ord + Clone> Replica<M> {
             (Read::Get, Shown::Hash(_)) | (Read::HGetAll | Read::HMGet(_), Shown::Str(_)) => {
                 Answer::WrongType
             }
+            (Read::KeysFrom(_), _) => Answer::Keys(Vec::new()),
         }
     }
 }

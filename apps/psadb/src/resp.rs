@@ -1,6 +1,7 @@
 //! psaDB's Redis-protocol (RESP2) front: `maquis_resp`'s server over a [`Client`] on this
 //! node. Strings (`GET`, `SET`, `DEL`, `EXISTS`, `MGET`, `MSET`) and hashes (`HSET`/`HMSET`,
-//! `HGET`, `HMGET`, `HGETALL`, `HDEL`: what YCSB's Redis binding uses).
+//! `HGET`, `HMGET`, `HGETALL`, `HDEL`: what YCSB's Redis binding uses) and `KEYSFROM` (range
+//! scans: every group asked, the answers merged).
 //!
 //! `DEL` and `HDEL` count what showed a value just before (a read, then the delete: not
 //! atomic, as two requests to the group); `HSET` counts the fields it wrote (psaDB's writes
@@ -102,6 +103,14 @@ impl Store for Front {
             .map_err(store_err)?;
         self.client.hdel(&key, fields).await.map_err(store_err)?;
         Ok(had.iter().filter(|v| v.is_some()).count() as i64)
+    }
+
+    async fn keys_from(&self, start: Bytes, count: usize) -> Result<Vec<Bytes>, StoreError> {
+        let count = u32::try_from(count).map_err(StoreError::err)?;
+        self.client
+            .keys_from(&start, count)
+            .await
+            .map_err(store_err)
     }
 
     async fn info(&self, section: Option<&str>) -> String {

@@ -1,5 +1,5 @@
 //! psaDB's Redis front with a real Redis client: strings, hashes (what YCSB's Redis binding
-//! sends), counts, the kinds kept apart, `INFO`.
+//! sends), counts, the kinds kept apart, range scans (`KEYSFROM`), `INFO`.
 
 mod common;
 
@@ -82,6 +82,32 @@ async fn a_redis_client_stores_strings_and_hashes() {
             .query(&mut r)
             .unwrap();
         assert_eq!(deleted, 1);
+        // A range scan over every group: 30 keys spread among the three groups.
+        let mut pairs = Vec::new();
+        for i in 0..30 {
+            pairs.push(format!("scan{i:02}"));
+            pairs.push(format!("v{i}"));
+        }
+        let () = redis::cmd("MSET").arg(&pairs).query(&mut r).unwrap();
+        let keys: Vec<String> = redis::cmd("KEYSFROM")
+            .arg("scan05")
+            .arg(10)
+            .query(&mut r)
+            .unwrap();
+        let want: Vec<String> = (5..15).map(|i| format!("scan{i:02}")).collect();
+        assert_eq!(keys, want);
+        let tail: Vec<String> = redis::cmd("KEYSFROM")
+            .arg("scan25")
+            .arg(100)
+            .query(&mut r)
+            .unwrap();
+        assert_eq!(
+            tail,
+            ["scan25", "scan26", "scan27", "scan28", "scan29", "user1"]
+        );
+        let bad: redis::RedisResult<Vec<String>> =
+            redis::cmd("KEYSFROM").arg("a").arg("many").query(&mut r);
+        assert!(bad.is_err());
         let info: String = redis::cmd("INFO").arg("psadb").query(&mut r).unwrap();
         assert!(
             info.contains("psadb_groups:3") && info.contains("psadb_group_0:members=3,ready=3"),

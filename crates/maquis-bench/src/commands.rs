@@ -7,6 +7,7 @@ use clap::Subcommand;
 use crate::{
     actop_agent, actop_bench, adcounter_bench, agent, clients, clients_agent, debench,
     debench_agent, heartbeat, local, local_cell, micro, rawtcp, ring_agent, ring_bench, teardown,
+    ycsb_bench,
 };
 
 /// Benchmark commands.
@@ -41,6 +42,11 @@ pub enum BenchCommand {
     /// PARTISAN's advertisement counter (§6.3, Fig. 9): 32 to 1,024 nodes, client-server and
     /// peer-to-peer.
     Adcounter(adcounter_bench::AdcounterArgs),
+    /// psaDB's Table 1: YCSB (its real workload generator, through the Redis protocol)
+    /// workloads A–E against psaDB (3 groups × 3 members), the ring store and a real
+    /// redis-server, plus a kill -9 of a psaDB node counting lost acknowledged writes
+    /// (loopback, no root needed; installs Java, Maven and redis-server when missing).
+    Ycsb(ycsb_bench::YcsbArgs),
     /// Internal: one side of a benchmark, started by the benchmark driver inside an emulated host.
     #[command(subcommand, hide = true)]
     Agent(AgentCommand),
@@ -71,6 +77,8 @@ pub enum AgentCommand {
     HeartbeatServer(heartbeat::HeartbeatServerArgs),
     /// The advertisement counter's node 0 (server or contact) with its replica.
     AdcounterNode(adcounter_bench::AdcounterNodeArgs),
+    /// A psaDB node (`psadb serve`): members of its groups and the Redis front.
+    PsadbNode(maquis_psadb::serve::ServeArgs),
     /// A Halo Presence node of `maquis-bench actop`: players, games and its share of the clients.
     HaloNode(actop_agent::HaloNodeArgs),
 }
@@ -146,6 +154,12 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
         }
+        BenchCommand::Ycsb(mut args) => {
+            quick_out(&mut args.out, args.quick, "ycsb");
+            tokio::task::spawn_blocking(move || ycsb_bench::run(&args).map(|_| ()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
         BenchCommand::Agent(a) => match a {
             AgentCommand::MicroServer(x) => agent::server(x).await,
             AgentCommand::MicroClient(x) => agent::client(x).await,
@@ -158,6 +172,7 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
             AgentCommand::HeartbeatServer(x) => heartbeat::server(x).await,
             AgentCommand::AdcounterNode(x) => adcounter_bench::node(x).await,
             AgentCommand::HaloNode(x) => actop_agent::node(x).await,
+            AgentCommand::PsadbNode(x) => maquis_psadb::serve::serve(x).await,
             AgentCommand::LocalCell(x) => tokio::task::spawn_blocking(move || local_cell::run(&x))
                 .await
                 .unwrap_or_else(|e| Err(e.to_string())),

@@ -52,6 +52,7 @@ pub mod debench_hist;
 pub mod debench_report;
 pub mod erlang;
 pub mod heartbeat;
+pub mod install;
 pub mod local;
 pub mod local_cell;
 pub mod local_peers;
@@ -68,6 +69,8 @@ pub mod ring_redis;
 pub mod ring_report;
 pub mod stats;
 pub mod teardown;
+pub mod ycsb_bench;
+pub mod ycsb_report;
 
 use std::process::ExitCode;
 
@@ -118,6 +121,7 @@ mod tests {
             "heartbeat-server",
             "adcounter-node",
             "halo-node",
+            "psadb-node",
         ] {
             let e = Cli::try_parse_from(["maquis-bench", "agent", role, "--help"]).unwrap_err();
             assert_eq!(

@@ -69,36 +69,6 @@ pub struct RedisOutcome {
     pub rows: Vec<RedisRow>,
 }
 
-fn version_of(program: &str) -> Option<String> {
-    Command::new(program)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-}
-
-fn apt_install() -> Result<(), String> {
-    let apt = |args: &[&str]| -> Result<(), String> {
-        let mut c = Command::new("apt-get");
-        c.env("DEBIAN_FRONTEND", "noninteractive").args(args);
-        let (status, out) = run_capture("apt-get", c, Duration::from_secs(900))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "apt-get {}: {status}: {}",
-                args.join(" "),
-                out.lines().last().unwrap_or("")
-            ))
-        }
-    };
-    apt(&["install", "-y", "-q", "redis-tools"]).or_else(|_| {
-        apt(&["update", "-q"]).and_then(|()| apt(&["install", "-y", "-q", "redis-tools"]))
-    })
-}
-
 fn find_ring_binary(exe: &Path) -> Option<PathBuf> {
     let beside = exe.parent().map(|d| d.join("ring"));
     let on_path = std::env::var_os("PATH")
@@ -111,7 +81,7 @@ fn find_ring_binary(exe: &Path) -> Option<PathBuf> {
     beside.into_iter().chain(on_path).find(|p| {
         p.is_file()
             && p.to_str()
-                .and_then(version_of)
+                .and_then(crate::install::version_of)
                 .is_some_and(|v| v.starts_with("ring "))
     })
 }
@@ -122,14 +92,14 @@ pub fn prepare(exe: &Path) -> RedisOutcome {
         wanted: true,
         ..RedisOutcome::default()
     };
-    o.version = version_of("redis-benchmark");
+    o.version = crate::install::version_of("redis-benchmark");
     if o.version.is_none() {
         eprintln!(
             "redis-benchmark is not installed: installing Debian's redis-tools with apt-get ..."
         );
-        match apt_install() {
+        match crate::install::apt_install(&["redis-tools"]) {
             Ok(()) => {
-                o.version = version_of("redis-benchmark");
+                o.version = crate::install::version_of("redis-benchmark");
                 o.notes
                     .push("redis-benchmark was missing: this run installed Debian's `redis-tools` with apt-get.".into());
             }

@@ -35,7 +35,8 @@ impl ConnState {
 /// The commands listed by `COMMAND COUNT` and `INFO`.
 pub const COMMANDS: &[&str] = &[
     "PING", "ECHO", "GET", "SET", "DEL", "EXISTS", "MGET", "MSET", "HSET", "HMSET", "HGET",
-    "HMGET", "HGETALL", "HDEL", "INFO", "COMMAND", "CLIENT", "SELECT", "QUIT", "CONFIG", "HELLO",
+    "HMGET", "HGETALL", "HDEL", "KEYSFROM", "INFO", "COMMAND", "CLIENT", "SELECT", "QUIT",
+    "CONFIG", "HELLO",
 ];
 
 fn arity(name: &str) -> Reply {
@@ -190,6 +191,26 @@ pub(crate) async fn execute<S: Store>(
             Ok(n) => Reply::Int(n),
             Err(e) => store_err(e),
         },
+        "KEYSFROM" if n == 3 => match std::str::from_utf8(&args[2])
+            .ok()
+            .and_then(|c| c.parse::<usize>().ok())
+        {
+            Some(count) if count <= crate::MAX_KEYSFROM => {
+                match store.keys_from(args[1].clone(), count).await {
+                    Ok(keys) => Reply::Array(
+                        keys.into_iter()
+                            .take(count)
+                            .map(|k| Reply::Bulk(Some(k)))
+                            .collect(),
+                    ),
+                    Err(e) => store_err(e),
+                }
+            }
+            _ => Reply::err(format!(
+                "count is not an integer from 0 to {}",
+                crate::MAX_KEYSFROM
+            )),
+        },
         "INFO" if n <= 2 => {
             let section = args
                 .get(1)
@@ -236,7 +257,9 @@ pub(crate) async fn execute<S: Store>(
             Some(_) => Reply::Error("NOPROTO unsupported protocol version".into()),
         },
         "ECHO" | "GET" | "SET" | "DEL" | "EXISTS" | "MGET" | "MSET" | "HSET" | "HMSET" | "HGET"
-        | "HMGET" | "HGETALL" | "HDEL" | "INFO" | "CLIENT" | "SELECT" | "CONFIG" => arity(&name),
+        | "HMGET" | "HGETALL" | "HDEL" | "KEYSFROM" | "INFO" | "CLIENT" | "SELECT" | "CONFIG" => {
+            arity(&name)
+        }
         _ => {
             let mut shown = String::new();
             for a in args.iter().skip(1).take(8) {

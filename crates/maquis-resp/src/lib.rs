@@ -4,7 +4,8 @@
 //!
 //! Supported: `PING`, `ECHO`, `GET`, `SET key value` (no options), `DEL`, `EXISTS`, `MGET`,
 //! `MSET`, `HSET`/`HMSET`, `HGET`, `HMGET`, `HGETALL`, `HDEL` (when the store keeps hashes),
-//! `INFO [section]`, `COMMAND [COUNT|DOCS|INFO]`, `CLIENT
+//! `KEYSFROM start count` (Maquis's own: the keys from `start` on in byte order, at most
+//! `count`, for range scans; when the store keeps key order), `INFO [section]`, `COMMAND [COUNT|DOCS|INFO]`, `CLIENT
 //! SETNAME|GETNAME|ID|SETINFO|INFO|LIST`, `SELECT 0`, `QUIT`, `CONFIG GET save|appendonly`,
 //! `HELLO [2]`. Anything else is answered `-ERR unknown command …` and the connection stays
 //! open. A request that cannot be framed (bad lengths, garbage, sizes over the [`Limits`]) is
@@ -45,6 +46,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
 pub use commands::COMMANDS;
+
+/// The most keys one `KEYSFROM` may ask for.
+pub const MAX_KEYSFROM: usize = 10_000;
 pub use info::REDIS_VERSION;
 pub use parser::{Limits, ProtocolError, RequestParser};
 pub use reply::Reply;

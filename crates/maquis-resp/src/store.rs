@@ -93,6 +93,22 @@ pub trait Store: Send + Sync + 'static {
         async { Err(StoreError::no_hashes()) }
     }
 
+    /// `KEYSFROM start count`: the keys showing a value, in byte order, from `start` on, at
+    /// most `count` (at most [`crate::MAX_KEYSFROM`]: the command refuses more). Optional: a
+    /// store that keeps no key order answers with an error.
+    fn keys_from(
+        &self,
+        start: Bytes,
+        count: usize,
+    ) -> impl Future<Output = Result<Vec<Bytes>, StoreError>> + Send {
+        let _ = (start, count);
+        async {
+            Err(StoreError::err(
+                "this store keeps no key order: KEYSFROM is not supported",
+            ))
+        }
+    }
+
     /// Lines (`name:value\r\n`) the store adds to `INFO stats`.
     fn info_stats(&self) -> String {
         String::new()
