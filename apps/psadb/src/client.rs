@@ -6,20 +6,27 @@
 //! within `attempt_timeout` (its responsible member died, or a copy was lost) is published
 //! again with the same id and version, up to `attempts` times: requests are idempotent.
 //!
+//! Reads take a shorter way first: the client keeps each group's ready members (read again
+//! whenever [`maquis::Node::group_changes`] moves), picks the key's responsible member as the
+//! members do, and sends the read to it alone. A member that does not see itself as
+//! responsible answers so, and a read without an answer is published as above: the shortcut
+//! saves the copies to the other members, never changes who answers.
+//!
 //! Writes carry a version from a hybrid clock: the larger of the client's last version plus
 //! one and the wall clock in microseconds, so a write made after another completed wins as
 //! long as the clients' clocks differ by less than the time between them (the clients of one
 //! machine share a clock).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use maquis::groups::GroupError;
-use maquis::Node;
+use maquis::{ActorRef, Node};
 
-use crate::member::{group_name, MemberMsg};
+use crate::member::{group_name, id_of, ready_name, MemberMsg};
 use crate::replica::{Answer, Op, Read, ReqId, Request};
 use crate::store::{Version, Write};
 
@@ -93,6 +100,17 @@ struct Inner {
     id: u64,
     clock: AtomicU64,
     seq: AtomicU64,
+    /// The groups' membership version (moves on every change).
+    changes: tokio::sync::watch::Receiver<u64>,
+    routes: Mutex<Routes>,
+}
+
+/// Each group's ready members in the members' order, as of membership version `seen` (at
+/// most one entry a group: bounded by `groups`).
+#[derive(Default)]
+struct Routes {
+    seen: u64,
+    ready: HashMap<u32, Vec<ActorRef<MemberMsg>>>,
 }
 
 impl Client {
@@ -105,6 +123,8 @@ impl Client {
                 id: rand::random(),
                 clock: AtomicU64::new(0),
                 seq: AtomicU64::new(0),
+                changes: node.group_changes(),
+                routes: Mutex::new(Routes::default()),
             }),
         }
     }
@@ -139,6 +159,39 @@ impl Client {
             .await
     }
 
+    /// Group `g`'s member responsible for `key` in this client's view, if any is ready.
+    async fn responsible(&self, g: u32, key: &[u8]) -> Option<ActorRef<MemberMsg>> {
+        let version = *self.inner.changes.borrow();
+        let pick = |ready: &[ActorRef<MemberMsg>]| {
+            ready
+                .get(crate::replica::share_of(key, ready.len()))
+                .cloned()
+        };
+        {
+            let mut routes = self.inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+            if routes.seen != version {
+                routes.ready.clear();
+                routes.seen = version;
+            }
+            if let Some(ready) = routes.ready.get(&g) {
+                return pick(ready);
+            }
+        }
+        let mut ready = self
+            .inner
+            .node
+            .group_members::<MemberMsg>(&ready_name(g))
+            .await
+            .ok()?;
+        ready.sort_by_key(id_of);
+        let chosen = pick(&ready);
+        let mut routes = self.inner.routes.lock().unwrap_or_else(|e| e.into_inner());
+        if routes.seen == version {
+            routes.ready.insert(g, ready);
+        }
+        chosen
+    }
+
     /// Sends `op` on `key` to group `g`; the answer.
     async fn request_group(&self, g: u32, key: &Bytes, op: Op) -> Result<Answer, PsadbError> {
         let s = &self.inner.settings;
@@ -147,6 +200,22 @@ impl Client {
             client: self.inner.id,
             seq: self.inner.seq.fetch_add(1, Ordering::Relaxed),
         };
+        if let Op::Read(_) = op {
+            if let Some(member) = self.responsible(g, key).await {
+                let req = Request {
+                    id,
+                    key: key.clone(),
+                    op: op.clone(),
+                };
+                match member
+                    .call(|reply| MemberMsg::Direct(req, reply), s.attempt_timeout)
+                    .await
+                {
+                    Ok(Answer::NotResponsible) | Err(_) => {}
+                    Ok(answer) => return check(answer),
+                }
+            }
+        }
         for _ in 0..s.attempts {
             let req = Request {
                 id,

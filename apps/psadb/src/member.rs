@@ -32,6 +32,9 @@ pub struct MemberId {
 pub enum MemberMsg {
     /// A client's request, published to the group.
     Request(Request, ReplyTo<Answer>),
+    /// A client's read, sent to this member alone as the key's responsible member in the
+    /// client's view.
+    Direct(Request, ReplyTo<Answer>),
     /// A member applied a write this one waits for.
     Confirm(MemberId, ReqId),
     /// A member waits for this one's confirmation of a write.
@@ -98,7 +101,8 @@ pub async fn start_member(
     Ok(member)
 }
 
-fn id_of(r: &ActorRef<MemberMsg>) -> MemberId {
+/// The identity of a member's actor (what the replicas order the ready members by).
+pub(crate) fn id_of(r: &ActorRef<MemberMsg>) -> MemberId {
     MemberId {
         node: r.node().name.clone(),
         actor: r.id().unwrap_or_default(),
@@ -174,6 +178,10 @@ impl Driver {
                     self.replies.remove(&id);
                 }
                 return;
+            }
+            MemberMsg::Direct(req, reply) => {
+                self.replies.insert(req.id, reply);
+                self.replica.handle_direct(req);
             }
             MemberMsg::Confirm(from, id) => {
                 self.replica

@@ -104,6 +104,9 @@ pub enum Answer {
     Busy,
     /// Not every member confirmed the write in time: it is not acknowledged.
     NotReplicated,
+    /// A direct read reached a member that does not answer for the key in its view of the
+    /// group (the client's view was older or newer): publish it instead.
+    NotResponsible,
 }
 
 /// What the member must send.
@@ -299,6 +302,19 @@ impl<M: Ord + Clone> Replica<M> {
                 self.wait_for_others(req, now);
             }
         }
+    }
+
+    /// A read sent to this member alone, by a client that picked it as the key's responsible
+    /// member from its own view of the ready members: answered if this member agrees, else
+    /// [`Answer::NotResponsible`] (so a read is still answered by the responsible member only,
+    /// whichever way it came). A write sent this way is refused the same way: writes are
+    /// published, as every member applies them.
+    pub fn handle_direct(&mut self, req: Request) {
+        let answer = match &req.op {
+            Op::Read(r) if self.responsible(&req.key) == Some(&self.me) => self.read(&req.key, r),
+            _ => Answer::NotResponsible,
+        };
+        self.out.push(Out::Reply { id: req.id, answer });
     }
 
     fn wait_for_others(&mut self, req: Request, now: Instant) {

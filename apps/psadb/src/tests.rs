@@ -235,3 +235,63 @@ fn confirmations_that_come_before_their_request_count() {
         "answered at once, without waiting for a resend"
     );
 }
+
+#[test]
+fn a_direct_read_is_answered_by_the_responsible_member_only() {
+    let mut net = Net::new(3);
+    let key = b("direct".into());
+    let resp = *net.replicas[&0].responsible(&key).unwrap();
+    let read = |seq| Request {
+        id: ReqId { client: 1, seq },
+        key: key.clone(),
+        op: Op::Read(Read::Exists),
+    };
+    for m in 0..3u8 {
+        let r = net.replicas.get_mut(&m).unwrap();
+        r.handle_direct(read(u64::from(m)));
+        let outs: Vec<_> = r.drain_out().collect();
+        let want = if m == resp {
+            Answer::Exists(false)
+        } else {
+            Answer::NotResponsible
+        };
+        assert_eq!(
+            outs,
+            [Out::Reply {
+                id: ReqId {
+                    client: 1,
+                    seq: u64::from(m)
+                },
+                answer: want
+            }],
+            "member {m}"
+        );
+    }
+    // A write sent to one member alone is refused: writes are published to every member.
+    let r = net.replicas.get_mut(&resp).unwrap();
+    let id = ReqId { client: 1, seq: 9 };
+    r.handle_direct(Request {
+        id,
+        key: key.clone(),
+        op: Op::Write(
+            Write::Set(b("v".into())),
+            Version {
+                clock: 1,
+                writer: 1,
+            },
+        ),
+    });
+    let outs: Vec<_> = r.drain_out().collect();
+    assert_eq!(
+        outs,
+        [Out::Reply {
+            id,
+            answer: Answer::NotResponsible
+        }]
+    );
+    assert_eq!(
+        r.store().scan(b"", 10),
+        Vec::<Bytes>::new(),
+        "nothing applied"
+    );
+}

@@ -74,7 +74,8 @@ fn report(
     );
     let _ = writeln!(
         r,
-        "Everything on loopback on this machine. {records} records of 10 fields × {} bytes loaded into each system, then workloads {} for {seconds} s each, {} YCSB client threads spread over the system's nodes. psaDB: 3 processes, each with a member of each of 3 groups (3 groups × 3 members), a write acknowledged once all three members hold it; ring: 3 processes, 64 partitions, N = 3 replicas, R = W = 2 quorums (the ring keeps strings: a record's field `f` is key `k/f`); redis: one `redis-server` without persistence (scans over a sorted set of the keys, as YCSB's own Redis binding does). The workload files in `bench/ycsb/workloads` hold YCSB's documented parameters for A–E.\n",
+        "Everything on loopback on this machine; each psaDB and ring node runs {} tokio worker thread. {records} records of 10 fields × {} bytes loaded into each system, then workloads {} for {seconds} s each, {} YCSB client threads spread over the system's nodes. psaDB: 3 processes, each with a member of each of 3 groups (3 groups × 3 members), a write acknowledged once all three members hold it; ring: 3 processes, 64 partitions, N = 3 replicas, R = W = 2 quorums (the ring keeps strings: a record's field `f` is key `k/f`); redis: one `redis-server` without persistence (scans over a sorted set of the keys, as YCSB's own Redis binding does). The workload files in `bench/ycsb/workloads` hold YCSB's documented parameters for A–E.\n",
+        crate::ycsb_bench::NODE_WORKER_THREADS,
         a.field_length,
         a.workloads_shown(),
         a.threads
@@ -173,14 +174,16 @@ fn report(
         let _ = writeln!(r, "\n## Fault run: a node killed -9 during the load\n");
         let _ = writeln!(
             r,
-            "{} records loaded through nodes 0 and 1 with `dataintegrity=true`; node 2 killed with SIGKILL once a third was acknowledged (see above). Inserts acknowledged: {}; failed: {}; acknowledged inserts not readable afterwards through node 0 (any of the 10 fields missing or not YCSB's value): **{}**. Throughput {:.0} ops/s; insert avg {:.0} µs, p99 {:.0} µs.",
+            "{} records loaded through nodes 0 and 1 with `dataintegrity=true`; node 2 killed with SIGKILL at YCSB's first status line past a third done (see above). Inserts acknowledged: {}; failed: {}; acknowledged inserts not readable afterwards through node 0 (any of the 10 fields missing or not YCSB's value): **{}**. Throughput {:.0} ops/s (paced to {} ops/s); insert avg {:.0} µs, p99 {:.0} µs, slowest {:.0} µs (the wait for the group to notice the death).",
             f.records,
             f.acked_writes.unwrap_or(0),
             f.errors,
             f.lost_acked_writes.unwrap_or(0),
             f.ops_per_s,
+            crate::ycsb_bench::fault_pace(f.records),
             f.ops.get("INSERT").map_or(0.0, |o| o.avg_us),
-            f.ops.get("INSERT").map_or(0.0, |o| o.p99_us)
+            f.ops.get("INSERT").map_or(0.0, |o| o.p99_us),
+            f.ops.get("INSERT").map_or(0.0, |o| o.max_us)
         );
     }
     let _ = writeln!(r, "\n## Targets\n");
