@@ -14,7 +14,8 @@
 //!
 //! Each system is loaded once (`--records` records of 10 fields of `--field-length` bytes: the
 //! paper's 100,000 records of ten 1 kB values), then runs workloads A–E in turn, each for
-//! `--seconds` with `--threads` client threads spread over its nodes. Workloads D and E insert
+//! `--seconds` at each of the `--threads` counts (client threads spread over its nodes): one
+//! thread, YCSB's default, for Table 1's latencies; eight to load the system for throughput. Workloads D and E insert
 //! new records after the loaded ones (E's overwrite D's: the same key sequence).
 //!
 //! The fault run: a fresh psaDB cluster; YCSB loads `--fault-records` records (inserts of new
@@ -63,9 +64,11 @@ pub struct YcsbArgs {
     /// Seconds each workload runs (default 60; 10 with --quick).
     #[arg(long)]
     pub seconds: Option<u64>,
-    /// YCSB client threads.
-    #[arg(long, default_value_t = 8)]
-    pub threads: u32,
+    /// YCSB client threads: each workload runs once at each count (the first, YCSB's default
+    /// of one, gives Table 1's latencies; the largest loads the system for its throughput, and
+    /// also runs the loads).
+    #[arg(long, value_delimiter = ',', default_value = "1,8")]
+    pub threads: Vec<u32>,
     /// Records of the fault run (default 20,000; 3,000 with --quick; 0: no fault run).
     #[arg(long)]
     pub fault_records: Option<u64>,
@@ -513,6 +516,8 @@ struct Plan {
     seconds: u64,
     workloads: Vec<String>,
     fault_records: u64,
+    /// The most client threads: the loads' and the fault run's.
+    most_threads: u32,
 }
 
 fn plan(a: &YcsbArgs) -> Result<Plan, String> {
@@ -538,7 +543,7 @@ fn plan(a: &YcsbArgs) -> Result<Plan, String> {
     {
         return Err(format!("unknown system {s:?} (psadb, ring, redis)"));
     }
-    if a.threads == 0 || a.field_length == 0 {
+    if a.threads.is_empty() || a.threads.contains(&0) || a.field_length == 0 {
         return Err("--threads and --field-length are at least 1".into());
     }
     Ok(Plan {
@@ -546,8 +551,9 @@ fn plan(a: &YcsbArgs) -> Result<Plan, String> {
             .records
             .unwrap_or(if a.quick { 1_000 } else { 100_000 })
             .max(1),
-        seconds: a.seconds.unwrap_or(if a.quick { 10 } else { 60 }).max(1),
+        seconds: a.seconds.unwrap_or(if a.quick { 10 } else { 30 }).max(1),
         workloads,
+        most_threads: a.threads.iter().copied().max().unwrap_or(1),
         fault_records: a
             .fault_records
             .unwrap_or(if a.quick { 3_000 } else { 20_000 }),
@@ -586,13 +592,13 @@ pub fn run(a: &YcsbArgs) -> Result<Vec<Cell>, String> {
             load: true,
             workload: "a",
             props: props.clone(),
-            threads: a.threads,
+            threads: p.most_threads,
         };
         let mut cell = Cell {
             system: system.clone(),
             workload: "load".into(),
             records: p.records,
-            threads: a.threads,
+            threads: p.most_threads,
             ..Cell::default()
         };
         parse_output(&load.run(&log, |_| {})?, &mut cell)?;
@@ -604,47 +610,56 @@ pub fn run(a: &YcsbArgs) -> Result<Vec<Cell>, String> {
                 notes.push("The ring store keeps no key order (no range scans): workload E was not run on it.".into());
                 continue;
             }
-            let mut props = props.clone();
-            props.push(("operationcount".into(), "1000000000".into()));
-            props.push(("maxexecutiontime".into(), p.seconds.to_string()));
-            let inv = Invocation {
-                tools: &tools,
-                load: false,
-                workload: w,
-                props,
-                threads: a.threads,
-            };
-            eprintln!(
-                "{system}: workload {} for {} s ...",
-                w.to_uppercase(),
-                p.seconds
-            );
-            let mut cell = Cell {
-                system: system.clone(),
-                workload: w.clone(),
-                records: p.records,
-                threads: a.threads,
-                ..Cell::default()
-            };
-            let cpu0 = cluster.cpu_s();
-            parse_output(&inv.run(&log, |_| {})?, &mut cell)?;
-            cell.server_cpu_s = cluster.cpu_s() - cpu0;
-            eprintln!(
-                "  {:.0} ops/s, {} errors: {}",
-                cell.ops_per_s,
-                cell.errors,
-                cell.ops
-                    .iter()
-                    .map(|(k, o)| format!("{k} avg {:.0} µs p99 {:.0} µs", o.avg_us, o.p99_us))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            cells.push(cell);
+            for &threads in &a.threads {
+                let mut props = props.clone();
+                props.push(("operationcount".into(), "1000000000".into()));
+                props.push(("maxexecutiontime".into(), p.seconds.to_string()));
+                let inv = Invocation {
+                    tools: &tools,
+                    load: false,
+                    workload: w,
+                    props,
+                    threads,
+                };
+                eprintln!(
+                    "{system}: workload {}, {threads} threads, for {} s ...",
+                    w.to_uppercase(),
+                    p.seconds
+                );
+                let mut cell = Cell {
+                    system: system.clone(),
+                    workload: w.clone(),
+                    records: p.records,
+                    threads,
+                    ..Cell::default()
+                };
+                let cpu0 = cluster.cpu_s();
+                parse_output(&inv.run(&log, |_| {})?, &mut cell)?;
+                cell.server_cpu_s = cluster.cpu_s() - cpu0;
+                eprintln!(
+                    "  {:.0} ops/s, {} errors: {}",
+                    cell.ops_per_s,
+                    cell.errors,
+                    cell.ops
+                        .iter()
+                        .map(|(k, o)| format!("{k} avg {:.0} µs p99 {:.0} µs", o.avg_us, o.p99_us))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                cells.push(cell);
+            }
         }
         cluster.stop();
     }
     if p.fault_records > 0 && a.systems.iter().any(|s| s == "psadb") {
-        cells.push(fault_run(a, &tools, p.fault_records, &log, &mut notes)?);
+        cells.push(fault_run(
+            a,
+            &tools,
+            p.fault_records,
+            p.most_threads,
+            &log,
+            &mut notes,
+        )?);
     }
     crate::stats::write_results(&a.out, &cells)?;
     crate::ycsb_report::write(
@@ -671,6 +686,7 @@ fn fault_run(
     a: &YcsbArgs,
     tools: &Tools,
     records: u64,
+    threads: u32,
     log: &File,
     notes: &mut Vec<String>,
 ) -> Result<Cell, String> {
@@ -698,7 +714,7 @@ fn fault_run(
         load: true,
         workload: "a",
         props,
-        threads: a.threads,
+        threads,
     };
     let victim = cluster.procs[2].pid();
     let mut killed_at = None;
@@ -715,7 +731,7 @@ fn fault_run(
         system: "psadb".into(),
         workload: "fault".into(),
         records,
-        threads: a.threads,
+        threads,
         ..Cell::default()
     };
     parse_output(&out, &mut cell)?;
@@ -834,12 +850,13 @@ mod tests {
             records: None,
             field_length: 1000,
             seconds: None,
-            threads: 8,
+            threads: vec![1, 8],
             fault_records: None,
             ycsb_dir: None,
             base_port: 1,
         };
         let p = plan(&base).unwrap();
+        assert_eq!(p.most_threads, 8);
         assert_eq!(
             (p.records, p.seconds, p.workloads.as_slice()),
             (1_000, 10, &["a".to_string()][..])
@@ -851,7 +868,7 @@ mod tests {
         bad.systems = vec!["mongo".into()];
         assert!(plan(&bad).is_err());
         let mut bad = base;
-        bad.threads = 0;
+        bad.threads = vec![1, 0];
         assert!(plan(&bad).is_err());
     }
 }

@@ -20,10 +20,13 @@ const PAPER: &[(&str, &str, u64, u64, u64)] = &[
     ("e", "INSERT", 10857, 16, 19),
 ];
 
-fn find<'a>(cells: &'a [Cell], system: &str, workload: &str) -> Option<&'a Cell> {
-    cells
-        .iter()
-        .find(|c| c.system == system && c.workload == workload)
+/// The cell of `system` on `workload` at `threads` (the fault run: any).
+fn find<'a>(cells: &'a [Cell], system: &str, workload: &str, threads: u32) -> Option<&'a Cell> {
+    cells.iter().find(|c| {
+        c.system == system
+            && c.workload == workload
+            && (c.threads == threads || workload == "fault")
+    })
 }
 
 /// Writes `report.md` (and the plots) into `a.out`.
@@ -74,11 +77,15 @@ fn report(
     );
     let _ = writeln!(
         r,
-        "Everything on loopback on this machine; each psaDB and ring node runs {} tokio worker thread. {records} records of 10 fields × {} bytes loaded into each system, then workloads {} for {seconds} s each, {} YCSB client threads spread over the system's nodes. psaDB: 3 processes, each with a member of each of 3 groups (3 groups × 3 members), a write acknowledged once all three members hold it; ring: 3 processes, 64 partitions, N = 3 replicas, R = W = 2 quorums (the ring keeps strings: a record's field `f` is key `k/f`); redis: one `redis-server` without persistence (scans over a sorted set of the keys, as YCSB's own Redis binding does). The workload files in `bench/ycsb/workloads` hold YCSB's documented parameters for A–E.\n",
+        "Everything on loopback on this machine; each psaDB and ring node runs {} tokio worker thread. {records} records of 10 fields × {} bytes loaded into each system, then workloads {} for {seconds} s each at {} YCSB client threads (spread over the system's nodes; the loads and the fault run at the most). psaDB: 3 processes, each with a member of each of 3 groups (3 groups × 3 members), a write acknowledged once all three members hold it; ring: 3 processes, 64 partitions, N = 3 replicas, R = W = 2 quorums (the ring keeps strings: a record's field `f` is key `k/f`); redis: one `redis-server` without persistence (scans over a sorted set of the keys, as YCSB's own Redis binding does). The workload files in `bench/ycsb/workloads` hold YCSB's documented parameters for A–E.\n",
         crate::ycsb_bench::NODE_WORKER_THREADS,
         a.field_length,
         a.workloads_shown(),
         a.threads
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" and ")
     );
     for n in notes {
         let _ = writeln!(r, "- {n}");
@@ -90,24 +97,51 @@ fn report(
         .into_iter()
         .filter(|s| cells.iter().any(|c| c.system == *s))
         .collect();
-    let _ = writeln!(r, "## Table 1: latency per operation\n");
-    let _ = writeln!(
-        r,
-        "| workload | operation | system | operations | avg µs | p95 µs | p99 µs | errors | paper's psaDB avg µs / p95 ms / p99 ms |\n|---|---|---|---|---|---|---|---|---|"
-    );
     let workloads: Vec<&str> = ["load", "a", "b", "c", "d", "e"]
         .into_iter()
         .filter(|w| cells.iter().any(|c| c.workload == *w))
         .collect();
-    for w in &workloads {
+    let least = a.threads.iter().copied().min().unwrap_or(1);
+    let most = a.threads.iter().copied().max().unwrap_or(1);
+    let mut counts = a.threads.clone();
+    counts.sort_unstable();
+    counts.dedup();
+    for &t in &counts {
+        let _ = writeln!(
+            r,
+            "## {}latency per operation, {t} client thread{}\n",
+            if t == least { "Table 1: " } else { "" },
+            if t == 1 { "" } else { "s" }
+        );
+        latency_table(&mut r, cells, &systems, &workloads, t);
+    }
+    let _ = writeln!(r, "\n## Throughput, {most} client threads\n");
+    throughput_table(&mut r, cells, &systems, &workloads, most);
+    fault_section(&mut r, cells);
+    targets(&mut r, cells, &workloads, least, most);
+    r.push_str(&crate::plot::section(
+        &a.out,
+        "plot_ycsb.py",
+        PLOT_PY,
+        &[&least.to_string(), &most.to_string()],
+    ));
+    r
+}
+
+fn latency_table(r: &mut String, cells: &[Cell], systems: &[&str], workloads: &[&str], t: u32) {
+    let _ = writeln!(
+        r,
+        "| workload | operation | system | operations | avg µs | p95 µs | p99 µs | errors | paper's psaDB avg µs / p95 ms / p99 ms |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for w in workloads {
         let ops: std::collections::BTreeSet<&String> = cells
             .iter()
             .filter(|c| c.workload == *w)
             .flat_map(|c| c.ops.keys())
             .collect();
         for op in ops {
-            for s in &systems {
-                let Some(o) = find(cells, s, w).and_then(|c| c.ops.get(op)) else {
+            for s in systems {
+                let Some(o) = find(cells, s, w, t).and_then(|c| c.ops.get(op)) else {
                     continue;
                 };
                 let paper = PAPER
@@ -128,10 +162,13 @@ fn report(
             }
         }
     }
-    let _ = writeln!(r, "\n## Throughput\n");
+    r.push('\n');
+}
+
+fn throughput_table(r: &mut String, cells: &[Cell], systems: &[&str], workloads: &[&str], t: u32) {
     let mut head = String::from("| workload |");
     let mut rule = String::from("|---|");
-    for s in &systems {
+    for s in systems {
         let _ = write!(head, " {s} ops/s | {s} server CPU µs/op |");
         rule.push_str("---|---|");
     }
@@ -140,10 +177,10 @@ fn report(
         rule.push_str("---|");
     }
     let _ = writeln!(r, "{head}\n{rule}");
-    for w in &workloads {
+    for w in workloads {
         let mut line = format!("| {} |", w.to_uppercase());
-        for s in &systems {
-            match find(cells, s, w) {
+        for s in systems {
+            match find(cells, s, w, t) {
                 Some(c) => {
                     let ops = c.ops_per_s * c.seconds;
                     let _ = write!(
@@ -161,7 +198,7 @@ fn report(
             }
         }
         if systems.contains(&"psadb") && systems.contains(&"redis") {
-            match (find(cells, "psadb", w), find(cells, "redis", w)) {
+            match (find(cells, "psadb", w, t), find(cells, "redis", w, t)) {
                 (Some(p), Some(x)) if p.ops_per_s > 0.0 => {
                     let _ = write!(line, " {:.2}× |", x.ops_per_s / p.ops_per_s);
                 }
@@ -170,7 +207,10 @@ fn report(
         }
         let _ = writeln!(r, "{line}");
     }
-    if let Some(f) = find(cells, "psadb", "fault") {
+}
+
+fn fault_section(r: &mut String, cells: &[Cell]) {
+    if let Some(f) = find(cells, "psadb", "fault", 0) {
         let _ = writeln!(r, "\n## Fault run: a node killed -9 during the load\n");
         let _ = writeln!(
             r,
@@ -186,14 +226,18 @@ fn report(
             f.ops.get("INSERT").map_or(0.0, |o| o.max_us)
         );
     }
+}
+
+fn targets(r: &mut String, cells: &[Cell], workloads: &[&str], least: u32, most: u32) {
     let _ = writeln!(r, "\n## Targets\n");
-    match find(cells, "psadb", "a") {
+    match find(cells, "psadb", "a", least) {
         Some(c) => {
             for op in ["READ", "UPDATE"] {
                 let avg = c.ops.get(op).map_or(f64::NAN, |o| o.avg_us);
                 let _ = writeln!(
                     r,
-                    "- psaDB workload A average {op}: {avg:.0} µs (target ≤ {PAPER_A_AVG_US:.0} µs): {}.",
+                    "- psaDB workload A average {op} at {least} client thread{}: {avg:.0} µs (target ≤ {PAPER_A_AVG_US:.0} µs): {}.",
+                    if least == 1 { "" } else { "s" },
                     if avg <= PAPER_A_AVG_US { "met" } else { "not met" }
                 );
             }
@@ -202,7 +246,7 @@ fn report(
             let _ = writeln!(r, "- psaDB workload A: not run.");
         }
     }
-    match find(cells, "psadb", "fault") {
+    match find(cells, "psadb", "fault", 0) {
         Some(f) => {
             let lost = f.lost_acked_writes.unwrap_or(u64::MAX);
             let _ = writeln!(
@@ -216,12 +260,12 @@ fn report(
             let _ = writeln!(r, "- Fault run: not run.");
         }
     }
-    for w in &workloads {
-        if let (Some(p), Some(x)) = (find(cells, "psadb", w), find(cells, "redis", w)) {
+    for w in workloads {
+        if let (Some(p), Some(x)) = (find(cells, "psadb", w, most), find(cells, "redis", w, most)) {
             let ratio = x.ops_per_s / p.ops_per_s.max(f64::MIN_POSITIVE);
             let _ = writeln!(
                 r,
-                "- Throughput {}: redis {:.0} ops/s, psaDB {:.0} ops/s with three replicas: {ratio:.2}× (target ≤ 3×): {}.",
+                "- Throughput {} at {most} client threads: redis {:.0} ops/s, psaDB {:.0} ops/s with three replicas: {ratio:.2}× (target ≤ 3×): {}.",
                 if *w == "load" { "of the load".to_string() } else { format!("on workload {}", w.to_uppercase()) },
                 x.ops_per_s,
                 p.ops_per_s,
@@ -229,8 +273,6 @@ fn report(
             );
         }
     }
-    r.push_str(&crate::plot::section(&a.out, "plot_ycsb.py", PLOT_PY, &[]));
-    r
 }
 
 impl YcsbArgs {
@@ -254,7 +296,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 out = sys.argv[1]
-cells = json.load(open(os.path.join(out, "results.json")))
+least, most = int(sys.argv[2]), int(sys.argv[3])
+every = json.load(open(os.path.join(out, "results.json")))
+fixed = ("load", "fault")
+cells = [c for c in every if c["workload"] in fixed or c["threads"] == least]
 systems = [s for s in ["psadb", "ring", "redis"] if any(c["system"] == s for c in cells)]
 workloads = [w for w in ["a", "b", "c", "d", "e"] if any(c["workload"] == w for c in cells)]
 colors = {"psadb": "tab:blue", "ring": "tab:orange", "redis": "tab:gray"}
@@ -278,9 +323,11 @@ if workloads:
         ax.set_yscale("log")
         ax.set_ylabel("ms (bar: average, dash: p99)")
     axes[0][0].legend(fontsize=8)
+    fig.suptitle("latency, %d client thread%s" % (least, "" if least == 1 else "s"))
     fig.tight_layout()
     fig.savefig(os.path.join(out, "ycsb_latency.png"), dpi=110)
     print("ycsb_latency.png")
+cells = [c for c in every if c["workload"] in fixed or c["threads"] == most]
 names = [w for w in ["load", "a", "b", "c", "d", "e", "fault"] if any(c["workload"] == w for c in cells)]
 fig, ax = plt.subplots(figsize=(7, 3.6))
 width = 0.8 / max(len(systems), 1)
@@ -294,7 +341,7 @@ for i, s in enumerate(systems):
     ax.bar(xs, ys, width, color=colors[s], label=s)
 ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(names))])
 ax.set_xticklabels(names)
-ax.set_ylabel("operations per second")
+ax.set_ylabel("operations per second, %d client threads" % most)
 ax.legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(os.path.join(out, "ycsb_throughput.png"), dpi=110)
