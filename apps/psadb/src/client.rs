@@ -247,10 +247,11 @@ impl Client {
         })
     }
 
-    async fn write(&self, key: &Bytes, w: Write) -> Result<(), PsadbError> {
+    /// Sends a write; what it removed (see [`Answer::Written`]).
+    async fn write(&self, key: &Bytes, w: Write) -> Result<u64, PsadbError> {
         let v = self.version();
         match self.request(key, Op::Write(w, v)).await? {
-            Answer::Written => Ok(()),
+            Answer::Written(removed) => Ok(removed),
             other => Err(PsadbError::Unexpected(format!("{other:?}"))),
         }
     }
@@ -312,21 +313,23 @@ impl Client {
 
     /// `SET` (acknowledged once every member of the key's group has it).
     pub async fn set(&self, key: &Bytes, value: Bytes) -> Result<(), PsadbError> {
-        self.write(key, Write::Set(value)).await
+        self.write(key, Write::Set(value)).await.map(drop)
     }
 
-    /// `DEL` of one key.
-    pub async fn del(&self, key: &Bytes) -> Result<(), PsadbError> {
-        self.write(key, Write::Del).await
+    /// `DEL` of one key: whether it showed a value just before (in the responsible member's
+    /// copy; one request).
+    pub async fn del(&self, key: &Bytes) -> Result<bool, PsadbError> {
+        self.write(key, Write::Del).await.map(|n| n > 0)
     }
 
     /// `HSET` / `HMSET`.
     pub async fn hset(&self, key: &Bytes, fields: Vec<(Bytes, Bytes)>) -> Result<(), PsadbError> {
-        self.write(key, Write::HSet(fields)).await
+        self.write(key, Write::HSet(fields)).await.map(drop)
     }
 
-    /// `HDEL`.
-    pub async fn hdel(&self, key: &Bytes, fields: Vec<Bytes>) -> Result<(), PsadbError> {
+    /// `HDEL`: how many of the fields the key held just before (in the responsible member's
+    /// copy; one request).
+    pub async fn hdel(&self, key: &Bytes, fields: Vec<Bytes>) -> Result<u64, PsadbError> {
         self.write(key, Write::HDel(fields)).await
     }
 }

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bytes::Bytes;
 use maquis::{ActorRef, Inbox, Node, ReplyTo};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -39,9 +40,14 @@ pub enum MemberMsg {
     Confirm(MemberId, ReqId),
     /// A member waits for this one's confirmation of a write.
     Resend(MemberId, Request),
-    /// A joining member asks for everything this one holds.
-    Snapshot(ReplyTo<Snapshot>),
+    /// A joining member asks for a page of what this one holds: the keys after the given one
+    /// (from the first without it), about [`SNAPSHOT_PAGE_BYTES`] of them.
+    Snapshot(Option<Bytes>, ReplyTo<Snapshot>),
 }
+
+/// About the bytes of one page of a snapshot: well inside a frame (32 MiB by default), so a
+/// member of any size can be copied.
+pub const SNAPSHOT_PAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The group of every member of group `g`.
 pub fn group_name(g: u32) -> String {
@@ -62,7 +68,7 @@ pub struct MemberSettings {
     pub tick: Duration,
     /// How long a joining member waits before it takes its snapshot and answers.
     pub settle: Duration,
-    /// How long a joining member waits for each ready member's snapshot.
+    /// How long a joining member waits for each page of a ready member's snapshot.
     pub snapshot_timeout: Duration,
 }
 
@@ -188,8 +194,12 @@ impl Driver {
                     .handle_confirm(from, id, std::time::Instant::now())
             }
             MemberMsg::Resend(from, req) => self.replica.handle_resend(from, req),
-            MemberMsg::Snapshot(reply) => {
-                let _ = reply.send(self.replica.store().snapshot()).await;
+            MemberMsg::Snapshot(after, reply) => {
+                let page = self
+                    .replica
+                    .store()
+                    .snapshot_page(after.as_deref(), SNAPSHOT_PAGE_BYTES);
+                let _ = reply.send(page).await;
             }
         }
         self.flush().await;
@@ -251,14 +261,31 @@ impl Driver {
             if id_of(&r) == self.me {
                 continue;
             }
-            match r.call(MemberMsg::Snapshot, timeout).await {
-                Ok(s) => {
-                    let left_out = self.replica.merge(&s);
-                    if left_out > 0 {
-                        tracing::warn!(left_out, "a snapshot's keys left out: the store is full");
+            let mut after: Option<Bytes> = None;
+            loop {
+                let ask = after.clone();
+                match r
+                    .call(|reply| MemberMsg::Snapshot(ask, reply), timeout)
+                    .await
+                {
+                    Ok(page) => {
+                        let left_out = self.replica.merge(&page);
+                        if left_out > 0 {
+                            tracing::warn!(
+                                left_out,
+                                "a snapshot's keys left out: the store is full"
+                            );
+                        }
+                        match page.next_after() {
+                            Some(k) => after = Some(k.clone()),
+                            None => break,
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(from = %r.node(), error = %e, "no snapshot");
+                        break;
                     }
                 }
-                Err(e) => tracing::warn!(from = %r.node(), error = %e, "no snapshot"),
             }
         }
     }

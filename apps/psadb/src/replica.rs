@@ -94,8 +94,11 @@ pub enum Answer {
     Keys(Vec<Bytes>),
     /// The key's newest version.
     Version(Version),
-    /// The write is on every member.
-    Written,
+    /// The write is on every member. The count is what it removed as the responsible member
+    /// saw the key just before applying it: for `DEL` 1 if the key showed a value, for
+    /// `HDEL` the fields it held; 0 for the other writes (and for a retry of a delete that
+    /// was already applied).
+    Written(u64),
     /// The key holds a value of the other kind.
     WrongType,
     /// The member holds as many keys as it may.
@@ -165,6 +168,8 @@ impl Default for Limits {
 
 struct Pending<M> {
     req: Request,
+    /// What the write removed (see [`Answer::Written`]).
+    removed: u64,
     /// Members that have not confirmed yet.
     waiting: BTreeSet<M>,
     since: Instant,
@@ -265,11 +270,12 @@ impl<M: Ord + Clone> Replica<M> {
             }
         }
         for id in done {
-            self.pending.remove(&id);
-            self.out.push(Out::Reply {
-                id,
-                answer: Answer::Written,
-            });
+            if let Some(p) = self.pending.remove(&id) {
+                self.out.push(Out::Reply {
+                    id,
+                    answer: Answer::Written(p.removed),
+                });
+            }
         }
     }
 
@@ -284,6 +290,11 @@ impl<M: Ord + Clone> Replica<M> {
                 }
             }
             Op::Write(w, v) => {
+                let removed = if mine {
+                    self.removed_by(&req.key, w)
+                } else {
+                    0
+                };
                 if let Err(Full) = self.store.apply(&req.key, w, *v) {
                     if mine {
                         self.out.push(Out::Reply {
@@ -299,8 +310,26 @@ impl<M: Ord + Clone> Replica<M> {
                     }
                     return;
                 }
-                self.wait_for_others(req, now);
+                self.wait_for_others(req, removed, now);
             }
+        }
+    }
+
+    /// What `w` would remove from `key` as this member holds it now.
+    fn removed_by(&self, key: &[u8], w: &Write) -> u64 {
+        match (w, self.store.get(key)) {
+            (Write::Del, Shown::Nothing) => 0,
+            (Write::Del, _) => 1,
+            (Write::HDel(fields), Shown::Hash(h)) => {
+                let mut present: Vec<&Bytes> = fields
+                    .iter()
+                    .filter(|f| h.iter().any(|(k, _)| k == *f))
+                    .collect();
+                present.sort_unstable();
+                present.dedup();
+                present.len() as u64
+            }
+            _ => 0,
         }
     }
 
@@ -317,7 +346,7 @@ impl<M: Ord + Clone> Replica<M> {
         self.out.push(Out::Reply { id: req.id, answer });
     }
 
-    fn wait_for_others(&mut self, req: Request, now: Instant) {
+    fn wait_for_others(&mut self, req: Request, removed: u64, now: Instant) {
         let id = req.id;
         if self.pending.contains_key(&id) {
             return;
@@ -332,7 +361,7 @@ impl<M: Ord + Clone> Replica<M> {
         if waiting.is_empty() {
             self.out.push(Out::Reply {
                 id,
-                answer: Answer::Written,
+                answer: Answer::Written(removed),
             });
             return;
         }
@@ -347,6 +376,7 @@ impl<M: Ord + Clone> Replica<M> {
             id,
             Pending {
                 req,
+                removed,
                 waiting,
                 since: now,
                 resent: now,
@@ -380,10 +410,11 @@ impl<M: Ord + Clone> Replica<M> {
         };
         p.waiting.remove(&from);
         if p.waiting.is_empty() {
+            let removed = p.removed;
             self.pending.remove(&id);
             self.out.push(Out::Reply {
                 id,
-                answer: Answer::Written,
+                answer: Answer::Written(removed),
             });
         }
     }

@@ -3,9 +3,9 @@
 //! `HGET`, `HMGET`, `HGETALL`, `HDEL`: what YCSB's Redis binding uses) and `KEYSFROM` (range
 //! scans: every group asked, the answers merged).
 //!
-//! `DEL` and `HDEL` count what showed a value just before (a read, then the delete: not
-//! atomic, as two requests to the group); `HSET` counts the fields it wrote (psaDB's writes
-//! are blind: a member cannot tell which fields are new before every member has the write).
+//! `DEL` and `HDEL` count what showed a value just before, in the copy of the member that
+//! answers for the key (one request); `HSET` counts the fields it wrote (psaDB's writes are
+//! blind: a member cannot tell which fields are new before every member has the write).
 
 use std::fmt::Write;
 use std::net::SocketAddr;
@@ -68,9 +68,7 @@ impl Store for Front {
     }
 
     async fn del(&self, key: Bytes) -> Result<bool, StoreError> {
-        let existed = self.client.exists(&key).await.map_err(store_err)?;
-        self.client.del(&key).await.map_err(store_err)?;
-        Ok(existed)
+        self.client.del(&key).await.map_err(store_err)
     }
 
     async fn exists(&self, key: Bytes) -> Result<bool, StoreError> {
@@ -96,13 +94,8 @@ impl Store for Front {
     }
 
     async fn hdel(&self, key: Bytes, fields: Vec<Bytes>) -> Result<i64, StoreError> {
-        let had = self
-            .client
-            .hmget(&key, fields.clone())
-            .await
-            .map_err(store_err)?;
-        self.client.hdel(&key, fields).await.map_err(store_err)?;
-        Ok(had.iter().filter(|v| v.is_some()).count() as i64)
+        let n = self.client.hdel(&key, fields).await.map_err(store_err)?;
+        Ok(i64::try_from(n).unwrap_or(i64::MAX))
     }
 
     async fn keys_from(&self, start: Bytes, count: usize) -> Result<Vec<Bytes>, StoreError> {

@@ -79,6 +79,17 @@ struct Entry {
 }
 
 impl Entry {
+    /// About the bytes it takes on the wire: field names, values, and room for versions.
+    fn size(&self) -> usize {
+        self.fields
+            .iter()
+            .map(|(f, (v, _))| {
+                f.as_ref().map_or(0, Bytes::len) + v.as_ref().map_or(0, Bytes::len) + 32
+            })
+            .sum::<usize>()
+            + 32
+    }
+
     fn put(&mut self, field: Field, value: Option<Bytes>, v: Version) {
         if v < self.cleared {
             return;
@@ -167,13 +178,25 @@ pub struct Store {
     max_tombstones: usize,
 }
 
-/// A store's whole state, for a member that joins (see [`Store::snapshot`]).
+/// A store's state, or a page of it, for a member that joins (see [`Store::snapshot`] and
+/// [`Store::snapshot_page`]).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Snapshot {
     entries: Vec<(Bytes, Entry)>,
+    /// Whether keys after the last one remain (a page cut short by its size).
+    more: bool,
 }
 
 impl Snapshot {
+    /// The key to ask the next page after, if keys remain.
+    pub fn next_after(&self) -> Option<&Bytes> {
+        if self.more {
+            self.entries.last().map(|(k, _)| k)
+        } else {
+            None
+        }
+    }
+
     /// Keys in it.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -276,13 +299,33 @@ impl Store {
 
     /// Everything it holds.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            entries: self
-                .entries
-                .iter()
-                .map(|(k, e)| (k.clone(), e.clone()))
-                .collect(),
+        self.snapshot_page(None, usize::MAX)
+    }
+
+    /// The keys after `after` (from the first without it), in order, as many as fit in about
+    /// `max_bytes` (keys, field names and values counted; at least one key): a joining member
+    /// takes a large store page by page, each well inside a frame.
+    pub fn snapshot_page(&self, after: Option<&[u8]>, max_bytes: usize) -> Snapshot {
+        let start = match after {
+            Some(k) => std::ops::Bound::Excluded(k),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut entries = Vec::new();
+        let mut bytes = 0usize;
+        let mut more = false;
+        for (k, e) in self
+            .entries
+            .range::<[u8], _>((start, std::ops::Bound::Unbounded))
+        {
+            let size = k.len() + e.size();
+            if !entries.is_empty() && bytes.saturating_add(size) > max_bytes {
+                more = true;
+                break;
+            }
+            bytes = bytes.saturating_add(size);
+            entries.push((k.clone(), e.clone()));
         }
+        Snapshot { entries, more }
     }
 
     /// Takes in what a snapshot holds (field by field, the newer wins); keys beyond
@@ -368,6 +411,37 @@ mod tests {
         s.apply(&b("a"), &Write::Set(b("2")), v(2)).unwrap();
         assert_eq!(s.get(b"a"), Shown::Str(b("2")));
         assert_eq!(s.scan(b"", 10), vec![b("a"), b("b")]);
+    }
+
+    #[test]
+    fn pages_of_a_snapshot_together_hold_the_store() {
+        let mut s = Store::new(1000, 10);
+        for i in 0..100u64 {
+            let k = Bytes::from(format!("key{i:03}"));
+            s.apply(
+                &k,
+                &Write::HSet(vec![(b("f"), Bytes::from(vec![b'x'; 100]))]),
+                v(i + 1),
+            )
+            .unwrap();
+        }
+        let mut copy = Store::new(1000, 10);
+        let mut after: Option<Bytes> = None;
+        let mut pages = 0;
+        loop {
+            let page = s.snapshot_page(after.as_deref(), 1000);
+            assert!(!page.is_empty());
+            copy.merge(&page);
+            pages += 1;
+            match page.next_after() {
+                Some(k) => after = Some(k.clone()),
+                None => break,
+            }
+        }
+        assert!(pages > 10, "{pages} pages of about 1,000 bytes");
+        assert_eq!(copy.snapshot().entries, s.snapshot().entries);
+        // A key larger than a page still travels, alone.
+        assert_eq!(s.snapshot_page(None, 1).len(), 1);
     }
 
     fn write() -> impl Strategy<Value = Write> {

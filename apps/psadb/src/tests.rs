@@ -159,7 +159,7 @@ proptest! {
         }
         prop_assert!(net.replicas.values().all(|r| r.pending() == 0), "every write settled");
         for (id, (key, v)) in &written {
-            if net.answers.get(id) == Some(&Answer::Written) {
+            if net.answers.get(id) == Some(&Answer::Written(0)) {
                 for (m, r) in &net.replicas {
                     prop_assert!(
                         r.store().version(key) >= *v,
@@ -173,7 +173,7 @@ proptest! {
             let every = writes.len() * 3;
             let dropped = drops.iter().cycle().take(every).filter(|d| **d).count();
             if dropped == 0 {
-                prop_assert!(written.keys().all(|id| net.answers.get(id) == Some(&Answer::Written)));
+                prop_assert!(written.keys().all(|id| net.answers.get(id) == Some(&Answer::Written(0))));
             }
         }
     }
@@ -231,7 +231,7 @@ fn confirmations_that_come_before_their_request_count() {
     net.deliver(0);
     assert_eq!(
         net.answers.get(&id),
-        Some(&Answer::Written),
+        Some(&Answer::Written(0)),
         "answered at once, without waiting for a resend"
     );
 }

@@ -72,8 +72,15 @@ async fn acknowledged_writes_survive_a_node_leaving_mid_stream_and_late_members_
     for (k, v) in &acked {
         assert_eq!(reader.get(k).await.unwrap().as_ref(), Some(v), "{k:?}");
     }
-    client.del(&b("k0".into())).await.unwrap();
+    assert!(
+        client.del(&b("k0".into())).await.unwrap(),
+        "k0 held a value"
+    );
     assert!(!reader.exists(&b("k0".into())).await.unwrap());
+    assert!(
+        !client.del(&b("k0".into())).await.unwrap(),
+        "nothing left to delete"
+    );
 
     // A node that joins late: once its members are ready, they answer for their share with
     // everything the group held.

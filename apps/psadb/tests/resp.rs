@@ -65,6 +65,20 @@ async fn a_redis_client_stores_strings_and_hashes() {
             .query(&mut r)
             .unwrap();
         assert_eq!(gone, 1);
+        let twice: i64 = redis::cmd("HDEL")
+            .arg("user1")
+            .arg("field1")
+            .arg("field1")
+            .query(&mut r)
+            .unwrap();
+        assert_eq!(twice, 1, "a field named twice counts once");
+        // Back to one field, for what follows.
+        let _: i64 = redis::cmd("HSET")
+            .arg("user1")
+            .arg("field1")
+            .arg("c")
+            .query(&mut r)
+            .unwrap();
         let wrong: redis::RedisResult<Option<String>> =
             redis::cmd("GET").arg("user1").query(&mut r);
         let e = wrong.unwrap_err();

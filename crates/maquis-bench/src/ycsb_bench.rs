@@ -23,7 +23,9 @@
 //! three nodes, paced to last about ten seconds; at the first status line past a third of them
 //! done, the third node is killed with SIGKILL.
 //! The binding logs every acknowledged insert; afterwards every logged key is read back through
-//! a surviving node and counted lost unless all its fields hold YCSB's value.
+//! a surviving node and counted lost unless all its fields hold YCSB's value. Then the killed
+//! node is started again (new members that join, take the others' snapshots page by page and
+//! become ready) and every key is read back through it too.
 //!
 //! Writes `results.json`, `report.md` and plots into `--out`.
 
@@ -121,6 +123,12 @@ pub struct Cell {
     pub lost_acked_writes: Option<u64>,
     /// The fault run: inserts acknowledged.
     pub acked_writes: Option<u64>,
+    /// The fault run: of `lost_acked_writes`, those not readable through the killed node
+    /// once restarted and ready (its members caught up from the others).
+    pub lost_after_restart: Option<u64>,
+    /// The fault run: seconds from the restart of the killed node to every node answering
+    /// with all its members ready.
+    pub restart_s: Option<f64>,
     /// CPU seconds the servers spent in the run (all of the system's processes).
     pub server_cpu_s: f64,
 }
@@ -241,43 +249,13 @@ const NODES: u16 = 3;
 impl Cluster {
     /// Starts `system` on loopback and waits until every node answers.
     pub fn start(system: &str, base_port: u16, log: &File) -> Result<Cluster, String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut procs = Vec::new();
         let mut resp = Vec::new();
         let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         match system {
             "psadb" | "ring" => {
                 for i in 0..NODES {
-                    let listen = addr(base_port + i).to_string();
-                    let r = addr(base_port + 10 + i);
-                    let name = format!("{}{i}", &system[..1]);
-                    let mut c = Command::new(&exe);
-                    c.args(["agent", &format!("{system}-node")]).args([
-                        "--name",
-                        &name,
-                        "--listen",
-                        &listen,
-                        "--resp",
-                        &r.to_string(),
-                    ]);
-                    if system == "psadb" {
-                        c.args(["--groups", &GROUPS.to_string(), "--settle-ms", "1000"])
-                            .args(["--cookie", "maquis-bench-ycsb"]);
-                    } else {
-                        c.args(["--partitions", "64", "--cookie", "maquis-bench-ycsb"]);
-                    }
-                    if i > 0 {
-                        c.args(["--join", &addr(base_port).to_string()]);
-                    }
-                    c.env("RUST_LOG", crate::stats::agent_log_filter())
-                        .env("TOKIO_WORKER_THREADS", NODE_WORKER_THREADS.to_string());
-                    let mut p = Proc::start(&format!("{system} node {name}"), c, log_stdio(log))?;
-                    let ready = if system == "psadb" {
-                        "psadb node"
-                    } else {
-                        "ready"
-                    };
-                    p.expect(&[ready], Duration::from_secs(120))?;
+                    let (p, r) = start_node(system, i, base_port, log)?;
                     procs.push(p);
                     resp.push(r);
                 }
@@ -304,6 +282,15 @@ impl Cluster {
         };
         c.wait_ready(Duration::from_secs(180))?;
         Ok(c)
+    }
+
+    /// Starts node `i` of a psaDB or ring cluster again (after it was killed) and waits until
+    /// every node answers again (psaDB: until its members are ready, their snapshots taken).
+    pub fn restart(&mut self, i: u16, base_port: u16, log: &File) -> Result<(), String> {
+        let (p, r) = start_node(&self.system, i, base_port, log)?;
+        self.procs[usize::from(i)] = p;
+        self.resp[usize::from(i)] = r;
+        self.wait_ready(Duration::from_secs(300))
     }
 
     /// Waits until every node answers a write and a read (psaDB: until every group has all
@@ -383,6 +370,49 @@ impl Cluster {
             p.stop(Duration::from_millis(500));
         }
     }
+}
+
+/// Starts node `i` of a psaDB or ring cluster (node 0 first; the others join it) and waits for
+/// its first line; the process and its RESP address.
+fn start_node(
+    system: &str,
+    i: u16,
+    base_port: u16,
+    log: &File,
+) -> Result<(Proc, SocketAddr), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    let listen = addr(base_port + i).to_string();
+    let r = addr(base_port + 10 + i);
+    let name = format!("{}{i}", &system[..1]);
+    let mut c = Command::new(&exe);
+    c.args(["agent", &format!("{system}-node")]).args([
+        "--name",
+        &name,
+        "--listen",
+        &listen,
+        "--resp",
+        &r.to_string(),
+    ]);
+    if system == "psadb" {
+        c.args(["--groups", &GROUPS.to_string(), "--settle-ms", "1000"])
+            .args(["--cookie", "maquis-bench-ycsb"]);
+    } else {
+        c.args(["--partitions", "64", "--cookie", "maquis-bench-ycsb"]);
+    }
+    if i > 0 {
+        c.args(["--join", &addr(base_port).to_string()]);
+    }
+    c.env("RUST_LOG", crate::stats::agent_log_filter())
+        .env("TOKIO_WORKER_THREADS", NODE_WORKER_THREADS.to_string());
+    let mut p = Proc::start(&format!("{system} node {name}"), c, log_stdio(log))?;
+    let ready = if system == "psadb" {
+        "psadb node"
+    } else {
+        "ready"
+    };
+    p.expect(&[ready], Duration::from_secs(120))?;
+    Ok((p, r))
 }
 
 fn connect(r: SocketAddr) -> Result<redis::Connection, String> {
@@ -751,13 +781,22 @@ fn fault_run(
     let _ = std::fs::remove_file(&acklog);
     let lost = count_lost(cluster.resp[0], &acked)?;
     cell.acked_writes = Some(acked.len() as u64);
-    cell.lost_acked_writes = Some(lost);
     eprintln!(
-        "  {} inserts acknowledged, {} errors, {lost} acknowledged not readable",
+        "  {} inserts acknowledged, {} errors, {lost} acknowledged not readable; restarting node 2 ...",
         acked.len(),
         cell.errors
     );
-    let _ = cluster.procs.pop();
+    // The paper's recovery: a new member in place of the dead one, caught up from the others.
+    let restarted = Instant::now();
+    cluster.restart(2, a.base_port, log)?;
+    cell.restart_s = Some(restarted.elapsed().as_secs_f64());
+    let lost_restarted = count_lost(cluster.resp[2], &acked)?;
+    cell.lost_after_restart = Some(lost_restarted);
+    cell.lost_acked_writes = Some(lost + lost_restarted);
+    eprintln!(
+        "  node 2 ready again in {:.1} s: {lost_restarted} acknowledged not readable through it",
+        cell.restart_s.unwrap_or_default()
+    );
     cluster.stop();
     Ok(cell)
 }

@@ -214,11 +214,13 @@ fn fault_section(r: &mut String, cells: &[Cell]) {
         let _ = writeln!(r, "\n## Fault run: a node killed -9 during the load\n");
         let _ = writeln!(
             r,
-            "{} records loaded through nodes 0 and 1 with `dataintegrity=true`; node 2 killed with SIGKILL at YCSB's first status line past a third done (see above). Inserts acknowledged: {}; failed: {}; acknowledged inserts not readable afterwards through node 0 (any of the 10 fields missing or not YCSB's value): **{}**. Throughput {:.0} ops/s (paced to {} ops/s); insert avg {:.0} µs, p99 {:.0} µs, slowest {:.0} µs (the wait for the group to notice the death).",
+            "{} records loaded through nodes 0 and 1 with `dataintegrity=true`; node 2 killed with SIGKILL at YCSB's first status line past a third done (see above). Inserts acknowledged: {}; failed: {}; acknowledged inserts not readable afterwards (any of the 10 fields missing or not YCSB's value), through node 0 and, once node 2 was started again and ready ({:.1} s later: its new members caught up from the others' snapshots), through node 2: **{}** ({} of them through node 2). Throughput {:.0} ops/s (paced to {} ops/s); insert avg {:.0} µs, p99 {:.0} µs, slowest {:.0} µs (the wait for the group to notice the death).",
             f.records,
             f.acked_writes.unwrap_or(0),
             f.errors,
+            f.restart_s.unwrap_or(f64::NAN),
             f.lost_acked_writes.unwrap_or(0),
+            f.lost_after_restart.unwrap_or(0),
             f.ops_per_s,
             crate::ycsb_bench::fault_pace(f.records),
             f.ops.get("INSERT").map_or(0.0, |o| o.avg_us),
