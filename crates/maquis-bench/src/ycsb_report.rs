@@ -39,19 +39,6 @@ pub fn write(
     seconds: u64,
     load_before: &str,
 ) -> Result<(), String> {
-    let r = report(a, cells, tools, notes, records, seconds, load_before);
-    std::fs::write(a.out.join("report.md"), r).map_err(|e| format!("{}: {e}", a.out.display()))
-}
-
-fn report(
-    a: &YcsbArgs,
-    cells: &[Cell],
-    tools: &Tools,
-    notes: &[String],
-    records: u64,
-    seconds: u64,
-    load_before: &str,
-) -> String {
     let mut r = String::new();
     let _ = writeln!(
         r,
@@ -125,7 +112,7 @@ fn report(
         PLOT_PY,
         &[&least.to_string(), &most.to_string()],
     ));
-    r
+    std::fs::write(a.out.join("report.md"), r).map_err(|e| format!("{}: {e}", a.out.display()))
 }
 
 fn latency_table(r: &mut String, cells: &[Cell], systems: &[&str], workloads: &[&str], t: u32) {
