@@ -4,7 +4,9 @@
 //! A key belongs to group `group_of(key) mod groups`; each request is published to that group
 //! with [`maquis::Node::publish_call`] and the first answer taken. A request with no answer
 //! within `attempt_timeout` (its responsible member died, or a copy was lost) is published
-//! again with the same id and version, up to `attempts` times: requests are idempotent.
+//! again with the same id and version, up to `attempts` times: requests are idempotent. When
+//! the groups' membership changes while a request waits, it is published again at once (a
+//! few times at most): the member that answers for its key may have changed.
 //!
 //! Reads take a shorter way first: the client keeps each group's ready members (read again
 //! whenever [`maquis::Node::group_changes`] moves), picks the key's responsible member as the
@@ -35,6 +37,9 @@ pub fn group_of(key: &[u8], groups: u32) -> u32 {
     let h = crate::replica::hash(key) >> 32;
     (h % u64::from(groups.max(1))) as u32
 }
+
+/// How many times one request is published again early because the membership changed.
+const EARLY_REPUBLISH: u32 = 3;
 
 /// A client's settings.
 #[derive(Clone, Debug)]
@@ -216,27 +221,41 @@ impl Client {
                 }
             }
         }
+        // A change of membership (a member died, one became ready) moves who answers: a
+        // request waiting then is published again at once instead of at its attempt's end,
+        // a few times at most (requests are idempotent).
+        let mut changes = self.inner.changes.clone();
+        changes.borrow_and_update();
+        let mut early = 0;
         for _ in 0..s.attempts {
             let req = Request {
                 id,
                 key: key.clone(),
                 op: op.clone(),
             };
-            let got = self
-                .inner
-                .node
-                .publish_call(
-                    &group,
-                    |reply| MemberMsg::Request(req, reply),
-                    s.attempt_timeout,
-                )
-                .await;
+            let call = self.inner.node.publish_call(
+                &group,
+                |reply| MemberMsg::Request(req, reply),
+                s.attempt_timeout,
+            );
+            let got = if early < EARLY_REPUBLISH {
+                tokio::select! {
+                    got = call => got,
+                    Ok(()) = changes.changed() => {
+                        early += 1;
+                        continue;
+                    }
+                }
+            } else {
+                call.await
+            };
             match got {
                 Ok(answer) => return check(answer),
                 Err(GroupError::Timeout) => continue,
                 Err(GroupError::NoMembers(_)) => {
-                    // The group is being formed or re-formed: wait an attempt's time.
-                    tokio::time::sleep(s.attempt_timeout).await;
+                    // The group is being formed or re-formed: until its membership moves,
+                    // or an attempt's time.
+                    let _ = tokio::time::timeout(s.attempt_timeout, changes.changed()).await;
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -2,7 +2,9 @@
 //!
 //! A member joins its group `psadb/<g>` at once (from then on it gets the group's requests and
 //! applies the writes), waits `settle` (long enough for every node to see it, and for every
-//! write published before that to be settled), merges a snapshot from every ready member, and
+//! write published before that to be settled) and until its node has had every other node's
+//! groups (`GroupStats::synced`: its view of the ready members is whole), merges a snapshot
+//! from every ready member, and
 //! only then joins `psadb/<g>/ready`: the members that answer for their share of the keys. So
 //! a member that joins late never answers a read before it holds every acknowledged write.
 //! The membership is read from the node's replica of the groups whenever
@@ -158,7 +160,7 @@ async fn run(node: Node, g: u32, s: MemberSettings, mut inbox: Inbox<MemberMsg>)
                 d.flush().await;
             }
             _ = tick.tick() => {
-                if !ready && Instant::now() >= settled_at {
+                if !ready && Instant::now() >= settled_at && d.synced().await {
                     d.catch_up(s.snapshot_timeout).await;
                     ready = d.node.join_group(&ready_name(g), &d.myself).await.is_ok();
                     d.refresh().await;
@@ -248,6 +250,12 @@ impl Driver {
         let members = all.iter().map(id_of).collect();
         let ready = ready.iter().map(id_of).collect();
         self.replica.set_members(members, ready);
+    }
+
+    /// Whether the node has had every other node's groups: until then its view of the ready
+    /// members may miss some, and a snapshot taken from that view would miss their keys.
+    async fn synced(&self) -> bool {
+        self.node.group_stats().await.is_ok_and(|s| s.synced)
     }
 
     /// Merges every ready member's snapshot.

@@ -82,6 +82,9 @@ pub struct Cell {
     pub final_count: u64,
     /// Seconds the cluster took to form.
     pub form_s: f64,
+    /// Why the cell failed (its numbers are then zero), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// `maquis-bench agent adcounter-node`.
@@ -216,23 +219,55 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let mut cells = Vec::new();
+    // results.json and report.md are written again after every cell, so a run stopped in a
+    // long cell keeps the cells before it; a failed cell is recorded and the overlay's larger
+    // sizes are skipped (they would fail the same way, slower).
+    let write = |cells: &[Cell]| -> Result<(), String> {
+        crate::stats::write_results(&a.out, &cells)?;
+        let md = report(a, cells, t0.elapsed(), &load_before);
+        std::fs::write(a.out.join("report.md"), md).map_err(|e| e.to_string())
+    };
     for overlay in &a.overlays {
         for &n in &a.sizes {
             eprintln!("adcounter: {overlay}, {n} nodes");
-            let c = rt.block_on(cell(a, overlay, n))?;
+            let c = match rt.block_on(cell(a, overlay, n)) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("  failed: {e}");
+                    cells.push(failed(overlay, n, a.increments, e));
+                    write(&cells)?;
+                    break;
+                }
+            };
             eprintln!(
                 "  formed in {:.1} s; converged {} ms after the last increment; {} bytes a node ({} the busiest); node 0 peak {} KiB; {} of {} counted",
                 c.form_s, c.converge_ms, c.bytes_per_node, c.bytes_busiest, c.peak_rss_kib, c.final_count, c.increments
             );
             cells.push(c);
+            write(&cells)?;
         }
     }
     drop(rt);
-    crate::stats::write_results(&a.out, &cells)?;
-    let md = report(a, &cells, t0.elapsed(), &load_before);
-    std::fs::write(a.out.join("report.md"), md).map_err(|e| e.to_string())?;
+    write(&cells)?;
     eprintln!("adcounter: wrote {}", a.out.display());
     Ok(cells)
+}
+
+/// The record of a cell that failed with `error`.
+fn failed(overlay: &str, n: usize, increments: u64, error: String) -> Cell {
+    Cell {
+        overlay: overlay.to_string(),
+        nodes: n,
+        bytes_total: 0,
+        bytes_per_node: 0,
+        bytes_busiest: 0,
+        converge_ms: 0,
+        peak_rss_kib: 0,
+        increments: (n as u64).saturating_sub(1) * increments,
+        final_count: 0,
+        form_s: 0.0,
+        error: Some(error),
+    }
 }
 
 async fn cell(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Cell, String> {
@@ -350,6 +385,7 @@ async fn cell(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Cell, String
             increments: want,
             final_count,
             form_s,
+            error: None,
         })
     }
     .await;
@@ -391,6 +427,17 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
         "| overlay | nodes | formed s | converge ms | bytes total | bytes per node | busiest node bytes | node 0 peak RSS KiB | increments | final count |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for c in cells {
+        if let Some(e) = &c.error {
+            let _ = writeln!(
+                r,
+                "| {} | {} | failed: {} | | | | | | {} | |",
+                c.overlay,
+                c.nodes,
+                e.replace('|', "/"),
+                c.increments
+            );
+            continue;
+        }
         let _ = writeln!(
             r,
             "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {}{} |",
@@ -413,7 +460,20 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     }
     let _ = writeln!(r, "\n## Targets\n");
     for overlay in ["client-server", "peer-to-peer"] {
-        let mine: Vec<&Cell> = cells.iter().filter(|c| c.overlay == overlay).collect();
+        let mine: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.overlay == overlay && c.error.is_none())
+            .collect();
+        if let Some(f) = cells
+            .iter()
+            .find(|c| c.overlay == overlay && c.error.is_some())
+        {
+            let _ = writeln!(
+                r,
+                "- {overlay}: the cell of {} nodes failed (see the table); larger sizes were not run.",
+                f.nodes
+            );
+        }
         let Some(top) = mine.iter().max_by_key(|c| c.nodes) else {
             continue;
         };

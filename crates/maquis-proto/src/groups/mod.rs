@@ -134,6 +134,10 @@ pub struct GroupStats {
     pub dropped: u64,
     /// Whole states asked for after a gap.
     pub resyncs: u64,
+    /// Whether this node has had the state of every other member node (until then
+    /// [`Groups::members`] may miss the members of those it has not heard from yet: a node
+    /// that just joined the cluster, for instance).
+    pub synced: bool,
 }
 
 /// A replica of another node's groups.
@@ -201,6 +205,7 @@ impl<P: PeerId> Groups<P> {
         GroupStats {
             local,
             remote: self.count - local,
+            synced: self.others().all(|m| self.views.contains_key(m)),
             ..self.stats.clone()
         }
     }

@@ -207,3 +207,20 @@ fn bounds_refuse_or_count() {
     assert_eq!(net.nodes[0].members("h").len(), 1);
     assert_eq!(small.max_members, 3);
 }
+
+#[test]
+fn a_node_is_synced_once_it_has_had_every_members_state() {
+    let mut a = Groups::new(id(0), GroupsConfig::default());
+    let mut b = Groups::new(id(1), GroupsConfig::default());
+    assert!(a.stats().synced, "alone, it knows everything");
+    b.join(T, "g", actor(1)).unwrap();
+    a.handle_members(T, &[id(0), id(1)]);
+    b.handle_members(T, &[id(0), id(1)]);
+    assert!(!a.stats().synced, "nothing heard from node 1 yet");
+    assert!(a.members("g").is_empty());
+    while let Some(GroupOutput::Send { msg, .. }) = b.poll_output() {
+        a.handle_message(T, id(1), msg);
+    }
+    assert!(a.stats().synced);
+    assert_eq!(a.members("g").len(), 1);
+}
