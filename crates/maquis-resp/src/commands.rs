@@ -1,6 +1,7 @@
 //! The commands the RESP front understands.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
@@ -56,13 +57,13 @@ fn upper(b: &[u8]) -> String {
 
 /// Runs `test` on every key, `batch` at a time, and answers how many passed (the first
 /// failure, if any, instead): what `DEL` and `EXISTS` reply.
-async fn count_keys<F, Fut>(keys: &[Bytes], batch: usize, test: F) -> Reply
+async fn count_keys<S, F, Fut>(store: &Arc<S>, keys: &[Bytes], batch: usize, test: F) -> Reply
 where
-    F: FnMut(Bytes) -> Fut,
+    F: Fn(Arc<S>, Bytes) -> Fut,
     Fut: std::future::Future<Output = Result<bool, StoreError>>,
 {
     let results: Vec<Result<bool, StoreError>> = stream::iter(keys.to_vec())
-        .map(test)
+        .map(|k| test(store.clone(), k))
         .buffered(batch)
         .collect()
         .await;
@@ -111,19 +112,21 @@ pub(crate) async fn execute<S: Store>(
         },
         "SET" if n > 3 => Reply::err("syntax error (SET options are not supported)"),
         "DEL" if n >= 2 => {
-            let store = store.clone();
-            count_keys(&args[1..], batch, move |k| {
-                let store = store.clone();
-                async move { store.del(k).await }
-            })
+            count_keys(
+                store,
+                &args[1..],
+                batch,
+                |s, k| async move { s.del(k).await },
+            )
             .await
         }
         "EXISTS" if n >= 2 => {
-            let store = store.clone();
-            count_keys(&args[1..], batch, move |k| {
-                let store = store.clone();
-                async move { store.exists(k).await }
-            })
+            count_keys(
+                store,
+                &args[1..],
+                batch,
+                |s, k| async move { s.exists(k).await },
+            )
             .await
         }
         "MGET" if n >= 2 => {
