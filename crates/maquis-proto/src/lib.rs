@@ -26,6 +26,7 @@ pub mod groups;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod harness;
 pub mod id;
+mod member_list;
 pub mod membership;
 pub mod names;
 pub mod overlay;

@@ -62,7 +62,8 @@ async fn run<S: Service>(
 ) {
     let inner = s.inner().clone();
     let now = || inner.router.started().elapsed();
-    s.on_members(now(), &inner.members_now());
+    let mut members = inner.members_now();
+    s.on_members(now(), &members);
     s.flush();
     let shutdown = inner.router.shutdown.clone();
     loop {
@@ -78,9 +79,19 @@ async fn run<S: Service>(
                 None => return,
             },
             e = events.recv() => match e {
-                // Fell behind: the member list is what counts, not the events.
+                // The member list is what counts, not the events: the events already queued
+                // are taken with this one (the list shows them all), and a list already
+                // handled is not handed again (a service's work on a new list grows with
+                // the cluster; a forming cluster makes many).
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                    s.on_members(now(), &inner.members_now());
+                    while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) =
+                        events.try_recv()
+                    {}
+                    let now_members = inner.members_now();
+                    if !Arc::ptr_eq(&now_members, &members) {
+                        members = now_members;
+                        s.on_members(now(), &members);
+                    }
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             },

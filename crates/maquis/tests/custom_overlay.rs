@@ -15,6 +15,7 @@ async fn a_custom_overlay_connects_everyone_and_reports_a_stopped_node() {
     let nodes = example::line_of(4, Duration::from_secs(10)).await.unwrap();
     for node in &nodes {
         assert_eq!(node.members().len(), 4, "{:?}", node.members());
+        assert_eq!(node.member_count(), 4);
         assert_eq!(node.neighbors().len(), 3);
     }
     // The first and the last node never joined each other, yet they talk directly.
@@ -42,6 +43,7 @@ async fn a_custom_overlay_connects_everyone_and_reports_a_stopped_node() {
     .await;
     assert!(down.is_ok(), "no Down event for {gone}");
     assert_eq!(nodes[0].members().len(), 3);
+    assert_eq!(nodes[0].member_count(), 3);
     for node in &nodes[..3] {
         node.shutdown().await;
     }

@@ -314,21 +314,9 @@ impl<P: PeerId> Groups<P> {
     /// The members changed: the new ones get this node's state, the gone ones' actors leave
     /// every group.
     pub fn handle_members(&mut self, _now: Duration, members: &[P]) {
-        let mut members = members.to_vec();
-        members.sort();
-        members.dedup();
-        let added: Vec<P> = members
-            .iter()
-            .filter(|m| **m != self.me && self.members.binary_search(m).is_err())
-            .cloned()
-            .collect();
-        let gone: Vec<P> = self
-            .members
-            .iter()
-            .filter(|m| members.binary_search(m).is_err())
-            .cloned()
-            .collect();
-        self.members = members;
+        let (added, gone) = crate::member_list::diff(&self.members, members, None);
+        crate::member_list::apply(&mut self.members, &added, &gone, |_| {});
+        let added: Vec<P> = added.into_iter().filter(|m| *m != self.me).collect();
         if !added.is_empty() || !gone.is_empty() {
             self.changes += 1;
         }

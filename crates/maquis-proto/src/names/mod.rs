@@ -72,6 +72,7 @@ use serde::{Deserialize, Serialize};
 
 use self::cache::Cache;
 use crate::id::PeerId;
+use crate::member_list::Edit;
 use crate::membership::timers::Timers;
 
 /// Settings of a [`Directory`].
@@ -394,6 +395,11 @@ pub struct Directory<P: PeerId> {
     stats: DirStats,
 }
 
+/// A member's name as the rendezvous hash reads it.
+fn member_key<P: PeerId>(p: &P) -> Vec<u8> {
+    crate::encode(p.name()).unwrap_or_default()
+}
+
 impl<P: PeerId> Directory<P> {
     /// A directory on node `me`, alone until [`Directory::handle_members`].
     pub fn new(me: P, cfg: DirectoryConfig) -> Self {
@@ -421,10 +427,7 @@ impl<P: PeerId> Directory<P> {
         }
         members.sort();
         members.dedup();
-        self.member_keys = members
-            .iter()
-            .map(|m| crate::encode(m.name()).unwrap_or_default())
-            .collect();
+        self.member_keys = members.iter().map(member_key).collect();
         self.members = members;
     }
 
@@ -709,27 +712,33 @@ impl<P: PeerId> Directory<P> {
     /// their homes (after a partition heals, that is how two registrations of a name meet;
     /// it also repairs a home that missed a copy).
     pub fn handle_members(&mut self, now: Duration, members: &[P]) {
-        let before = std::mem::take(&mut self.members);
-        let before_keys = std::mem::take(&mut self.member_keys);
-        self.set_members(members.to_vec());
-        let added = self
-            .members
-            .iter()
-            .any(|m| before.binary_search(m).is_err());
-        if self.members == before {
+        // This node is always a member of its own directory, whatever the list says.
+        let (came, gone) = crate::member_list::diff(&self.members, members, Some(&self.me));
+        if came.is_empty() && gone.is_empty() {
             return;
+        }
+        let added = !came.is_empty();
+        if !gone.is_empty() {
+            self.table
+                .retain(|_, e| gone.binary_search(&e.owner).is_err());
+            self.cache.retain(|e| gone.binary_search(&e.owner).is_err());
+        }
+        // The replicas every stored name had, before the members move.
+        let had: Vec<Vec<P>> = self.table.keys().map(|name| self.replicas(name)).collect();
+        let keys = &mut self.member_keys;
+        let mut rebuilt = false;
+        crate::member_list::apply(&mut self.members, &came, &gone, |edit| match edit {
+            Edit::Inserted(i, p) => keys.insert(i, member_key(p)),
+            Edit::Removed(i) => {
+                keys.remove(i);
+            }
+            Edit::Rebuilt => rebuilt = true,
+        });
+        if rebuilt {
+            self.member_keys = self.members.iter().map(member_key).collect();
         }
         if self.timers.next_of(&Timer::Resync).is_none() {
             self.timers.set(Timer::Resync, now + self.cfg.resync_after);
-        }
-        let gone: Vec<P> = before
-            .iter()
-            .filter(|m| !self.is_member(m))
-            .cloned()
-            .collect();
-        if !gone.is_empty() {
-            self.table.retain(|_, e| !gone.contains(&e.owner));
-            self.cache.retain(|e| !gone.contains(&e.owner));
         }
         // New members may bring registrations that win against cached ones (a partition
         // healed): the cache starts afresh.
@@ -740,12 +749,8 @@ impl<P: PeerId> Directory<P> {
         // names this node no longer keeps are handed over and dropped.
         let mut batches: BTreeMap<P, Vec<Copied<P>>> = BTreeMap::new();
         let mut drop = Vec::new();
-        for (name, e) in &self.table {
+        for ((name, e), had) in self.table.iter().zip(&had) {
             let reps = self.replicas(name);
-            let had: Vec<&P> = hrw::top(name, &before_keys, self.cfg.replicas.max(1))
-                .into_iter()
-                .map(|i| &before[i])
-                .collect();
             for r in reps.iter().filter(|r| **r != self.me && !had.contains(r)) {
                 batches
                     .entry(r.clone())

@@ -386,6 +386,12 @@ impl Node {
         self.inner.members_now().to_vec()
     }
 
+    /// How many members this node sees, itself included: [`Node::members`]'s length, without
+    /// copying the list.
+    pub fn member_count(&self) -> usize {
+        self.inner.members_now().len()
+    }
+
     /// The nodes broadcast runs over: on the peer-to-peer overlay the active view (a few
     /// neighbours), on the client-server overlay the direct connections (a client: its
     /// servers; a server: the other servers and its clients), on the others every member with
