@@ -33,12 +33,23 @@ impl GCounter {
             .fold(0u64, |sum, c| sum.saturating_add(*c))
     }
 
-    /// Takes in `other`: per replica, the larger count.
-    pub fn merge(&mut self, other: &GCounter) {
+    /// Takes in `other`: per replica, the larger count. Whether this counter changed.
+    pub fn merge(&mut self, other: &GCounter) -> bool {
+        let mut changed = false;
         for (replica, &c) in &other.counts {
-            let mine = self.counts.entry(replica.clone()).or_insert(0);
-            *mine = (*mine).max(c);
+            match self.counts.get_mut(replica) {
+                Some(mine) if *mine >= c => {}
+                Some(mine) => {
+                    *mine = c;
+                    changed = true;
+                }
+                None => {
+                    self.counts.insert(replica.clone(), c);
+                    changed = true;
+                }
+            }
         }
+        changed
     }
 
     /// Replicas with a count.
@@ -126,22 +137,32 @@ impl Ads {
         self.counters.is_empty()
     }
 
-    /// Takes in `other`'s counters. An ad this table has no room for is left out and
-    /// returned (counted by the caller): a table never grows past `max_ads`.
-    pub fn merge(&mut self, other: &Ads) -> Vec<String> {
-        let mut left_out = Vec::new();
+    /// Takes in `other`'s counters. An ad this table has no room for is left out (counted by
+    /// the caller): a table never grows past `max_ads`.
+    pub fn merge(&mut self, other: &Ads) -> Merged {
+        let mut out = Merged::default();
         for (ad, c) in &other.counters {
             let room = self.counters.len() < self.max_ads;
             match self.counters.get_mut(ad) {
-                Some(mine) => mine.merge(c),
+                Some(mine) => out.changed |= mine.merge(c),
                 None if room => {
                     self.counters.insert(ad.clone(), c.clone());
+                    out.changed = true;
                 }
-                None => left_out.push(ad.clone()),
+                None => out.left_out.push(ad.clone()),
             }
         }
-        left_out
+        out
     }
+}
+
+/// What [`Ads::merge`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// Whether the table changed (a count grew or an ad came).
+    pub changed: bool,
+    /// The ads left out for want of room.
+    pub left_out: Vec<String>,
 }
 
 #[cfg(test)]
@@ -170,7 +191,10 @@ mod tests {
 
     fn merged_ads(a: &Ads, b: &Ads) -> Ads {
         let mut m = a.clone();
-        assert!(m.merge(b).is_empty(), "room for every ad here");
+        let out = m.merge(b);
+        assert!(out.left_out.is_empty(), "room for every ad here");
+        // A merge says it changed the table exactly when it did.
+        assert_eq!(out.changed, m != *a);
         m
     }
 
@@ -182,6 +206,9 @@ mod tests {
             prop_assert_eq!(merged(&a, &b), merged(&b, &a));
             prop_assert_eq!(merged(&merged(&a, &b), &c), merged(&a, &merged(&b, &c)));
             prop_assert_eq!(merged(&a, &a), a.clone());
+            let mut m = a.clone();
+            let changed = m.merge(&b);
+            prop_assert_eq!(changed, m != a, "merge says whether it changed the counter");
             // A merge never loses what either side counted.
             let m = merged(&a, &b);
             prop_assert!(m.value() >= a.value().max(b.value()));
@@ -234,7 +261,13 @@ mod tests {
         let mut b = Ads::new(3, 2);
         b.impression("r9", "w").unwrap();
         // Merging into a full table leaves the new ad out, and says so.
-        assert_eq!(a.merge(&b), vec!["w".to_string()]);
+        assert_eq!(
+            a.merge(&b),
+            Merged {
+                changed: false,
+                left_out: vec!["w".to_string()]
+            }
+        );
         assert_eq!(a.len(), 2);
         // Another replica learns the limit was reached by merging.
         let mut c = Ads::new(3, 2);

@@ -7,5 +7,5 @@
 pub mod crdt;
 pub mod replica;
 
-pub use crdt::{AdError, Ads, GCounter};
+pub use crdt::{AdError, Ads, GCounter, Merged};
 pub use replica::{start, AdMsg, Settings, Snapshot, StartError, NAME};

@@ -3,6 +3,7 @@
 //! overlay's neighbours ([`maquis::Node::neighbors`]) every `sync_every` when it changed
 //! since the last time — Lasp's state synchronisation over whichever overlay the node runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use maquis::{ActorRef, Inbox, Node, ReplyTo};
@@ -24,8 +25,8 @@ pub enum AdMsg {
         /// Where the answer goes.
         reply: ReplyTo<Result<u64, String>>,
     },
-    /// A neighbour's state.
-    State(Ads),
+    /// A neighbour's state (shared: the same state goes to every neighbour).
+    State(Arc<Ads>),
     /// What this replica knows.
     Read(ReplyTo<Snapshot>),
 }
@@ -75,7 +76,9 @@ pub fn start(node: &Node, settings: Settings) -> Result<ActorRef<AdMsg>, StartEr
 
 async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
     let name = node.id().name.clone();
-    let mut ads = Ads::new(settings.limit, settings.max_ads);
+    // Shared with the messages that carry it out; a change after a send copies it only if a
+    // message still holds it (remote sends are encoded at once, so they never do).
+    let mut ads = Arc::new(Ads::new(settings.limit, settings.max_ads));
     let mut changed = false;
     let (mut syncs_sent, mut left_out) = (0u64, 0u64);
     let mut tick = tokio::time::interval(settings.sync_every);
@@ -86,15 +89,14 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                 let Some(msg) = msg else { return };
                 match msg {
                     AdMsg::Impression { ad, reply } => {
-                        let r = ads.impression(&name, &ad);
+                        let r = Arc::make_mut(&mut ads).impression(&name, &ad);
                         changed |= r.is_ok();
                         let _ = reply.send(r.map_err(|e: AdError| e.to_string())).await;
                     }
                     AdMsg::State(theirs) => {
-                        let before = ads.clone();
-                        let out = ads.merge(&theirs);
-                        left_out += out.len() as u64;
-                        changed |= ads != before;
+                        let out = Arc::make_mut(&mut ads).merge(&theirs);
+                        left_out += out.left_out.len() as u64;
+                        changed |= out.changed;
                     }
                     AdMsg::Read(reply) => {
                         let disabled = ads.disabled();

@@ -1,25 +1,25 @@
 //! `maquis-bench adcounter`: PARTISAN's advertisement counter (§6.3, Fig. 9) at 32 to 1,024
 //! nodes, client-server and peer-to-peer.
 //!
-//! Node 0 — the client-server overlay's server, the peer-to-peer overlay's contact — runs in a
-//! process of its own (its memory is measured there); the other nodes run in this process on
-//! one runtime, each with a replica of `maquis-adcounter`, and count `--increments`
-//! impressions each, spread over `--ads` ads. The cell ends when every replica, node 0's
-//! included, holds the exact total. Bytes are the nodes' `bytes_sent` counters (all of a
-//! node's traffic: membership, heartbeats and the replicas' states), from just before the
-//! first increment to convergence. Writes `results.json`, `report.md` and a plot into `--out`.
+//! The nodes run in host processes (`agent adcounter-host`), each a runtime of one worker
+//! thread: node 0 — the client-server overlay's server, the peer-to-peer overlay's contact —
+//! alone in the first (its memory is measured there), the others `--nodes-per-proc` to a
+//! process (a process may hold only so many sockets, and one runtime so many nodes before
+//! their timers starve). Every node but node 0 runs a replica of `maquis-adcounter` and counts
+//! `--increments` impressions, spread over `--ads` ads. The cell ends when every replica, node
+//! 0's included, holds the exact total; each host reports the wall-clock instant its replicas
+//! got there, so the time to convergence is measured where it happens, not by polling from
+//! here. Bytes are the nodes' `bytes_sent` counters (all of a node's traffic: membership,
+//! heartbeats and the replicas' states), from just before the first increment to
+//! convergence. Writes `results.json`, `report.md` and a plot into `--out`.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use maquis::config::{ClientServerOptions, PeerToPeerOptions};
-use maquis::overlay::Role;
-use maquis::{ActorRef, Config, Node};
-use maquis_adcounter::{AdMsg, Settings};
 use serde::{Deserialize, Serialize};
 
+use crate::adcounter_host::{node_config, HostAnswer, HostCmd};
 use crate::ring_proc::Proc;
 
 /// `maquis-bench adcounter`.
@@ -54,6 +54,13 @@ pub struct AdcounterArgs {
     /// Seconds a cell may take to form its cluster, and again to converge.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
+    /// Peer-to-peer: member heartbeats the whole cluster sends a second (each node's period
+    /// is the cluster size over this, at least 5 s).
+    #[arg(long, default_value_t = 25)]
+    pub heartbeats_per_s: u64,
+    /// Nodes a host process holds (node 0 has one of its own).
+    #[arg(long, default_value_t = 128)]
+    pub nodes_per_proc: usize,
     /// First port (node i listens on 127.0.0.1:port+i).
     #[arg(long, default_value_t = 21_000)]
     pub base_port: u16,
@@ -87,105 +94,6 @@ pub struct Cell {
     pub error: Option<String>,
 }
 
-/// `maquis-bench agent adcounter-node`.
-#[derive(clap::Args, Debug)]
-pub struct AdcounterNodeArgs {
-    /// Listen address.
-    #[arg(long)]
-    pub listen: SocketAddr,
-    /// client-server (this node is the server) or peer-to-peer.
-    #[arg(long)]
-    pub overlay: String,
-    /// The replica's sync interval, milliseconds.
-    #[arg(long)]
-    pub sync_ms: u64,
-}
-
-/// What node 0's process answers to `stats`.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct NodeStats {
-    /// The node's `bytes_sent`.
-    pub bytes_sent: u64,
-    /// Its replica's total.
-    pub total: u64,
-    /// Members it sees.
-    pub members: usize,
-    /// The process's peak resident memory, KiB.
-    pub hwm_kib: u64,
-}
-
-fn node_config(
-    name: &str,
-    listen: SocketAddr,
-    overlay: &str,
-    server: bool,
-) -> Result<Config, String> {
-    let mut cfg = Config::new(name).listen(listen).cookie("adcounter-bench");
-    cfg = match overlay {
-        "client-server" => cfg.overlay(ClientServerOptions {
-            role: if server { Role::Server } else { Role::Client },
-            servers_per_client: 1,
-            ..ClientServerOptions::default()
-        }),
-        "peer-to-peer" => cfg.overlay(PeerToPeerOptions {
-            shuffle_period_ms: 10_000,
-            ..PeerToPeerOptions::default()
-        }),
-        other => {
-            return Err(format!(
-                "unknown overlay {other:?} (client-server, peer-to-peer)"
-            ))
-        }
-    };
-    // Many nodes on two cores: heartbeats as DE-Bench's nodes have them.
-    cfg.transport.heartbeat_timeout_ms = 10_000;
-    cfg.transport.heartbeat_interval_ms = 10_000 / 3;
-    cfg.broadcast.member_timeout_ms = 15_000;
-    cfg.broadcast.member_heartbeat_ms = 15_000 / 3;
-    Ok(cfg)
-}
-
-fn settings(sync_ms: u64) -> Settings {
-    Settings {
-        limit: u64::MAX,
-        max_ads: 1024,
-        sync_every: Duration::from_millis(sync_ms),
-    }
-}
-
-const T: Duration = Duration::from_secs(30);
-
-async fn read(r: &ActorRef<AdMsg>) -> Result<u64, String> {
-    r.call(AdMsg::Read, T)
-        .await
-        .map(|s| s.total)
-        .map_err(|e| e.to_string())
-}
-
-/// Node 0: runs until stdin closes; answers `stats` with a [`NodeStats`] line.
-pub async fn node(a: AdcounterNodeArgs) -> Result<(), String> {
-    crate::debench_agent::raise_fd_limit();
-    let cfg = node_config("ad0", a.listen, &a.overlay, true)?;
-    let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
-    let replica = maquis_adcounter::start(&node, settings(a.sync_ms)).map_err(|e| e.to_string())?;
-    println!("ready");
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(tokio::io::stdin()));
-    while let Ok(Some(line)) = lines.next_line().await {
-        if line.trim() == "stats" {
-            let s = NodeStats {
-                bytes_sent: node.status().counters["bytes_sent"],
-                total: read(&replica).await.unwrap_or(0),
-                members: node.members().len(),
-                hwm_kib: crate::stats::proc_status_kib("VmHWM:"),
-            };
-            println!("{}", serde_json::to_string(&s).map_err(|e| e.to_string())?);
-        }
-    }
-    node.shutdown().await;
-    Ok(())
-}
-
 /// Runs the benchmark; the cells measured.
 pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
     let mut a = a.clone();
@@ -197,8 +105,17 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
         };
     }
     let a = &a;
-    if a.sizes.iter().any(|&n| n < 2) || a.increments == 0 || a.ads == 0 || a.sync_ms == 0 {
-        return Err("--sizes at least 2; --increments, --ads, --sync-ms at least 1".into());
+    if a.sizes.iter().any(|&n| n < 2)
+        || a.increments == 0
+        || a.ads == 0
+        || a.sync_ms == 0
+        || a.nodes_per_proc == 0
+        || a.heartbeats_per_s == 0
+    {
+        return Err(
+            "--sizes at least 2; --increments, --ads, --sync-ms, --nodes-per-proc, --heartbeats-per-s at least 1"
+                .into(),
+        );
     }
     if a.sizes
         .iter()
@@ -207,17 +124,11 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
         return Err("--base-port plus the largest size passes the last port".into());
     }
     for o in &a.overlays {
-        node_config("check", SocketAddr::from(([127, 0, 0, 1], 0)), o, false)?;
+        node_config(0, 2, a.base_port, o, a.heartbeats_per_s)?;
     }
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
-    crate::debench_agent::raise_fd_limit();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let t0 = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
     let mut cells = Vec::new();
     // results.json and report.md are written again after every cell, so a run stopped in a
     // long cell keeps the cells before it; a failed cell is recorded and the overlay's larger
@@ -230,7 +141,7 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
     for overlay in &a.overlays {
         for &n in &a.sizes {
             eprintln!("adcounter: {overlay}, {n} nodes");
-            let c = match rt.block_on(cell(a, overlay, n)) {
+            let c = match cell(a, overlay, n) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("  failed: {e}");
@@ -247,7 +158,6 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
             write(&cells)?;
         }
     }
-    drop(rt);
     write(&cells)?;
     eprintln!("adcounter: wrote {}", a.out.display());
     Ok(cells)
@@ -270,130 +180,189 @@ fn failed(overlay: &str, n: usize, increments: u64, error: String) -> Cell {
     }
 }
 
-async fn cell(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Cell, String> {
-    let addr = |i: usize| SocketAddr::from(([127, 0, 0, 1], a.base_port + i as u16));
+/// How often the driver asks whether the cluster formed.
+const FORM_POLL: Duration = Duration::from_millis(500);
+
+/// One host process and its nodes' indices.
+struct Host {
+    proc: Proc,
+    first: usize,
+}
+
+impl Host {
+    fn ask(&mut self, cmd: &HostCmd, limit: Duration) -> Result<HostAnswer, String> {
+        self.proc.command(cmd)?;
+        self.proc.answer(limit)
+    }
+}
+
+/// Sends `cmd` to every host, then collects their answers (the hosts work at once).
+fn ask_all(hosts: &mut [Host], cmd: &HostCmd, limit: Duration) -> Result<Vec<HostAnswer>, String> {
+    for h in hosts.iter_mut() {
+        h.proc.command(cmd)?;
+    }
+    hosts.iter_mut().map(|h| h.proc.answer(limit)).collect()
+}
+
+/// The hosts of a cell of `n` nodes: node 0 alone, then `per_proc` nodes a process.
+fn hosts(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Vec<Host>, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.env("RUST_LOG", crate::stats::agent_log_filter())
-        .args(["agent", "adcounter-node", "--listen", &addr(0).to_string()])
-        .args(["--overlay", overlay, "--sync-ms", &a.sync_ms.to_string()]);
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(a.out.join("node0.log"))
-        .map_err(|e| e.to_string())?;
-    let mut zero = Proc::start("node 0", cmd, log.into())?;
-    zero.expect(&["ready"], Duration::from_secs(60))?;
-    let started = Instant::now();
-    let mut nodes: Vec<Node> = Vec::with_capacity(n - 1);
-    let result = async {
-        for i in 1..n {
-            let cfg = node_config(&format!("ad{i}"), addr(i), overlay, false)?;
-            let node = Node::start(cfg).await.map_err(|e| e.to_string())?;
-            node.join_wait(addr(0), Duration::from_secs(a.timeout_s))
-                .await
-                .map_err(|e| format!("ad{i} cannot join: {e}"))?;
-            nodes.push(node);
-        }
-        let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
-        while nodes.iter().any(|m| m.members().len() < n) {
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the cluster of {n} did not form within {} s",
-                    a.timeout_s
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let form_s = started.elapsed().as_secs_f64();
-        let replicas: Vec<ActorRef<AdMsg>> = nodes
-            .iter()
-            .map(|m| maquis_adcounter::start(m, settings(a.sync_ms)).map_err(|e| e.to_string()))
-            .collect::<Result<_, _>>()?;
-        let sent = |nodes: &[Node]| -> Vec<u64> {
-            nodes
-                .iter()
-                .map(|m| m.status().counters["bytes_sent"])
-                .collect()
-        };
-        let stats = |zero: &mut Proc| -> Result<NodeStats, String> {
-            zero.send("stats")?;
-            zero.answer(Duration::from_secs(30))
-        };
-        let before = sent(&nodes);
-        let zero_before = stats(&mut zero)?.bytes_sent;
-        for (i, r) in replicas.iter().enumerate() {
-            for k in 0..a.increments {
-                let ad = format!("ad{}", (i as u64 + k) % a.ads as u64);
-                r.call(|reply| AdMsg::Impression { ad, reply }, T)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| format!("not counted: {e}"))?;
-            }
-        }
-        let last = Instant::now();
-        let want = (n as u64 - 1) * a.increments;
-        let deadline = last + Duration::from_secs(a.timeout_s);
-        let zero_stats = loop {
-            let mut done = true;
-            for r in &replicas {
-                if read(r).await? != want {
-                    done = false;
-                    break;
-                }
-            }
-            if done {
-                let z = stats(&mut zero)?;
-                if z.total == want {
-                    break z;
-                }
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{overlay}, {n} nodes: no convergence within {} s",
-                    a.timeout_s
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let converge_ms = last.elapsed().as_millis() as u64;
-        let after = sent(&nodes);
-        let mut per: Vec<u64> = before
-            .iter()
-            .zip(&after)
-            .map(|(b, a)| a.saturating_sub(*b))
-            .collect();
-        per.push(zero_stats.bytes_sent.saturating_sub(zero_before));
-        let bytes_total: u64 = per.iter().sum();
-        let mut finals = Vec::new();
-        for r in &replicas {
-            finals.push(read(r).await?);
-        }
-        finals.push(zero_stats.total);
-        let final_count = *finals.iter().min().unwrap_or(&0);
-        if finals.iter().any(|f| *f != final_count) {
-            return Err(format!("replicas disagree at the end: {finals:?}"));
-        }
-        Ok(Cell {
-            overlay: overlay.to_string(),
-            nodes: n,
-            bytes_total,
-            bytes_per_node: bytes_total / n as u64,
-            bytes_busiest: per.iter().copied().max().unwrap_or(0),
-            converge_ms,
-            peak_rss_kib: zero_stats.hwm_kib,
-            increments: want,
-            final_count,
-            form_s,
-            error: None,
-        })
+    let mut ranges = vec![(0, 1)];
+    let mut first = 1;
+    while first < n {
+        let count = a.nodes_per_proc.min(n - first);
+        ranges.push((first, count));
+        first += count;
     }
-    .await;
-    for m in nodes {
-        m.shutdown().await;
+    let mut hosts = Vec::with_capacity(ranges.len());
+    for (first, count) in ranges {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.env("RUST_LOG", crate::stats::agent_log_filter())
+            .env("TOKIO_WORKER_THREADS", "1")
+            .args(["agent", "adcounter-host", "--first", &first.to_string()])
+            .args(["--count", &count.to_string()])
+            .args([
+                "--base-port",
+                &a.base_port.to_string(),
+                "--overlay",
+                overlay,
+            ])
+            .args([
+                "--sync-ms",
+                &a.sync_ms.to_string(),
+                "--nodes",
+                &n.to_string(),
+            ])
+            .args(["--heartbeats-per-s", &a.heartbeats_per_s.to_string()]);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(a.out.join("hosts.log"))
+            .map_err(|e| e.to_string())?;
+        let what = format!("host of nodes {first}..{}", first + count);
+        let mut proc = Proc::start(&what, cmd, log.into())?;
+        proc.expect(&["ready"], Duration::from_secs(60))?;
+        hosts.push(Host { proc, first });
     }
-    drop(zero);
+    Ok(hosts)
+}
+
+fn cell(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Cell, String> {
+    let mut hosts = hosts(a, overlay, n)?;
+    let result = measure(a, overlay, n, &mut hosts);
+    for h in hosts {
+        h.proc.stop(Duration::from_secs(10));
+    }
     result
+}
+
+fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Result<Cell, String> {
+    let limit = Duration::from_secs(a.timeout_s + 30);
+    let started = Instant::now();
+    // One node after another, as a cluster grows: node 0 first, then each host's nodes.
+    for h in hosts.iter_mut() {
+        h.ask(
+            &HostCmd::Join {
+                timeout_s: a.timeout_s,
+            },
+            limit * 4,
+        )
+        .map_err(|e| format!("host of node {}: {e}", h.first))?;
+    }
+    eprintln!(
+        "  {n} nodes joined in {:.1} s; waiting for every node to see them all",
+        started.elapsed().as_secs_f64()
+    );
+    let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
+    loop {
+        let mut seen: Vec<usize> = ask_all(hosts, &HostCmd::Members, limit)?
+            .into_iter()
+            .flat_map(|x| x.members)
+            .collect();
+        seen.sort_unstable();
+        if seen.first().is_some_and(|&fewest| fewest >= n) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let at = |q: usize| seen.get((seen.len() * q / 100).min(seen.len().saturating_sub(1)));
+            let short = seen.iter().filter(|&&m| m < n).count();
+            return Err(format!(
+                "the cluster of {n} did not form within {} s: {short} nodes see fewer than {n} members (fewest {:?}, median {:?}, most {:?})",
+                a.timeout_s,
+                at(0),
+                at(50),
+                seen.last()
+            ));
+        }
+        std::thread::sleep(FORM_POLL);
+    }
+    let form_s = started.elapsed().as_secs_f64();
+    eprintln!("  formed in {form_s:.1} s; counting");
+    ask_all(hosts, &HostCmd::Start, limit)?;
+    let sent = |hosts: &mut [Host]| -> Result<Vec<u64>, String> {
+        Ok(ask_all(hosts, &HostCmd::Sent, limit)?
+            .into_iter()
+            .flat_map(|x| x.bytes)
+            .collect())
+    };
+    let before = sent(hosts)?;
+    let count = HostCmd::Count {
+        increments: a.increments,
+        ads: a.ads,
+    };
+    let last = ask_all(hosts, &count, limit)?
+        .iter()
+        .map(|x| x.at_ms)
+        .max()
+        .unwrap_or(0);
+    let want = (n as u64 - 1) * a.increments;
+    eprintln!("  counted {want}; waiting for every replica to hold it");
+    let wait = HostCmd::Await {
+        want,
+        timeout_s: a.timeout_s,
+    };
+    let converged = ask_all(hosts, &wait, limit)
+        .map_err(|e| format!("{overlay}, {n} nodes: no convergence: {e}"))?
+        .iter()
+        .map(|x| x.at_ms)
+        .max()
+        .unwrap_or(0);
+    let after = sent(hosts)?;
+    if before.len() != n || after.len() != n {
+        return Err(format!(
+            "the hosts reported {} and {} nodes' bytes, not {n}",
+            before.len(),
+            after.len()
+        ));
+    }
+    let per: Vec<u64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| a.saturating_sub(*b))
+        .collect();
+    let bytes_total: u64 = per.iter().sum();
+    let finals: Vec<u64> = ask_all(hosts, &HostCmd::Totals, limit)?
+        .into_iter()
+        .flat_map(|x| x.totals)
+        .collect();
+    let final_count = finals.iter().copied().min().unwrap_or(0);
+    if finals.len() != n || finals.iter().any(|f| *f != final_count) {
+        return Err(format!("replicas disagree at the end: {finals:?}"));
+    }
+    let peak_rss_kib = hosts[0].ask(&HostCmd::Memory, limit)?.hwm_kib;
+    Ok(Cell {
+        overlay: overlay.to_string(),
+        nodes: n,
+        bytes_total,
+        bytes_per_node: bytes_total / n as u64,
+        bytes_busiest: per.iter().copied().max().unwrap_or(0),
+        converge_ms: converged.saturating_sub(last),
+        peak_rss_kib,
+        increments: want,
+        final_count,
+        form_s,
+        error: None,
+    })
 }
 
 fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) -> String {
@@ -402,13 +371,15 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     let sizes: Vec<String> = a.sizes.iter().map(usize::to_string).collect();
     let _ = writeln!(
         r,
-        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {} --sync-ms {}`  ",
+        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {} --sync-ms {} --nodes-per-proc {} --heartbeats-per-s {}`  ",
         if a.quick { " --quick" } else { "" },
         sizes.join(","),
         a.overlays.join(","),
         a.increments,
         a.ads,
-        a.sync_ms
+        a.sync_ms,
+        a.nodes_per_proc,
+        a.heartbeats_per_s
     );
     r.push_str(&crate::stats::setting_lines());
     let _ = writeln!(
@@ -419,8 +390,8 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     );
     let _ = writeln!(
         r,
-        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes in the benchmark's process on one runtime of 2 worker threads, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} ms. Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Memory: node 0's process peak RSS.\n",
-        a.increments, a.ads, a.sync_ms
+        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} ms. Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods).\n",
+        a.nodes_per_proc, a.increments, a.ads, a.sync_ms, a.heartbeats_per_s
     );
     let _ = writeln!(
         r,

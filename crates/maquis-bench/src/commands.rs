@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use crate::{
-    actop_agent, actop_bench, adcounter_bench, agent, clients, clients_agent, debench,
-    debench_agent, heartbeat, local, local_cell, micro, rawtcp, ring_agent, ring_bench, teardown,
-    ycsb_bench,
+    actop_agent, actop_bench, adcounter_bench, adcounter_host, agent, clients, clients_agent,
+    debench, debench_agent, heartbeat, local, local_cell, micro, rawtcp, ring_agent, ring_bench,
+    teardown, ycsb_bench,
 };
 
 /// Benchmark commands.
@@ -75,8 +75,8 @@ pub enum AgentCommand {
     LocalCell(local_cell::LocalCellArgs),
     /// The Heartbeat benchmark's server: heartbeat actors, stages sized or not.
     HeartbeatServer(heartbeat::HeartbeatServerArgs),
-    /// The advertisement counter's node 0 (server or contact) with its replica.
-    AdcounterNode(adcounter_bench::AdcounterNodeArgs),
+    /// A range of the advertisement counter's nodes, each with its replica.
+    AdcounterHost(adcounter_host::AdcounterHostArgs),
     /// A psaDB node (`psadb serve`): members of its groups and the Redis front.
     PsadbNode(maquis_psadb::serve::ServeArgs),
     /// A Halo Presence node of `maquis-bench actop`: players, games and its share of the clients.
@@ -170,7 +170,7 @@ pub async fn run(cmd: BenchCommand) -> ExitCode {
             AgentCommand::CsClients(x) => clients_agent::clients(x).await,
             AgentCommand::DebenchNodes(x) => debench_agent::debench_nodes(x).await,
             AgentCommand::HeartbeatServer(x) => heartbeat::server(x).await,
-            AgentCommand::AdcounterNode(x) => adcounter_bench::node(x).await,
+            AgentCommand::AdcounterHost(x) => adcounter_host::host(x).await,
             AgentCommand::HaloNode(x) => actop_agent::node(x).await,
             AgentCommand::PsadbNode(x) => maquis_psadb::serve::serve(x).await,
             AgentCommand::LocalCell(x) => tokio::task::spawn_blocking(move || local_cell::run(&x))

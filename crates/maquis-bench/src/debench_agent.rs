@@ -415,7 +415,11 @@ async fn timed<T, E: std::fmt::Display>(
     }
 }
 
-/// A hundred nodes in full mesh hold thousands of sockets: lift the soft limit to the hard one.
+/// Open files a benchmark process asks for when it may raise its hard limit.
+const FD_WANTED: libc::rlim_t = 262_144;
+
+/// A hundred nodes in full mesh hold thousands of sockets: lift the soft limit to the hard one,
+/// and the hard one to [`FD_WANTED`] when the process may.
 pub(crate) fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -423,9 +427,18 @@ pub(crate) fn raise_fd_limit() {
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct passed.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            // A privileged process may raise the hard limit too (a cluster of hundreds of
+            // nodes on one machine holds tens of thousands of sockets); otherwise the soft
+            // limit goes up to the hard one.
+            let want = libc::rlimit {
+                rlim_cur: FD_WANTED.max(lim.rlim_max),
+                rlim_max: FD_WANTED.max(lim.rlim_max),
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) != 0 && lim.rlim_cur < lim.rlim_max {
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
         }
     }
 }

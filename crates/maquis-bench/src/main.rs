@@ -41,6 +41,7 @@
 pub mod actop_agent;
 pub mod actop_bench;
 pub mod adcounter_bench;
+pub mod adcounter_host;
 pub mod agent;
 pub mod certs;
 pub mod clients;
@@ -119,7 +120,7 @@ mod tests {
             "debench-nodes",
             "local-cell",
             "heartbeat-server",
-            "adcounter-node",
+            "adcounter-host",
             "halo-node",
             "psadb-node",
         ] {
