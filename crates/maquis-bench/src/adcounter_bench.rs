@@ -284,14 +284,17 @@ fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Re
             break;
         }
         if Instant::now() > deadline {
-            let at = |q: usize| seen.get((seen.len() * q / 100).min(seen.len().saturating_sub(1)));
+            let at = |q: usize| {
+                let i = (seen.len() * q / 100).min(seen.len().saturating_sub(1));
+                seen.get(i).copied().unwrap_or(0)
+            };
             let short = seen.iter().filter(|&&m| m < n).count();
             return Err(format!(
-                "the cluster of {n} did not form within {} s: {short} nodes see fewer than {n} members (fewest {:?}, median {:?}, most {:?})",
+                "the cluster of {n} did not form within {} s: {short} nodes see fewer than {n} members (fewest {}, median {}, most {})",
                 a.timeout_s,
                 at(0),
                 at(50),
-                seen.last()
+                at(100)
             ));
         }
         std::thread::sleep(FORM_POLL);
@@ -435,14 +438,20 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
             .iter()
             .filter(|c| c.overlay == overlay && c.error.is_none())
             .collect();
-        if let Some(f) = cells
+        let failed = cells
             .iter()
-            .find(|c| c.overlay == overlay && c.error.is_some())
-        {
+            .find(|c| c.overlay == overlay && c.error.is_some());
+        if let Some(f) = failed {
+            let larger = a.sizes.iter().any(|&n| n > f.nodes);
             let _ = writeln!(
                 r,
-                "- {overlay}: the cell of {} nodes failed (see the table); larger sizes were not run.",
-                f.nodes
+                "- {overlay}: the cell of {} nodes failed (see the table){}.",
+                f.nodes,
+                if larger {
+                    "; larger sizes were not run"
+                } else {
+                    ""
+                }
             );
         }
         let Some(top) = mine.iter().max_by_key(|c| c.nodes) else {
@@ -459,12 +468,28 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
             },
             top.final_count,
             top.increments,
-            if top.nodes >= 1024 {
-                ""
-            } else {
-                " (the target is 1,024 nodes: not run here)"
+            match (top.nodes >= 1024, failed) {
+                (true, _) => "",
+                (false, Some(_)) => " (the target is 1,024 nodes)",
+                (false, None) => " (the target is 1,024 nodes: not run here)",
             }
         );
+        if overlay == "client-server" {
+            let clients = top.nodes - 1;
+            let bound_kib = server_bound_kib(clients);
+            let _ = writeln!(
+                r,
+                "- client-server server memory at {} clients: peak {:.1} MiB against the bound of docs/client-server-memory.md, {:.1} MiB (the server alone {IDLE_SERVER_KIB} KiB + {PER_CLIENT_KIB} KiB a client + `transport.node_queue_bytes`): {}.",
+                clients,
+                top.peak_rss_kib as f64 / 1024.0,
+                bound_kib / 1024.0,
+                if (top.peak_rss_kib as f64) <= bound_kib {
+                    "within"
+                } else {
+                    "beyond it"
+                }
+            );
+        }
         if overlay == "peer-to-peer" {
             if let (Some(lo), Some(hi)) = (
                 mine.iter().min_by_key(|c| c.nodes),
@@ -489,6 +514,17 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
         &[],
     ));
     r
+}
+
+/// A client-server server's resident memory alone, KiB, and what each client adds, KiB: as
+/// `maquis-bench clients` measured them (docs/client-server-memory.md, its committed run).
+const IDLE_SERVER_KIB: u64 = 7_972;
+const PER_CLIENT_KIB: f64 = 120.7;
+
+/// The bound docs/client-server-memory.md gives a server with `clients` clients, KiB.
+fn server_bound_kib(clients: usize) -> f64 {
+    let queues = maquis::Config::new("x").transport.node_queue_bytes as f64 / 1024.0;
+    IDLE_SERVER_KIB as f64 + clients as f64 * PER_CLIENT_KIB + queues
 }
 
 /// Fig. 9: bytes per node (and the busiest node's) against the cluster size, per overlay.
