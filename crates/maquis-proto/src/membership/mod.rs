@@ -228,9 +228,6 @@ pub struct Membership<P: PeerId = NodeId> {
     members: Arc<Vec<P>>,
     /// The overlay's epoch and `up_changes` at the last `settle` (`Overlay::epoch`).
     epoch: Option<(u64, u64)>,
-    /// The overlay's epoch when the members were last published: while it holds, the
-    /// overlay's members are the same and publishing them again is skipped.
-    published_epoch: Option<u64>,
     /// Bumped whenever `up` changes: an overlay without neighbour views has the connected
     /// members as its neighbours.
     up_changes: u64,
@@ -277,7 +274,6 @@ impl<P: PeerId> Membership<P> {
             heartbeats,
             pt_out: Vec::new(),
             epoch: None,
-            published_epoch: None,
             up_changes: 0,
             named_neighbors: false,
             left_hint: HashSet::new(),
@@ -712,22 +708,16 @@ impl<P: PeerId> Membership<P> {
     /// Brings the route table up to date: every member the overlay reaches through a
     /// neighbour. Only the entries that differ are written out.
     fn update_routes(&mut self) {
-        // Only the entries that differ are copied: at every refresh this looks at every
-        // member, and most routes have not moved.
-        let mut keep: HashSet<&P::Name> = HashSet::with_capacity(self.routes.len());
-        let mut moved: Vec<(P, P)> = Vec::new();
-        for m in self.members.iter().filter(|m| **m != self.me) {
-            if let Route::Via(via) = self.overlay.route(m) {
-                keep.insert(m.name());
-                let same = self
-                    .routes
-                    .get(m.name())
-                    .is_some_and(|(d, v)| d == m && *v == via);
-                if !same {
-                    moved.push((m.clone(), via));
-                }
-            }
-        }
+        let wanted: Vec<(P, P)> = self
+            .members
+            .iter()
+            .filter(|m| **m != self.me)
+            .filter_map(|m| match self.overlay.route(m) {
+                Route::Via(via) => Some((m.clone(), via)),
+                Route::Direct | Route::Unreachable => None,
+            })
+            .collect();
+        let keep: HashSet<&P::Name> = wanted.iter().map(|(m, _)| m.name()).collect();
         let gone: Vec<P::Name> = self
             .routes
             .keys()
@@ -737,7 +727,7 @@ impl<P: PeerId> Membership<P> {
         for name in gone {
             self.drop_route(&name);
         }
-        for (dst, via) in moved {
+        for (dst, via) in wanted {
             self.put_route(dst, via);
         }
     }
@@ -809,11 +799,6 @@ impl<P: PeerId> Membership<P> {
     /// Publishes the changes of the overlay's members, then the events they make; returns
     /// whether there were any.
     fn publish(&mut self) -> bool {
-        let epoch = self.overlay.epoch();
-        if epoch.is_some() && epoch == self.published_epoch {
-            return false;
-        }
-        self.published_epoch = epoch;
         let now = self.current_members();
         if now == *self.members {
             return false;
