@@ -48,8 +48,10 @@ pub struct AdcounterArgs {
     /// Ads the impressions are spread over.
     #[arg(long, default_value_t = 4)]
     pub ads: usize,
-    /// How often a replica sends a changed state to its neighbours, milliseconds.
-    #[arg(long, default_value_t = 100)]
+    /// How often a replica sends a changed state to its neighbours, milliseconds (PARTISAN's
+    /// run: 5,000; below 1,000 a 512-node peer-to-peer cluster decodes more states than two
+    /// cores can).
+    #[arg(long, default_value_t = 1000)]
     pub sync_ms: u64,
     /// Seconds a cell may take to form its cluster, and again to converge.
     #[arg(long, default_value_t = 300)]
