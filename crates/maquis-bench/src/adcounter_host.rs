@@ -185,9 +185,6 @@ fn unix_ms() -> u64 {
 /// The host: runs until stdin closes.
 pub async fn host(a: AdcounterHostArgs) -> Result<(), String> {
     crate::debench_agent::raise_fd_limit();
-    for i in a.first..a.first + a.count {
-        node_config(i, a.nodes, a.base_port, &a.overlay, a.heartbeats_per_s)?;
-    }
     let mut nodes: Vec<Node> = Vec::with_capacity(a.count);
     let mut replicas: Vec<ActorRef<AdMsg>> = Vec::new();
     println!("ready");

@@ -403,12 +403,12 @@ fn member_key<P: PeerId>(p: &P) -> Vec<u8> {
 impl<P: PeerId> Directory<P> {
     /// A directory on node `me`, alone until [`Directory::handle_members`].
     pub fn new(me: P, cfg: DirectoryConfig) -> Self {
-        let mut d = Directory {
-            me: me.clone(),
+        Directory {
+            member_keys: vec![member_key(&me)],
+            members: vec![me.clone()],
+            me,
             cache: Cache::new(cfg.cache_capacity),
             cfg,
-            members: Vec::new(),
-            member_keys: Vec::new(),
             table: BTreeMap::new(),
             own: BTreeMap::new(),
             pending: HashMap::new(),
@@ -416,19 +416,7 @@ impl<P: PeerId> Directory<P> {
             next_req: 1,
             out: VecDeque::new(),
             stats: DirStats::default(),
-        };
-        d.set_members(vec![me]);
-        d
-    }
-
-    fn set_members(&mut self, mut members: Vec<P>) {
-        if !members.contains(&self.me) {
-            members.push(self.me.clone());
         }
-        members.sort();
-        members.dedup();
-        self.member_keys = members.iter().map(member_key).collect();
-        self.members = members;
     }
 
     /// The members that keep `name`, its home first.
