@@ -112,7 +112,7 @@ pub async fn start_member(
 /// The identity of a member's actor (what the replicas order the ready members by).
 pub(crate) fn id_of(r: &ActorRef<MemberMsg>) -> MemberId {
     MemberId {
-        node: r.node().name.clone(),
+        node: r.node().name.to_string(),
         actor: r.id().unwrap_or_default(),
     }
 }

@@ -48,7 +48,7 @@ impl Store for Front {
     const SERVER_NAME: &'static str = "maquis-psadb";
 
     fn node_name(&self) -> String {
-        self.node.id().name.clone()
+        self.node.id().name.to_string()
     }
 
     fn node_addr(&self) -> String {

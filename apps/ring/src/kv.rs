@@ -42,7 +42,12 @@ pub(crate) fn targets(shared: &Shared, key: &[u8]) -> Vec<Target> {
     let ring = shared.ring();
     let p0 = ring.partition_of(key);
     let primaries = ring.preflist(p0, shared.config.n_val);
-    let live: BTreeSet<String> = shared.node.members().into_iter().map(|m| m.name).collect();
+    let live: BTreeSet<String> = shared
+        .node
+        .members()
+        .into_iter()
+        .map(|m| m.name.to_string())
+        .collect();
     let mut used: BTreeSet<String> = primaries.iter().map(|(_, o)| o.clone()).collect();
     let mut spare = ring
         .owners_clockwise(p0)

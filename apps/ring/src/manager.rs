@@ -260,7 +260,7 @@ impl Manager {
             .node
             .members()
             .into_iter()
-            .map(|m| (m.name, m.incarnation))
+            .map(|m| (m.name.to_string(), m.incarnation))
             .collect()
     }
 
@@ -397,18 +397,20 @@ impl Manager {
     fn on_event(&mut self, ev: MembershipEvent) {
         match ev {
             MembershipEvent::Up(id) => {
-                self.down_since.remove(&id.name);
-                self.left.remove(&id.name);
+                self.down_since.remove(&*id.name);
+                self.left.remove(&*id.name);
                 self.gossip_to(&id.name);
             }
             MembershipEvent::Down(id) => {
-                self.down_since.entry(id.name).or_insert_with(Instant::now);
+                self.down_since
+                    .entry(id.name.to_string())
+                    .or_insert_with(Instant::now);
             }
             MembershipEvent::Left(id) => {
-                self.down_since.remove(&id.name);
-                self.capable.remove(&id.name);
-                self.candidates.remove(&id.name);
-                self.left.insert(id.name);
+                self.down_since.remove(&*id.name);
+                self.capable.remove(&*id.name);
+                self.candidates.remove(&*id.name);
+                self.left.insert(id.name.to_string());
             }
         }
     }

@@ -162,7 +162,7 @@ impl Ring {
 
     fn run(node: Node, config: RingConfig, storage: Arc<dyn Storage>) -> RingNode {
         let alone = node.config().node.peers.is_empty();
-        let name = node.id().name.clone();
+        let name = node.id().name.to_string();
         let ring = RingState::fresh(&name, config.partitions);
         let (ring_tx, _) = watch::channel(Arc::new(ring));
         let shared = Arc::new(Shared {
@@ -381,7 +381,7 @@ impl RingNode {
             .node
             .members()
             .into_iter()
-            .map(|m| m.name)
+            .map(|m| m.name.to_string())
             .collect();
         members.sort();
         for m in members {

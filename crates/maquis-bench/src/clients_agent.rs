@@ -254,7 +254,7 @@ pub async fn clients(args: CsClientsArgs) -> Result<(), String> {
             }
             who_cmd if who_cmd.starts_with("who ") => {
                 let name = who_cmd["who ".len()..].trim();
-                match nodes.iter().find(|(_, n)| n.id().name == name) {
+                match nodes.iter().find(|(_, n)| *n.id().name == *name) {
                     Some((_, n)) => println!("{}", who(n)),
                     None => println!("{{}}"),
                 }

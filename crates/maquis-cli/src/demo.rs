@@ -376,7 +376,7 @@ async fn measure<const L: usize>(nodes: &[Node], loads: [Load; L], seconds: f64)
     run_loads(loads, seconds, |i| {
         let from = nodes[i % nodes.len()].clone();
         let to = nodes[(i + 1) % nodes.len()].id().name.clone();
-        (from, to)
+        (from, to.to_string())
     })
     .await
 }
@@ -390,7 +390,7 @@ async fn measure_from<const L: usize>(
 ) -> [Stats; L] {
     let to = to.id().name.clone();
     run_loads(loads, seconds, |i| {
-        (from[i % from.len()].clone(), to.clone())
+        (from[i % from.len()].clone(), to.to_string())
     })
     .await
 }

@@ -1,7 +1,9 @@
 //! Identities: nodes, actors and lanes.
 
+use std::cmp::Ordering;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -64,10 +66,11 @@ pub trait PeerId: Ident {
 ///
 /// A node that restarts gets a new `incarnation`, so a [`NodeId`] names one life of a node: refs
 /// that point at an older incarnation fail fast instead of reaching the new one.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeId {
-    /// The node's name, unique in a cluster.
-    pub name: String,
+    /// The node's name, unique in a cluster. Shared, so that copying an identity (every route,
+    /// member entry and reply address holds one) allocates nothing.
+    pub name: Arc<str>,
     /// The address the node listens on.
     pub addr: SocketAddr,
     /// Which life of the node this is: larger is newer.
@@ -76,7 +79,7 @@ pub struct NodeId {
 
 impl NodeId {
     /// Builds a node identity.
-    pub fn new(name: impl Into<String>, addr: SocketAddr, incarnation: u64) -> Self {
+    pub fn new(name: impl Into<Arc<str>>, addr: SocketAddr, incarnation: u64) -> Self {
         NodeId {
             name: name.into(),
             addr,
@@ -91,10 +94,31 @@ impl NodeId {
     }
 }
 
-impl PeerId for NodeId {
-    type Name = String;
+/// Ordered by name, then address, then incarnation.
+impl Ord for NodeId {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Copies of one identity share their name: its bytes need no comparing then.
+        let names = if Arc::ptr_eq(&self.name, &other.name) {
+            Ordering::Equal
+        } else {
+            self.name.cmp(&other.name)
+        };
+        names
+            .then_with(|| self.addr.cmp(&other.addr))
+            .then_with(|| self.incarnation.cmp(&other.incarnation))
+    }
+}
 
-    fn name(&self) -> &String {
+impl PartialOrd for NodeId {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PeerId for NodeId {
+    type Name = Arc<str>;
+
+    fn name(&self) -> &Arc<str> {
         &self.name
     }
 
@@ -143,3 +167,33 @@ impl fmt::Display for LaneId {
 pub const DEFAULT_CHANNEL: &str = "default";
 /// The reserved channel for overlay protocol messages and heartbeats.
 pub const MEMBERSHIP_CHANNEL: &str = "membership";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn node(name: &str, port: u16, incarnation: u64) -> NodeId {
+        NodeId::new(name, SocketAddr::from(([127, 0, 0, 1], port)), incarnation)
+    }
+
+    proptest! {
+        /// The order is the tuple order of (name, address, incarnation), whether two
+        /// identities share their name's allocation or not.
+        #[test]
+        fn order_is_name_address_incarnation(
+            a in ("[ab]{0,3}", 0u16..3, 0u64..3),
+            b in ("[ab]{0,3}", 0u16..3, 0u64..3),
+        ) {
+            let (x, y) = (node(&a.0, a.1, a.2), node(&b.0, b.1, b.2));
+            let want = (&a.0, a.1, a.2).cmp(&(&b.0, b.1, b.2));
+            prop_assert_eq!(x.cmp(&y), want);
+            prop_assert_eq!(x == y, want == Ordering::Equal);
+            // The same with the name shared, as copies of one identity have it.
+            let shared = NodeId { name: x.name.clone(), ..y.clone() };
+            let want = (&a.0, b.1, b.2).cmp(&(&a.0, a.1, a.2));
+            prop_assert_eq!(shared.cmp(&x), want);
+            prop_assert_eq!(shared.partial_cmp(&x), Some(want));
+        }
+    }
+}

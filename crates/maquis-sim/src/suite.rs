@@ -388,6 +388,6 @@ mod tests {
         let all = s.scenarios().unwrap();
         assert_eq!(all.len(), 2);
         assert!(all.iter().all(|x| x.seed == 9));
-        assert_eq!(all[0].name, "fail-25%");
+        assert_eq!(&*all[0].name, "fail-25%");
     }
 }

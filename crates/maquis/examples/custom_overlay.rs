@@ -150,7 +150,11 @@ pub async fn line_of(n: usize, limit: Duration) -> Result<Vec<Node>, String> {
 async fn main() -> Result<(), String> {
     let nodes = line_of(4, Duration::from_secs(10)).await?;
     for node in &nodes {
-        let names: Vec<String> = node.members().into_iter().map(|m| m.name).collect();
+        let names: Vec<String> = node
+            .members()
+            .into_iter()
+            .map(|m| m.name.to_string())
+            .collect();
         println!("{}: {}", node.id().name, names.join(", "));
     }
     for node in &nodes {

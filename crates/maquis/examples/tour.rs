@@ -101,12 +101,12 @@ async fn main() -> Result<(), Error> {
     println!("a joined through {contact}");
     wait_event(
         &mut a_events,
-        |e| matches!(e, MembershipEvent::Up(n) if n.name == "b"),
+        |e| matches!(e, MembershipEvent::Up(n) if &*n.name == "b"),
     )
     .await?;
     wait_event(
         &mut b_events,
-        |e| matches!(e, MembershipEvent::Up(n) if n.name == "a"),
+        |e| matches!(e, MembershipEvent::Up(n) if &*n.name == "a"),
     )
     .await?;
     let names = |n: &Node| n.members().into_iter().map(|m| m.name).collect::<Vec<_>>();

@@ -122,7 +122,7 @@ fn acked_sends_survive_loss_and_a_partition() {
                 tokio::spawn(async move {
                     while let Ok(ev) = events.recv().await {
                         if let MembershipEvent::Down(n) = ev {
-                            if n.name == "nb" {
+                            if &*n.name == "nb" {
                                 let _ = tell.send("down");
                             }
                         }

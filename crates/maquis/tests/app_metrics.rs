@@ -42,7 +42,7 @@ async fn an_applications_numbers_are_shown_beside_the_nodes() {
 async fn a_nodes_byte_totals_outlive_its_peers() {
     let nodes = cluster("bt", 2, |c| c).await;
     let sent = |n: &maquis::Node| n.status().counters["bytes_sent"];
-    let peer = nodes[1].id().name.clone();
+    let peer = nodes[1].id().name.to_string();
     let payload = bytes::Bytes::from(vec![1u8; 64 * 1024]);
     for _ in 0..4 {
         maquis::echo::echo_once(

@@ -23,7 +23,7 @@ async fn broadcast_reaches_every_subscriber_on_the_full_mesh() {
         nodes.iter().map(|n| n.subscribe_topic("t")).collect();
     let mut other: Subscription<(String, u32)> = nodes[0].subscribe_topic("other");
     for n in &nodes {
-        n.broadcast("t", &(n.id().name.clone(), 7u32))
+        n.broadcast("t", &(n.id().name.to_string(), 7u32))
             .await
             .unwrap();
     }

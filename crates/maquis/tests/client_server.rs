@@ -109,7 +109,7 @@ async fn one_server_eleven_clients() {
             .expect("join");
     }
     let all: Vec<&Node> = std::iter::once(&server).chain(clients.iter()).collect();
-    let everyone: BTreeSet<String> = all.iter().map(|n| n.id().name.clone()).collect();
+    let everyone: BTreeSet<String> = all.iter().map(|n| n.id().name.to_string()).collect();
     all_members(
         &all,
         &everyone,
@@ -135,7 +135,7 @@ async fn one_server_eleven_clients() {
     for c in &clients {
         only_connected_to(c, &server, &clients);
     }
-    let client_names: BTreeSet<String> = clients.iter().map(|c| c.id().name.clone()).collect();
+    let client_names: BTreeSet<String> = clients.iter().map(|c| c.id().name.to_string()).collect();
     assert_eq!(names(&server.neighbors()), client_names);
 
     // Broadcast from a client: the server relays it to every other client.
@@ -210,7 +210,7 @@ async fn one_server_eleven_clients() {
     victim.shutdown().await;
     let survivors: Vec<&Node> = std::iter::once(&server).chain(clients.iter()).collect();
     let mut rest = everyone.clone();
-    rest.remove(&victim_id.name);
+    rest.remove(&*victim_id.name);
     all_members(
         &survivors,
         &rest,
@@ -274,7 +274,7 @@ async fn clients_rehome_when_their_server_dies() {
         clients.push(c);
     }
     let all: Vec<&Node> = [&s1, &s2].into_iter().chain(clients.iter()).collect();
-    let everyone: BTreeSet<String> = all.iter().map(|n| n.id().name.clone()).collect();
+    let everyone: BTreeSet<String> = all.iter().map(|n| n.id().name.to_string()).collect();
     all_members(
         &all,
         &everyone,
@@ -309,7 +309,7 @@ async fn clients_rehome_when_their_server_dies() {
     s1.shutdown().await;
     let survivors: Vec<&Node> = std::iter::once(&s2).chain(clients.iter()).collect();
     let mut rest = everyone.clone();
-    rest.remove(&dead.name);
+    rest.remove(&*dead.name);
     until(
         "every client is served by s2",
         Duration::from_secs(10),
@@ -415,7 +415,7 @@ async fn many_clients_memory() {
         let behind: Vec<(String, usize)> = all
             .iter()
             .filter(|x| x.members().len() != n + 1)
-            .map(|x| (x.id().name.clone(), x.members().len()))
+            .map(|x| (x.id().name.to_string(), x.members().len()))
             .collect();
         if behind.is_empty() {
             break;
@@ -425,7 +425,7 @@ async fn many_clients_memory() {
             let missing: Vec<String> = all
                 .iter()
                 .filter(|x| !s.members().contains(x.id()))
-                .map(|x| x.id().name.clone())
+                .map(|x| x.id().name.to_string())
                 .collect();
             panic!(
                 "not converged: {} nodes behind, first {:?}; the server misses {missing:?}; \
@@ -469,7 +469,7 @@ fn asker(
     node: &Node,
     seen: tokio::sync::mpsc::UnboundedSender<(String, u64)>,
 ) -> maquis::ActorRef<Ask> {
-    let me = node.id().name.clone();
+    let me = node.id().name.to_string();
     node.spawn_fn(move |mut inbox| async move {
         while let Some(m) = inbox.recv().await {
             match m {
@@ -502,7 +502,7 @@ async fn cluster_services_work_between_clients() {
         clients.push(c);
     }
     let all: Vec<&Node> = [&s1, &s2].into_iter().chain(clients.iter()).collect();
-    let want: BTreeSet<String> = all.iter().map(|n| n.id().name.clone()).collect();
+    let want: BTreeSet<String> = all.iter().map(|n| n.id().name.to_string()).collect();
     all_members(
         &all,
         &want,
@@ -565,7 +565,7 @@ async fn cluster_services_work_between_clients() {
         .spawn_remote("svc-c3", "asker", &(), T)
         .await
         .unwrap();
-    assert_eq!(child.node().name, "svc-c3");
+    assert_eq!(&*child.node().name, "svc-c3");
     assert_eq!(child.call(Ask::Who, T).await.unwrap(), "svc-c3");
     for n in all {
         n.shutdown().await;

@@ -124,7 +124,7 @@ async fn lanes_match_parallelism_on_both_sides() {
             if a.id() == b.id() {
                 continue;
             }
-            let peer = b.id().name.clone();
+            let peer = b.id().name.to_string();
             until("all lanes connected", Duration::from_secs(10), || {
                 let lanes = a.lanes_connected(&peer);
                 async move { lanes.iter().all(|(_, up, want)| up == want) && !lanes.is_empty() }
@@ -189,7 +189,7 @@ async fn leave_remove_and_rejoin() {
     let ev = next_event(
         &mut events,
         Duration::from_secs(5),
-        |e| matches!(e, MembershipEvent::Left(n) if n.name == "lv4"),
+        |e| matches!(e, MembershipEvent::Left(n) if &*n.name == "lv4"),
     )
     .await;
     assert!(matches!(ev, MembershipEvent::Left(_)));
@@ -283,7 +283,7 @@ async fn remote_ref_round_trip() {
     let server = b.spawn_fn(|mut inbox: maquis::Inbox<PidTest>| async move {
         let me = inbox
             .node()
-            .map(|n| n.id().name.clone())
+            .map(|n| n.id().name.to_string())
             .unwrap_or_default();
         while let Some(PidTest::Ping { reply_to }) = inbox.recv().await {
             reply_to.send(Pong { from: me.clone() }).await.unwrap();
@@ -520,7 +520,10 @@ async fn join_wait_keeps_trying_a_contact_that_is_not_up_yet() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let a = start_with(config("late1").listen(port)).await;
     let joined = joining.await.unwrap();
-    assert_eq!(joined.map(|id| id.name), Ok("late1".to_string()));
+    assert_eq!(
+        joined.map(|id| id.name.to_string()),
+        Ok("late1".to_string())
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     until("both see both", Duration::from_secs(5), || {
         let ok = member_names(&a) == ["late1", "late2"] && member_names(&b) == ["late1", "late2"];

@@ -37,7 +37,7 @@ async fn build(configs: Vec<Config>) -> Vec<Node> {
 /// Each node's events are awaited in a task of its own, so that every time is when that node
 /// reported, not when the test got to it; the times are printed per node.
 async fn crash_and_time(nodes: &[Node], victim: usize, limit: Duration) -> Vec<Duration> {
-    let name = nodes[victim].id().name.clone();
+    let name = nodes[victim].id().name.to_string();
     let t = Instant::now();
     let waits: Vec<_> = nodes
         .iter()
@@ -45,7 +45,7 @@ async fn crash_and_time(nodes: &[Node], victim: usize, limit: Duration) -> Vec<D
         .filter(|(i, _)| *i != victim)
         .map(|(_, n)| {
             let mut rx = n.subscribe();
-            let who = n.id().name.clone();
+            let who = n.id().name.to_string();
             tokio::spawn(async move {
                 let ev = next_event(&mut rx, limit, |e| {
                     matches!(e, MembershipEvent::Down(_) | MembershipEvent::Left(_))
@@ -60,7 +60,7 @@ async fn crash_and_time(nodes: &[Node], victim: usize, limit: Duration) -> Vec<D
     for w in waits {
         let (who, ev, at) = w.await.expect("waiter");
         match ev {
-            MembershipEvent::Down(n) if n.name == name => {
+            MembershipEvent::Down(n) if *n.name == *name => {
                 println!("{who} reported {name} down after {at:?}");
                 times.push(at);
             }

@@ -18,7 +18,7 @@ enum Ping {
 
 /// An actor that answers with its node's name.
 fn pinger(node: &Node) -> ActorRef<Ping> {
-    let me = node.id().name.clone();
+    let me = node.id().name.to_string();
     node.spawn_fn(move |mut inbox| async move {
         while let Some(Ping::Ping(reply)) = inbox.recv().await {
             let _ = reply.send(me.clone()).await;
@@ -156,7 +156,7 @@ async fn a_killed_nodes_names_vanish_on_every_survivor() {
                 .await
                 .unwrap()
                 .expect("the other names stay");
-            assert_eq!(kept.node().name, "k2");
+            assert_eq!(&*kept.node().name, "k2");
         }
     }
 }
@@ -208,8 +208,8 @@ async fn two_sides_that_meet_keep_the_older_registration_and_tell_the_loser() {
         .await
         .expect("the loser is told")
         .unwrap();
-    assert_eq!(notice.name, "leader");
-    assert_eq!(notice.winner.name, "pa2");
+    assert_eq!(&*notice.name, "leader");
+    assert_eq!(&*notice.winner.name, "pa2");
     // The loser no longer holds it.
     assert!(!b[0].unregister_global("leader").await);
 }

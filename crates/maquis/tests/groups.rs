@@ -25,7 +25,7 @@ enum Work {
 
 /// A member that reports every `Note` on `seen` as (its node, the note).
 fn member(node: &Node, seen: mpsc::UnboundedSender<(String, u64)>) -> ActorRef<Work> {
-    let me = node.id().name.clone();
+    let me = node.id().name.to_string();
     node.spawn_fn(move |mut inbox| async move {
         while let Some(w) = inbox.recv().await {
             match w {
@@ -271,7 +271,7 @@ async fn a_dead_nodes_members_leave_and_clusters_that_meet_merge_their_groups() 
     members_everywhere(&all, "g", 5).await;
     // A node killed: its member leaves everywhere.
     a[2].shutdown().await;
-    let survivors: Vec<&Node> = all.into_iter().filter(|n| n.id().name != "ga3").collect();
+    let survivors: Vec<&Node> = all.into_iter().filter(|n| &*n.id().name != "ga3").collect();
     members_everywhere(&survivors, "g", 4).await;
 }
 
@@ -286,7 +286,7 @@ struct Ask {
 async fn a_published_call_takes_the_one_answer_and_unanswered_copies_fail_nothing() {
     let nodes = cluster("pc", 3, |c| c).await;
     for node in &nodes {
-        let me = node.id().name.clone();
+        let me = node.id().name.to_string();
         let m: ActorRef<Ask> = node.spawn_fn(move |mut inbox: maquis::Inbox<Ask>| async move {
             while let Some(a) = inbox.recv().await {
                 if a.answerer == me {
@@ -306,7 +306,7 @@ async fn a_published_call_takes_the_one_answer_and_unanswered_copies_fail_nothin
     }
     // Each node's member answering in turn, asked from node 0 (local and remote answers).
     for target in &nodes {
-        let name = target.id().name.clone();
+        let name = target.id().name.to_string();
         let got = nodes[0]
             .publish_call(
                 "askers",

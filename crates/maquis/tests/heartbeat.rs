@@ -34,7 +34,7 @@ async fn ghost(a: &maquis::Node, events: &mut Events) -> (TcpStream, tokio::task
     next_event(
         events,
         Duration::from_secs(5),
-        |e| matches!(e, MembershipEvent::Up(n) if n.name == "ghost"),
+        |e| matches!(e, MembershipEvent::Up(n) if &*n.name == "ghost"),
     )
     .await;
     (s, sink_task)
@@ -43,7 +43,7 @@ async fn ghost(a: &maquis::Node, events: &mut Events) -> (TcpStream, tokio::task
 type Events = tokio::sync::broadcast::Receiver<MembershipEvent>;
 
 fn ghost_down(e: &MembershipEvent) -> bool {
-    matches!(e, MembershipEvent::Down(n) if n.name == "ghost")
+    matches!(e, MembershipEvent::Down(n) if &*n.name == "ghost")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

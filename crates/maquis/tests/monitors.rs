@@ -189,7 +189,7 @@ async fn refs_are_keys() {
     assert!(set.insert(y.clone()));
     let ordered: std::collections::BTreeSet<_> = [y.clone(), x.clone()].into_iter().collect();
     let first = ordered.iter().next().unwrap();
-    assert_eq!(first.node().name, "keys1", "ordered by node name first");
+    assert_eq!(&*first.node().name, "keys1", "ordered by node name first");
     for n in &nodes {
         n.shutdown().await;
     }

@@ -30,7 +30,7 @@ async fn calls_survive_the_overlay_reshaping() {
             .await
             .unwrap();
     }
-    let all: BTreeSet<String> = nodes.iter().map(|n| n.id().name.clone()).collect();
+    let all: BTreeSet<String> = nodes.iter().map(|n| n.id().name.to_string()).collect();
     let refs: Vec<&Node> = nodes.iter().collect();
     all_members(&refs, &all, "8 members", Duration::from_secs(20)).await;
     for n in &nodes {
@@ -56,7 +56,7 @@ async fn calls_survive_the_overlay_reshaping() {
                 let mut t = k;
                 while Instant::now() < until {
                     t = (t + 1) % targets.len();
-                    let from = n.id().name.clone();
+                    let from = n.id().name.to_string();
                     let r = targets[t]
                         .call(|reply| Probe::Ping { from, reply }, Duration::from_secs(10))
                         .await;

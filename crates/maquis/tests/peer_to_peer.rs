@@ -17,7 +17,7 @@ const N: usize = 12;
 fn views(nodes: &[&Node]) -> HashMap<String, BTreeSet<String>> {
     nodes
         .iter()
-        .map(|n| (n.id().name.clone(), names(&n.neighbors())))
+        .map(|n| (n.id().name.to_string(), names(&n.neighbors())))
         .collect()
 }
 
@@ -64,7 +64,7 @@ async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
             .await
             .expect("join");
     }
-    let everyone: BTreeSet<String> = nodes.iter().map(|n| n.id().name.clone()).collect();
+    let everyone: BTreeSet<String> = nodes.iter().map(|n| n.id().name.to_string()).collect();
     let all: Vec<&Node> = nodes.iter().collect();
     until(
         "a connected, symmetric overlay",
@@ -132,7 +132,7 @@ async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
             }
             total += 1;
             let to: ActorRef<Probe> = a.remote(&b.id().name, "probe").expect("member");
-            let from = a.id().name.clone();
+            let from = a.id().name.to_string();
             let want = format!("{} got {from}", b.id().name);
             let deadline = Instant::now() + Duration::from_secs(5);
             let mut attempt = 0;
@@ -198,7 +198,7 @@ async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
     victim.shutdown().await;
     let survivors: Vec<&Node> = nodes.iter().collect();
     let mut rest = everyone.clone();
-    rest.remove(&victim_id.name);
+    rest.remove(&*victim_id.name);
     until(
         "the dead node leaves every view",
         Duration::from_secs(15),
@@ -252,7 +252,7 @@ async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
     leaver.leave().await;
     let others: Vec<&Node> = nodes.iter().filter(|n| n.id() != &leaver_id).collect();
     let mut without = rest.clone();
-    without.remove(&leaver_id.name);
+    without.remove(&*leaver_id.name);
     all_members(
         &others,
         &without,
@@ -266,7 +266,7 @@ async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
     .await;
     assert_eq!(
         names(&leaver.members()),
-        BTreeSet::from([leaver_id.name.clone()])
+        BTreeSet::from([leaver_id.name.to_string()])
     );
     assert!(leaver.neighbors().is_empty());
     leaver

@@ -60,7 +60,7 @@ async fn spawn_and_rpc_succeed_or_fail_clearly() {
         .spawn_remote("s2", "counter", &40u64, T)
         .await
         .expect("spawned");
-    assert_eq!(c.node().name, "s2");
+    assert_eq!(&*c.node().name, "s2");
     c.send(Counter::Add(2)).await.unwrap();
     assert_eq!(c.call(Counter::Get, T).await.unwrap(), 42);
     // On this node too.

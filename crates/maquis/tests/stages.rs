@@ -27,7 +27,7 @@ async fn nodes_size_their_stages_from_what_they_measure() {
     assert_eq!(gauge(&plain, "stage_threads_execute"), None);
     plain.shutdown().await;
 
-    let to = nodes[1].id().name.clone();
+    let to = nodes[1].id().name.to_string();
     let payload = Bytes::from(vec![7u8; 512]);
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Calls until the stages that do the work have been measured.

@@ -39,7 +39,7 @@ async fn static_peers_connect_fail_and_come_back() {
     next_event(
         &mut events,
         Duration::from_secs(5),
-        |e| matches!(e, MembershipEvent::Down(n) if n.name == "st2"),
+        |e| matches!(e, MembershipEvent::Down(n) if &*n.name == "st2"),
     )
     .await;
     assert_eq!(member_names(&n1), vec!["st1", "st3"]);
@@ -47,7 +47,7 @@ async fn static_peers_connect_fail_and_come_back() {
     let back = next_event(
         &mut events,
         Duration::from_secs(10),
-        |e| matches!(e, MembershipEvent::Up(n) if n.name == "st2"),
+        |e| matches!(e, MembershipEvent::Up(n) if &*n.name == "st2"),
     )
     .await;
     assert_eq!(
@@ -61,7 +61,7 @@ async fn static_peers_connect_fail_and_come_back() {
     next_event(
         &mut events,
         Duration::from_secs(5),
-        |e| matches!(e, MembershipEvent::Left(n) if n.name == "st3"),
+        |e| matches!(e, MembershipEvent::Left(n) if &*n.name == "st3"),
     )
     .await;
     assert_eq!(member_names(&n1), vec!["st1", "st2"]);

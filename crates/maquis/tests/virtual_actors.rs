@@ -65,12 +65,12 @@ impl Actor for Counter {
 fn offer(nodes: &[Node]) -> Log {
     let log = Log::default();
     for n in nodes {
-        let name = n.id().name.clone();
+        let name = n.id().name.to_string();
         let log = log.clone();
         n.register_virtual("counter", move |key: &str| Counter {
             key: key.to_string(),
             log: log.clone(),
-            node: name.clone(),
+            node: name.to_string(),
             total: 0,
             last: Default::default(),
             in_order: true,
@@ -99,7 +99,7 @@ async fn the_first_message_from_any_node_activates_the_actor_once() {
     for n in &nodes {
         let r = n.virtual_ref::<Count>("counter", "k").expect("address");
         r.send(Count::Add {
-            from: n.id().name.clone(),
+            from: n.id().name.to_string(),
             seq: 1,
         })
         .await
@@ -142,7 +142,7 @@ async fn concurrent_first_messages_placed_on_different_nodes_meet_at_one_activat
                     .placement(Placement::Random);
                 for seq in 1..=EACH {
                     r.send(Count::Add {
-                        from: n.id().name.clone(),
+                        from: n.id().name.to_string(),
                         seq,
                     })
                     .await
@@ -182,14 +182,14 @@ async fn an_idle_actor_deactivates_and_the_next_message_activates_it_again() {
     let r = nodes[0]
         .virtual_ref::<Count>("counter", "idle")
         .expect("address");
-    let me = nodes[0].id().name.clone();
+    let me = nodes[0].id().name.to_string();
     let mut seq = 0;
     for round in 0..5 {
         // A burst, then silence until the activation is gone.
         for _ in 0..50 {
             seq += 1;
             r.send(Count::Add {
-                from: me.clone(),
+                from: me.to_string(),
                 seq,
             })
             .await
@@ -230,11 +230,11 @@ async fn messages_during_deactivation_are_held_and_activate_the_key_again() {
         .virtual_ref::<Count>("counter", "flappy")
         .expect("address")
         .placement(Placement::Hash);
-    let me = nodes[1].id().name.clone();
+    let me = nodes[1].id().name.to_string();
     const N: u64 = 300;
     for seq in 1..=N {
         r.send(Count::Add {
-            from: me.clone(),
+            from: me.to_string(),
             seq,
         })
         .await
@@ -290,7 +290,7 @@ async fn a_key_whose_node_left_is_activated_elsewhere() {
     .await
     .expect("sent");
     let (host, total, _) = on_c.call(Count::Get, T).await.expect("answer");
-    assert_eq!((host.as_str(), total), (nodes[2].id().name.as_str(), 1));
+    assert_eq!((host.as_str(), total), (&*nodes[2].id().name, 1));
     let from_a = nodes[0]
         .virtual_ref::<Count>("counter", "mobile")
         .expect("address");
@@ -303,7 +303,7 @@ async fn a_key_whose_node_left_is_activated_elsewhere() {
     .await;
     // The next message activates the key on a survivor (its state was c's alone).
     let (host, total, _) = from_a.call(Count::Get, T).await.expect("answer");
-    assert_ne!(host, nodes[2].id().name);
+    assert_ne!(host.as_str(), &*nodes[2].id().name);
     assert_eq!(total, 0);
     assert_eq!(activations(survivors), 1);
 }
@@ -386,9 +386,9 @@ impl Persistent for Kept {
 
 fn offer_kept(nodes: &[Node], store: std::sync::Arc<dyn StateStore>) {
     for n in nodes {
-        let name = n.id().name.clone();
+        let name = n.id().name.to_string();
         n.register_persistent("kept", store.clone(), move |_key: &str, total| Kept {
-            node: name.clone(),
+            node: name.to_string(),
             total: total.unwrap_or(0),
         })
         .expect("kind registered");
@@ -440,7 +440,7 @@ async fn a_key_whose_node_left_comes_back_elsewhere_with_its_state() {
         .placement(Placement::Local);
     add(&on_c, 5).await;
     let (host, total, _) = on_c.call(Count::Get, T).await.expect("answer");
-    assert_eq!((host.as_str(), total), (nodes[2].id().name.as_str(), 5));
+    assert_eq!((host.as_str(), total), (&*nodes[2].id().name, 5));
     nodes[2].shutdown().await;
     let survivors = &nodes[..2];
     until("the others see c gone", T, || async {
@@ -452,7 +452,7 @@ async fn a_key_whose_node_left_comes_back_elsewhere_with_its_state() {
         .expect("address");
     add(&from_a, 1).await;
     let (host, total, _) = from_a.call(Count::Get, T).await.expect("answer");
-    assert_ne!(host, nodes[2].id().name);
+    assert_ne!(host.as_str(), &*nodes[2].id().name);
     assert_eq!(total, 6, "the state followed the key");
 }
 
@@ -582,7 +582,7 @@ async fn a_moved_actor_keeps_its_state_and_migrate_refuses_what_it_cannot_do() {
     .await;
     add(&r, 1).await;
     let (host, total, _) = r.call(Count::Get, T).await.expect("answer");
-    assert_eq!((host.as_str(), total), (nodes[0].id().name.as_str(), 8));
+    assert_eq!((host.as_str(), total), (&*nodes[0].id().name, 8));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -625,7 +625,7 @@ async fn two_sides_that_meet_keep_one_activation_of_a_key() {
     .await;
     // Both sides reach the survivor (a fresh ref asks the directory).
     let (host, total, _) = on(&b[1]).call(Count::Get, T).await.expect("answer");
-    assert_eq!((host.as_str(), total), (a[0].id().name.as_str(), 1));
+    assert_eq!((host.as_str(), total), (&*a[0].id().name, 1));
     assert_eq!(log.lock().unwrap().len(), 1, "the left side's one message");
 }
 
@@ -644,7 +644,10 @@ async fn first_lookups_while_a_key_moves_always_find_it() {
     // between a and b: every lookup finds it held, by the node it is leaving until the next
     // one takes it over; never free, so never placed afresh by a first message.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (a, b) = (nodes[0].id().name.clone(), nodes[1].id().name.clone());
+    let (a, b) = (
+        nodes[0].id().name.to_string(),
+        nodes[1].id().name.to_string(),
+    );
     let lookers: Vec<_> = (0..8)
         .map(|_| {
             let (stop, c, a, b) = (stop.clone(), nodes[2].clone(), a.clone(), b.clone());
@@ -658,7 +661,7 @@ async fn first_lookups_while_a_key_moves_always_find_it() {
                         .expect("looked up")
                         .expect("some node holds the key");
                     let host = &holder.node().name;
-                    assert!(*host == a || *host == b, "held on {host}");
+                    assert!(**host == *a || **host == *b, "held on {host}");
                     looks += 1;
                 }
                 looks

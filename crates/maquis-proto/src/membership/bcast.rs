@@ -222,7 +222,8 @@ impl<P: PeerId> Bcast<P> {
 
     /// Ends the suspicions that are over: a suspect heard from since is cleared, one whose
     /// time is up is declared down (gone like a departed node, without a notice of its own).
-    fn judge_suspects(&mut self, now: Duration) {
+    /// Returns whether any was declared down (only then do the routes change).
+    pub fn judge_suspects(&mut self, now: Duration) -> bool {
         let pt = &self.pt;
         let mut down = Vec::new();
         self.suspects.retain(|node, s| {
@@ -235,6 +236,7 @@ impl<P: PeerId> Bcast<P> {
             }
             true
         });
+        let any = !down.is_empty();
         for (node, seq) in down {
             tracing::debug!(me = %self.pt.me(), %node, seq, "suspicion over: declared down");
             self.former.remove(&node);
@@ -242,6 +244,7 @@ impl<P: PeerId> Bcast<P> {
             let e = self.departed.entry(node).or_insert(0);
             *e = (*e).max(seq).max(known);
         }
+        any
     }
 
     /// `(destination, neighbour to go through)` for every node heard from within `max_age`,

@@ -84,6 +84,8 @@ pub struct MembershipConfig {
     pub linger: Duration,
     /// With member heartbeats: how long a node accused of being down (a neighbour lost its
     /// connection to it) is suspected before it is declared down, unless it is heard from.
+    /// Suspicions are judged together, at most four times per suspicion time, so a node is
+    /// declared down between 1 and 1.25 suspicion times after the accusation arrived.
     /// Zero: nobody is accused; a node goes when its heartbeats are `member_timeout` overdue.
     pub suspicion: Duration,
 }
@@ -238,6 +240,8 @@ pub struct Membership<P: PeerId = NodeId> {
     named_neighbors: bool,
     /// Nodes known to have left on purpose: their departure is reported `Left`, not `Down`.
     left_hint: HashSet<P>,
+    /// When the suspicion timer last judged the suspects.
+    judged_at: Option<Duration>,
     /// Peers whose membership lane is up.
     up: HashSet<P>,
     /// Peers the overlay disconnected while their connection was still coming up (`Membership`
@@ -277,6 +281,7 @@ impl<P: PeerId> Membership<P> {
             up_changes: 0,
             named_neighbors: false,
             left_hint: HashSet::new(),
+            judged_at: None,
             up: HashSet::new(),
             unneeded: HashSet::new(),
             routes: HashMap::new(),
@@ -493,7 +498,12 @@ impl<P: PeerId> Membership<P> {
                     self.settle(now, true);
                 }
                 Timer::Suspicion => {
-                    self.settle(now, true);
+                    // A suspect heard from since changes nothing; one declared down is gone
+                    // from the routes, which a refresh hands on.
+                    self.judged_at = Some(now);
+                    if self.bcast.judge_suspects(now) {
+                        self.settle(now, true);
+                    }
                     self.arm_suspicion();
                 }
                 Timer::Accuse(peer) => {
@@ -543,10 +553,17 @@ impl<P: PeerId> Membership<P> {
         self.settle(now, false);
     }
 
-    /// Sets the suspicion timer to the earliest end of a suspicion (or cancels it).
+    /// Sets the suspicion timer to the earliest end of a suspicion (or cancels it), but no
+    /// sooner than a quarter of the suspicion time after the last judgement: suspicions that
+    /// end close together are judged together (each judgement that declares a node down
+    /// refreshes every route; when many nodes are accused at once, one refresh each would
+    /// cost more than the machine has).
     fn arm_suspicion(&mut self) {
+        let earliest = self.judged_at.map(|t| t + self.cfg.suspicion / 4);
         match self.bcast.next_suspicion_end() {
-            Some(t) => self.timers.set(Timer::Suspicion, t),
+            Some(t) => self
+                .timers
+                .set(Timer::Suspicion, earliest.map_or(t, |e| t.max(e))),
             None => {
                 self.timers.cancel(&Timer::Suspicion);
             }

@@ -237,10 +237,16 @@ mod accusations {
     /// `N` nodes, a heartbeat every 4 s (as a large cluster's nodes send them: rarely), a
     /// member timeout of 20 s, settled.
     fn network(suspicion: Duration) -> Network<Downs> {
+        network_refreshed(suspicion, MembershipConfig::default().refresh_every)
+    }
+
+    /// [`network`], with its nodes refreshing their routes every `refresh_every`.
+    fn network_refreshed(suspicion: Duration, refresh_every: Duration) -> Network<Downs> {
         let mut net = Network::new(NetConfig::default(), Downs::default());
         let mut cfg = MembershipConfig {
             suspicion,
             member_timeout: Duration::from_secs(20),
+            refresh_every,
             ..MembershipConfig::default()
         };
         cfg.plumtree.heartbeat_every = Duration::from_secs(4);
@@ -296,6 +302,30 @@ mod accusations {
         );
         // Noticed after 200 ms, suspected for 1 s: well under 2 s, against 20 s.
         assert!(slowest < 2_000_000, "slowest report after {slowest} µs");
+    }
+
+    #[test]
+    fn suspicions_ending_close_together_are_judged_together() {
+        // Refreshes (which judge suspects too) rare enough that the suspicion timer alone
+        // judges here.
+        let mut net = network_refreshed(Duration::from_secs(1), Duration::from_secs(30));
+        let t = net.now();
+        net.crash(7);
+        net.run_for(Duration::from_millis(100));
+        net.crash(9);
+        net.run_for(Duration::from_secs(3));
+        let (a, b) = (downs_of(&net, 7, t), downs_of(&net, 9, t));
+        for i in (0..N).filter(|&i| i != 7 && i != 9) {
+            let at = |d: &[(Micros, u32)]| d.iter().find(|(_, by)| *by == i).map(|(at, _)| *at);
+            let (Some(x), Some(y)) = (at(&a), at(&b)) else {
+                panic!("node {i} reported both: {a:?} {b:?}");
+            };
+            // One judgement, or two at least a quarter of the suspicion apart.
+            let gap = x.abs_diff(y);
+            assert!(gap == 0 || gap >= 250_000, "node {i}: {x} and {y} µs");
+            // Still within the suspicion and a quarter of it after the notices.
+            assert!(x.max(y) < 2_250_000, "node {i}: {x} and {y} µs");
+        }
     }
 
     #[test]
@@ -421,7 +451,7 @@ fn a_heartbeat_that_moves_a_route_moves_the_route_table_at_once() {
     assert_eq!(routes(&mut m), vec![set("c")]);
     m.handle_broadcast_msg(t, &id("c"), &beat(3, 1)).unwrap();
     assert_eq!(routes(&mut m), vec![], "the same way: nothing to write");
-    assert_eq!(m.route(&"d".to_string()), Some(&(id("d"), id("c"))));
+    assert_eq!(m.route(&"d".into()), Some(&(id("d"), id("c"))));
 }
 
 /// A client-server record that changes only a client's servers (its members and this node's
@@ -442,7 +472,7 @@ fn a_record_naming_a_new_server_moves_the_route_at_once() {
         role,
         version,
         state: MemberState::Alive,
-        servers: servers.iter().map(|s| s.to_string()).collect(),
+        servers: servers.iter().map(|s| (*s).into()).collect(),
     };
     let server = |name| record(name, Role::Server, 0, &[]);
     m.handle_connected(t, &id("s1"));
@@ -450,7 +480,7 @@ fn a_record_naming_a_new_server_moves_the_route_at_once() {
     m.handle_overlay_msg(t, &id("s1"), &crate::encode(&state).unwrap())
         .unwrap();
     outputs(&mut m);
-    assert!(m.route(&"c".to_string()).is_none(), "no server of c yet");
+    assert!(m.route(&"c".into()).is_none(), "no server of c yet");
     // c attached to s1: its record says so, nothing else changes.
     let delta = ClientServerMsg::Delta(vec![record("c", Role::Client, 1, &["s1"])]);
     m.handle_overlay_msg(t, &id("s1"), &crate::encode(&delta).unwrap())

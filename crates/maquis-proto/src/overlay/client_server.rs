@@ -1465,7 +1465,7 @@ mod tests {
             role: Role::Client,
             version: 3,
             state: MemberState::Alive,
-            servers: (0..1000).map(|i| format!("s{i}")).collect(),
+            servers: (0..1000).map(|i| format!("s{i}").into()).collect(),
         };
         s.on_message(&node_id(1), Msg::Delta(vec![rec]), &mut fx);
         assert_eq!(

@@ -357,7 +357,10 @@ mod tests {
     }
 
     fn names(m: &FullMesh) -> Vec<String> {
-        m.members().into_iter().map(|n| n.name).collect()
+        m.members()
+            .into_iter()
+            .map(|n| n.name.to_string())
+            .collect()
     }
 
     #[test]

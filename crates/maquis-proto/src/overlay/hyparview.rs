@@ -25,7 +25,7 @@
 //! (see [`HyParView::set_routes`]); a node in the active view is reached directly, another one
 //! through the neighbour its route names.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::{DefaultHasher, Hasher};
 use std::time::Duration;
 
@@ -252,20 +252,29 @@ impl<P: PeerId> HyParView<P> {
     /// loses the other's routes for good. A suspect that answers and is still unreachable is
     /// asked with high priority, which joins the groups again.
     pub fn set_routes(&mut self, routes: impl IntoIterator<Item = (P, P)>) {
-        let old = std::mem::take(&mut self.routes);
-        for (dst, via) in routes {
-            if self.routes.len() >= self.cfg.max_routes {
-                break;
-            }
-            if dst != self.me {
-                self.routes.insert(dst, via);
-            }
-        }
+        let me = &self.me;
+        // One destination per route (heartbeats give one way to each origin): the table is
+        // built in one go rather than insert by insert.
+        let fresh: BTreeMap<P, P> = routes
+            .into_iter()
+            .filter(|(dst, _)| dst != me)
+            .take(self.cfg.max_routes)
+            .collect();
+        let old = std::mem::replace(&mut self.routes, fresh);
         if !self.routes.keys().eq(old.keys()) {
             self.routes_version += 1;
         }
-        for (dst, _) in old {
-            if !self.routes.contains_key(&dst) && !self.is_active(&dst) {
+        // Both tables are sorted: one pass finds the destinations that lost their route.
+        let mut kept = self.routes.keys().peekable();
+        let mut lost = Vec::new();
+        for dst in old.into_keys() {
+            while kept.next_if(|k| **k < dst).is_some() {}
+            if kept.peek() != Some(&&dst) {
+                lost.push(dst);
+            }
+        }
+        for dst in lost {
+            if !self.is_active(&dst) {
                 self.suspect(dst);
             }
         }
@@ -647,10 +656,15 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
     }
 
     fn members(&self) -> Vec<P> {
-        let mut all: BTreeSet<P> = self.active.iter().cloned().collect();
+        // The routes' destinations come sorted; the few neighbours and this node go in place.
+        let mut all: Vec<P> = Vec::with_capacity(self.routes.len() + self.active.len() + 1);
         all.extend(self.routes.keys().cloned());
-        all.insert(self.me.clone());
-        all.into_iter().collect()
+        for n in self.active.iter().chain(std::iter::once(&self.me)) {
+            if let Err(i) = all.binary_search(n) {
+                all.insert(i, n.clone());
+            }
+        }
+        all
     }
 
     fn route(&self, dst: &P) -> Route<P> {

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -24,7 +25,7 @@ pub enum Msg {
 pub struct StaticOverlay {
     me: NodeId,
     configured: Vec<SocketAddr>,
-    connected: BTreeMap<String, NodeId>,
+    connected: BTreeMap<Arc<str>, NodeId>,
     redial_every: Duration,
     left: bool,
 }
@@ -79,7 +80,7 @@ impl Overlay for StaticOverlay {
         }
     }
 
-    fn on_remove(&mut self, node: &String, fx: &mut Effects<Msg>) {
+    fn on_remove(&mut self, node: &Arc<str>, fx: &mut Effects<Msg>) {
         if let Some(peer) = self.connected.remove(node) {
             fx.left(peer.clone());
             fx.disconnect(peer);

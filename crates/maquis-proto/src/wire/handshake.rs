@@ -316,7 +316,7 @@ mod tests {
             |t| t.acceptor_nonce[31] ^= 1,
             |t| t.lane.index += 1,
             |t| t.dialer.incarnation += 1,
-            |t| t.acceptor.name.push('x'),
+            |t| t.acceptor.name = format!("{}x", t.acceptor.name).into(),
             |t| std::mem::swap(&mut t.dialer, &mut t.acceptor),
         ];
         for change in changes {

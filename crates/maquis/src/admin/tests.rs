@@ -427,7 +427,7 @@ async fn garbage_does_not_stop_the_server() {
     let status = client::get_status(&server.addr, None)
         .await
         .expect("status");
-    assert_eq!(status.name, "n1");
+    assert_eq!(&*status.name, "n1");
     assert!(!server.handle.is_finished());
 }
 

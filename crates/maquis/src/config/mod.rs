@@ -913,7 +913,8 @@ pub struct BroadcastConfig {
     /// milliseconds.
     pub member_timeout_ms: u64,
     /// Peer-to-peer: a member accused of being down (a neighbour lost its connection to it
-    /// without a goodbye) is declared down after this long unless it is heard from, in
+    /// without a goodbye) is declared down after this long unless it is heard from (suspicions
+    /// ending close together are judged together: up to a quarter of this later), in
     /// milliseconds; 0: nobody is accused (a member goes when `member_timeout_ms` passes
     /// without its heartbeat).
     pub suspicion_ms: u64,

@@ -18,7 +18,7 @@ fn toml_env_and_validation() {
          [[transport.channels]]\nname = \"vnode\"\nparallelism = 16\n",
     )
     .unwrap();
-    assert_eq!(c.node.name, "n1");
+    assert_eq!(&*c.node.name, "n1");
     assert_eq!(overlay_kind(&c), OverlayKind::Static);
     let c = c
         .apply_vars(vars(&[
@@ -271,7 +271,7 @@ fn nested_toml_reads_every_section() {
         "#,
     )
     .unwrap();
-    assert_eq!(c.node.name, "n1");
+    assert_eq!(&*c.node.name, "n1");
     assert_eq!(c.node.admin, Some("127.0.0.1:9001".parse().unwrap()));
     assert_eq!(c.node.peers.len(), 2);
     assert_eq!((c.node.mailbox_capacity, c.node.event_buffer), (64, 32));
@@ -356,7 +356,7 @@ fn env_overrides_every_section() {
             ("MAQUIS_BROADCAST_SUBSCRIPTION_CAPACITY", "8"),
         ]))
         .unwrap();
-    assert_eq!(c.node.name, "n7");
+    assert_eq!(&*c.node.name, "n7");
     assert_eq!(c.node.admin, Some("127.0.0.1:9007".parse().unwrap()));
     assert_eq!(
         c.node.peers,

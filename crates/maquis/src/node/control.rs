@@ -254,7 +254,7 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
                 let _ = done.send(());
             });
         }
-        Control::Remove { name } => m.handle_remove(now, &name),
+        Control::Remove { name } => m.handle_remove(now, &name.into()),
         Control::LaneUp { peer, slot } => {
             let Some(p) = inner.router.peer_of(&peer) else {
                 return;

@@ -30,7 +30,7 @@ impl Node {
             .peers()
             .iter()
             .map(|p| PeerStatus {
-                name: p.id.name.clone(),
+                name: p.id.name.to_string(),
                 addr: p.id.addr.to_string(),
                 incarnation: p.id.incarnation,
                 up: p.is_up(),
@@ -121,11 +121,15 @@ impl Node {
             }
         }
         Status {
-            name: inner.router.id.name.clone(),
+            name: inner.router.id.name.to_string(),
             incarnation: inner.router.id.incarnation,
             overlay: inner.overlay_name.to_string(),
             listen: inner.router.id.addr.to_string(),
-            members: self.members().into_iter().map(|m| m.name).collect(),
+            members: self
+                .members()
+                .into_iter()
+                .map(|m| m.name.to_string())
+                .collect(),
             peers,
             counters,
             gauges,

@@ -216,11 +216,11 @@ pub(crate) struct Router {
     pub(crate) queue_budget: QueueBudget,
     limits: RouterLimits,
     started: Instant,
-    peers: RwLock<HashMap<String, Arc<Peer>>>,
+    peers: RwLock<HashMap<Arc<str>, Arc<Peer>>>,
     /// Routes to non-neighbours, by name: (destination, neighbour to go through). Set by the
     /// control loop from the membership machine, read by sends only when no direct connection
     /// is up (no overlay lock on the way).
-    routes: RwLock<HashMap<String, (NodeId, NodeId)>>,
+    routes: RwLock<HashMap<Arc<str>, (NodeId, NodeId)>>,
     /// The members, as the control loop last published them.
     members: RwLock<Members>,
     /// Signalled whenever a route, a peer or the members change: sends waiting for a route
@@ -240,12 +240,12 @@ pub(crate) struct Router {
 /// names spread in memory cost a cache miss per step).
 struct Members {
     list: Arc<Vec<NodeId>>,
-    by_name: HashMap<String, NodeId>,
+    by_name: HashMap<Arc<str>, NodeId>,
 }
 
 impl Members {
     fn new(list: Arc<Vec<NodeId>>) -> Self {
-        let mut by_name: HashMap<String, NodeId> = HashMap::with_capacity(list.len());
+        let mut by_name: HashMap<Arc<str>, NodeId> = HashMap::with_capacity(list.len());
         for m in list.iter() {
             match by_name.get(&m.name) {
                 Some(known) if known.incarnation >= m.incarnation => {}
@@ -350,7 +350,7 @@ impl Router {
             Ok(true)
         } else {
             Err(SendError::StaleIncarnation {
-                node: node.name.clone(),
+                node: node.name.to_string(),
                 ref_incarnation: node.incarnation,
                 current: self.id.incarnation,
             })
@@ -440,12 +440,12 @@ impl Router {
                 return Ok(PeerEntry::Known(p.clone()));
             }
             if p.id.incarnation > id.incarnation {
-                return Err(PeerRefused::Stale(id.name.clone()));
+                return Err(PeerRefused::Stale(id.name.to_string()));
             }
             let connected = p.is_up() && p.lanes[self.dispatch.membership_slot()].is_connected();
             if connected && p.id.addr != id.addr {
                 return Err(PeerRefused::Duplicate {
-                    name: id.name.clone(),
+                    name: id.name.to_string(),
                     addr: p.id.addr,
                 });
             }
@@ -566,14 +566,14 @@ impl Router {
             Ok(NextHop::Via(_)) => via_peer.map(Hop::Via),
             Err(NoHop::Stale { current }) => {
                 return Err(SendError::StaleIncarnation {
-                    node: dst.name.clone(),
+                    node: dst.name.to_string(),
                     ref_incarnation: dst.incarnation,
                     current,
                 })
             }
             Err(NoHop::Unreachable) => None,
         }
-        .ok_or_else(|| SendError::Unreachable(dst.name.clone()))
+        .ok_or_else(|| SendError::Unreachable(dst.name.to_string()))
     }
 
     /// Whether a send toward `dst` that finds no way may wait for one: `dst` is a member (this
@@ -607,7 +607,7 @@ impl Router {
                     tokio::select! {
                         _ = &mut changed => {}
                         _ = tokio::time::sleep_until(deadline) => {}
-                        _ = self.shutdown.cancelled() => return Err(SendError::Unreachable(dst.name.clone())),
+                        _ = self.shutdown.cancelled() => return Err(SendError::Unreachable(dst.name.to_string())),
                     }
                 }
                 other => return other,

@@ -104,10 +104,10 @@ impl Edges {
             .at
             .iter()
             .filter(|(name, _)| !running.contains(*name))
-            .map(|(name, node)| (name.clone(), node.name.clone()))
+            .map(|(name, node)| (name.clone(), node.name.to_string()))
             .collect();
         View {
-            here: me.name.clone(),
+            here: me.name.to_string(),
             edges,
             location,
         }
@@ -247,7 +247,7 @@ async fn round(node: &Node, settings: Settings, last: &Mutex<Option<tokio::time:
         let asked = service
             .call(
                 |reply| Offer {
-                    from: node.id().name.clone(),
+                    from: node.id().name.to_string(),
                     size: size as u64,
                     candidates,
                     reply,

@@ -304,7 +304,7 @@ impl<M: Message> VirtualRef<M> {
             Placement::Local => Ok(self.node.id().clone()),
             Placement::Random => {
                 // Random across keys, fixed for a key on this node: a seed drawn once per node.
-                let seed = (self.node.id().incarnation, self.node.id().name.as_str());
+                let seed = (self.node.id().incarnation, &*self.node.id().name);
                 let i = crate::dispatch::hash_of(&(seed, self.name.as_str()));
                 members
                     .get(usize::try_from(i % members.len().max(1) as u64).unwrap_or(0))
@@ -313,7 +313,7 @@ impl<M: Message> VirtualRef<M> {
             }
             Placement::Hash => members
                 .iter()
-                .max_by_key(|m| crate::dispatch::hash_of(&(m.name.as_str(), self.name.as_str())))
+                .max_by_key(|m| crate::dispatch::hash_of(&(&*m.name, &*self.name)))
                 .cloned()
                 .ok_or(VirtualError::NoMember),
         }

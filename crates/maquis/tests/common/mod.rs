@@ -71,7 +71,7 @@ where
 
 /// The names of these nodes.
 pub fn names(ids: &[maquis::NodeId]) -> std::collections::BTreeSet<String> {
-    ids.iter().map(|n| n.name.clone()).collect()
+    ids.iter().map(|n| n.name.to_string()).collect()
 }
 
 /// Waits until every node's member list names exactly `want`.
@@ -89,7 +89,11 @@ pub async fn all_members(
 }
 
 pub fn member_names(n: &Node) -> Vec<String> {
-    let mut v: Vec<String> = n.members().into_iter().map(|m| m.name).collect();
+    let mut v: Vec<String> = n
+        .members()
+        .into_iter()
+        .map(|m| m.name.to_string())
+        .collect();
     v.sort();
     v
 }

@@ -17,7 +17,7 @@ pub enum Probe {
 
 /// Spawns a probe on `node`, registered there as `probe`.
 pub fn spawn_probe(node: &Node) -> ActorRef<Probe> {
-    let me = node.id().name.clone();
+    let me = node.id().name.to_string();
     let probe = node.spawn_fn(move |mut inbox| async move {
         while let Some(Probe::Ping { from, reply }) = inbox.recv().await {
             let _ = reply.send(format!("{me} got {from}")).await;
