@@ -13,6 +13,7 @@
 //! heartbeats and the replicas' states), from just before the first increment to
 //! convergence. Writes `results.json`, `report.md` and a plot into `--out`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -49,10 +50,12 @@ pub struct AdcounterArgs {
     #[arg(long, default_value_t = 4)]
     pub ads: usize,
     /// How often a replica sends a changed state to its neighbours, milliseconds (PARTISAN's
-    /// run: 5,000; below 1,000 a 512-node peer-to-peer cluster decodes more states than two
-    /// cores can).
-    #[arg(long, default_value_t = 1000)]
-    pub sync_ms: u64,
+    /// run: 5,000). Default: 2 ms per node, at least 1,000 (a state holds a count per node
+    /// and the host processes hold a fixed number of nodes, so a host's work in merges grows
+    /// with the cluster unless the interval does; at 1,024 nodes and 1,000 ms the replicas
+    /// fell behind the states and an impression waited minutes for its turn).
+    #[arg(long)]
+    pub sync_ms: Option<u64>,
     /// Seconds a cell may take to form its cluster, and again to converge.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
@@ -91,6 +94,9 @@ pub struct Cell {
     pub final_count: u64,
     /// Seconds the cluster took to form.
     pub form_s: f64,
+    /// How often a replica sent a changed state, milliseconds.
+    #[serde(default)]
+    pub sync_ms: u64,
     /// Why the cell failed (its numbers are then zero), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -110,7 +116,7 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
     if a.sizes.iter().any(|&n| n < 2)
         || a.increments == 0
         || a.ads == 0
-        || a.sync_ms == 0
+        || a.sync_ms == Some(0)
         || a.nodes_per_proc == 0
         || a.heartbeats_per_s == 0
     {
@@ -147,7 +153,7 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("  failed: {e}");
-                    cells.push(failed(overlay, n, a.increments, e));
+                    cells.push(failed(a, overlay, n, e));
                     write(&cells)?;
                     break;
                 }
@@ -165,8 +171,13 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
     Ok(cells)
 }
 
+/// The sync interval of a cell of `n` nodes: `--sync-ms`, or 2 ms a node and at least 1 s.
+fn sync_ms(a: &AdcounterArgs, n: usize) -> u64 {
+    a.sync_ms.unwrap_or((2 * n as u64).max(1_000))
+}
+
 /// The record of a cell that failed with `error`.
-fn failed(overlay: &str, n: usize, increments: u64, error: String) -> Cell {
+fn failed(a: &AdcounterArgs, overlay: &str, n: usize, error: String) -> Cell {
     Cell {
         overlay: overlay.to_string(),
         nodes: n,
@@ -175,15 +186,51 @@ fn failed(overlay: &str, n: usize, increments: u64, error: String) -> Cell {
         bytes_busiest: 0,
         converge_ms: 0,
         peak_rss_kib: 0,
-        increments: (n as u64).saturating_sub(1) * increments,
+        increments: (n as u64).saturating_sub(1) * a.increments,
         final_count: 0,
         form_s: 0.0,
+        sync_ms: sync_ms(a, n),
         error: Some(error),
     }
 }
 
 /// How often the driver asks whether the cluster formed.
 const FORM_POLL: Duration = Duration::from_millis(500);
+/// How often a cluster that is still forming reports its progress.
+const FORM_REPORT: Duration = Duration::from_secs(30);
+
+/// The counters that tell why a cluster is slow to form (lost protocol frames, peers
+/// declared down, refused handshakes, heartbeats ignored or announcements dropped), summed
+/// over every node: those above zero.
+const FORMING_COUNTERS: [&str; 9] = [
+    "peers_down",
+    "control_drops",
+    "handshakes_refused",
+    "unsent_dropped",
+    "routed_no_route",
+    "broadcast_route_moves",
+    "broadcast_strangers_ignored",
+    "broadcast_lazy_dropped",
+    "broadcast_missing_dropped",
+];
+
+fn forming_counters(hosts: &mut [Host], limit: Duration) -> Result<String, String> {
+    let mut sum: BTreeMap<String, u64> = BTreeMap::new();
+    for x in ask_all(hosts, &HostCmd::Counters, limit)? {
+        for (k, v) in x.counters {
+            *sum.entry(k).or_default() += v;
+        }
+    }
+    let shown: Vec<String> = FORMING_COUNTERS
+        .iter()
+        .filter_map(|k| sum.get(*k).filter(|v| **v > 0).map(|v| format!("{k} {v}")))
+        .collect();
+    Ok(if shown.is_empty() {
+        "no frame lost, no peer down".to_string()
+    } else {
+        shown.join(", ")
+    })
+}
 
 /// One host process and its nodes' indices.
 struct Host {
@@ -231,7 +278,7 @@ fn hosts(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Vec<Host>, String
             ])
             .args([
                 "--sync-ms",
-                &a.sync_ms.to_string(),
+                &sync_ms(a, n).to_string(),
                 "--nodes",
                 &n.to_string(),
             ])
@@ -276,6 +323,7 @@ fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Re
         started.elapsed().as_secs_f64()
     );
     let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
+    let mut next_report = Instant::now() + FORM_REPORT;
     loop {
         let mut seen: Vec<usize> = ask_all(hosts, &HostCmd::Members, limit)?
             .into_iter()
@@ -285,19 +333,26 @@ fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Re
         if seen.first().is_some_and(|&fewest| fewest >= n) {
             break;
         }
+        let at = |q: usize| {
+            let i = (seen.len() * q / 100).min(seen.len().saturating_sub(1));
+            seen.get(i).copied().unwrap_or(0)
+        };
+        let spread = format!("fewest {}, median {}, most {}", at(0), at(50), at(100));
         if Instant::now() > deadline {
-            let at = |q: usize| {
-                let i = (seen.len() * q / 100).min(seen.len().saturating_sub(1));
-                seen.get(i).copied().unwrap_or(0)
-            };
             let short = seen.iter().filter(|&&m| m < n).count();
             return Err(format!(
-                "the cluster of {n} did not form within {} s: {short} nodes see fewer than {n} members (fewest {}, median {}, most {})",
+                "the cluster of {n} did not form within {} s: {short} nodes see fewer than {n} members ({spread}; {})",
                 a.timeout_s,
-                at(0),
-                at(50),
-                at(100)
+                forming_counters(hosts, limit)?
             ));
+        }
+        if Instant::now() > next_report {
+            next_report += FORM_REPORT;
+            eprintln!(
+                "  {:.0} s: members seen: {spread}; {}",
+                started.elapsed().as_secs_f64(),
+                forming_counters(hosts, limit)?
+            );
         }
         std::thread::sleep(FORM_POLL);
     }
@@ -366,6 +421,7 @@ fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Re
         increments: want,
         final_count,
         form_s,
+        sync_ms: sync_ms(a, n),
         error: None,
     })
 }
@@ -376,13 +432,13 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     let sizes: Vec<String> = a.sizes.iter().map(usize::to_string).collect();
     let _ = writeln!(
         r,
-        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {} --sync-ms {} --nodes-per-proc {} --heartbeats-per-s {}`  ",
+        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {}{} --nodes-per-proc {} --heartbeats-per-s {}`  ",
         if a.quick { " --quick" } else { "" },
         sizes.join(","),
         a.overlays.join(","),
         a.increments,
         a.ads,
-        a.sync_ms,
+        a.sync_ms.map(|s| format!(" --sync-ms {s}")).unwrap_or_default(),
         a.nodes_per_proc,
         a.heartbeats_per_s
     );
@@ -395,20 +451,28 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     );
     let _ = writeln!(
         r,
-        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} ms. Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods).\n",
-        a.nodes_per_proc, a.increments, a.ads, a.sync_ms, a.heartbeats_per_s
+        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} (the table's sync column). Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods, and an accused member is suspected for one).\n",
+        a.nodes_per_proc,
+        a.increments,
+        a.ads,
+        match a.sync_ms {
+            Some(s) => format!("{s} ms"),
+            None => "2 ms per node of the cluster, at least 1,000 ms".to_string(),
+        },
+        a.heartbeats_per_s
     );
     let _ = writeln!(
         r,
-        "| overlay | nodes | formed s | converge ms | bytes total | bytes per node | busiest node bytes | node 0 peak RSS KiB | increments | final count |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| overlay | nodes | sync ms | formed s | converge ms | bytes total | bytes per node | busiest node bytes | node 0 peak RSS KiB | increments | final count |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for c in cells {
         if let Some(e) = &c.error {
             let _ = writeln!(
                 r,
-                "| {} | {} | failed: {} | | | | | | {} | |",
+                "| {} | {} | {} | failed: {} | | | | | | {} | |",
                 c.overlay,
                 c.nodes,
+                c.sync_ms,
                 e.replace('|', "/"),
                 c.increments
             );
@@ -416,9 +480,10 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
         }
         let _ = writeln!(
             r,
-            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {}{} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {}{} |",
             c.overlay,
             c.nodes,
+            c.sync_ms,
             c.form_s,
             c.converge_ms,
             c.bytes_total,
