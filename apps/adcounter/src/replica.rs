@@ -1,8 +1,12 @@
 //! The replica on each node: an actor registered as [`NAME`] that counts the impressions its
-//! clients report, merges the states its neighbours send, and sends its own state to the
-//! overlay's neighbours ([`maquis::Node::neighbors`]) every `sync_every` when it changed
-//! since the last time — Lasp's state synchronisation over whichever overlay the node runs.
+//! clients report, merges the states its neighbours send, and every `sync_every` sends its
+//! own state to each of the overlay's neighbours ([`maquis::Node::neighbors`]) that has not
+//! had it since it last changed — Lasp's state synchronisation over whichever overlay the
+//! node runs. A neighbour new to the view gets the state too, and a change made while the
+//! node had no neighbour (or while a neighbour's lane was full) waits for one: the last
+//! change of a replica is never kept from the cluster by the moment it happened.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,7 +83,10 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
     // Shared with the messages that carry it out; a change after a send copies it only if a
     // message still holds it (remote sends are encoded at once, so they never do).
     let mut ads = Arc::new(Ads::new(settings.limit, settings.max_ads));
-    let mut changed = false;
+    // Bumped by every change; per neighbour, the version it was last sent (kept for the
+    // current neighbours only: as many entries as the overlay's view).
+    let mut version = 0u64;
+    let mut sent: HashMap<maquis::NodeId, u64> = HashMap::new();
     let (mut syncs_sent, mut left_out) = (0u64, 0u64);
     let mut tick = tokio::time::interval(settings.sync_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -90,13 +97,13 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                 match msg {
                     AdMsg::Impression { ad, reply } => {
                         let r = Arc::make_mut(&mut ads).impression(&name, &ad);
-                        changed |= r.is_ok();
+                        version += u64::from(r.is_ok());
                         let _ = reply.send(r.map_err(|e: AdError| e.to_string())).await;
                     }
                     AdMsg::State(theirs) => {
                         let out = Arc::make_mut(&mut ads).merge(&theirs);
                         left_out += out.left_out.len() as u64;
-                        changed |= out.changed;
+                        version += u64::from(out.changed);
                     }
                     AdMsg::Read(reply) => {
                         let disabled = ads.disabled();
@@ -113,22 +120,26 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                 }
             }
             _ = tick.tick() => {
-                if !changed {
+                if version == 0 {
                     continue;
                 }
-                changed = false;
-                for peer in node.neighbors() {
+                let neighbors = node.neighbors();
+                sent.retain(|peer, _| neighbors.contains(peer));
+                for peer in neighbors {
+                    if sent.get(&peer) == Some(&version) {
+                        continue;
+                    }
                     let Some(r) = node.remote::<AdMsg>(&peer.name, NAME) else {
                         continue;
                     };
-                    // A neighbour whose lane is full misses this state; the next change
-                    // sends it again (state-based: the latest state carries everything).
+                    // A neighbour whose lane is full misses this state and gets it at the
+                    // next tick (state-based: the latest state carries everything).
                     match r.try_send(AdMsg::State(ads.clone())) {
-                        Ok(()) => syncs_sent += 1,
-                        Err(e) => {
-                            tracing::debug!(peer = %peer, error = %e, "state not sent");
-                            changed = true;
+                        Ok(()) => {
+                            syncs_sent += 1;
+                            sent.insert(peer, version);
                         }
+                        Err(e) => tracing::debug!(peer = %peer, error = %e, "state not sent"),
                     }
                 }
             }

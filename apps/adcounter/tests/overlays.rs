@@ -185,3 +185,37 @@ async fn an_ad_at_its_limit_is_disabled_on_every_replica() {
         n.shutdown().await;
     }
 }
+
+/// A change made while the node had no neighbour is not forgotten: the neighbour that comes
+/// later gets it (the replica sends each neighbour the state it has not had).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_alone_reaches_a_later_neighbour() {
+    let a = Node::start(base("alone-a")).await.expect("node starts");
+    let ra = start(&a, settings()).expect("replica starts");
+    ra.call(
+        |reply| AdMsg::Impression {
+            ad: "early".into(),
+            reply,
+        },
+        T,
+    )
+    .await
+    .expect("answered")
+    .expect("counted");
+    // The scenario: several sync intervals go by while the node has no neighbour.
+    tokio::time::sleep(settings().sync_every * 5).await;
+    assert_eq!(read(&ra).await.syncs_sent, 0, "nobody to send to");
+    let b = Node::start(base("alone-b")).await.expect("node starts");
+    let rb = start(&b, settings()).expect("replica starts");
+    b.join_wait(a.addr(), T).await.expect("joins");
+    let deadline = Instant::now() + T;
+    while read(&rb).await.total != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the change made alone never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
