@@ -50,7 +50,7 @@ pub struct AdcounterArgs {
     #[arg(long, default_value_t = 4)]
     pub ads: usize,
     /// How often a replica sends a changed state to its neighbours, milliseconds (PARTISAN's
-    /// run: 5,000). Default: 2 ms per node, at least 1,000 (a state holds a count per node
+    /// run: 5,000). Default: 5 ms per node, at least 1,000 (a state holds a count per node
     /// and the host processes hold a fixed number of nodes, so a host's work in merges grows
     /// with the cluster unless the interval does; at 1,024 nodes and 1,000 ms the replicas
     /// fell behind the states and an impression waited minutes for its turn).
@@ -171,9 +171,9 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
     Ok(cells)
 }
 
-/// The sync interval of a cell of `n` nodes: `--sync-ms`, or 2 ms a node and at least 1 s.
+/// The sync interval of a cell of `n` nodes: `--sync-ms`, or 5 ms a node and at least 1 s.
 fn sync_ms(a: &AdcounterArgs, n: usize) -> u64 {
-    a.sync_ms.unwrap_or((2 * n as u64).max(1_000))
+    a.sync_ms.unwrap_or((5 * n as u64).max(1_000))
 }
 
 /// The record of a cell that failed with `error`.
@@ -457,7 +457,7 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
         a.ads,
         match a.sync_ms {
             Some(s) => format!("{s} ms"),
-            None => "2 ms per node of the cluster, at least 1,000 ms".to_string(),
+            None => "5 ms per node of the cluster, at least 1,000 ms".to_string(),
         },
         a.heartbeats_per_s
     );
