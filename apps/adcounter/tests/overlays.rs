@@ -48,6 +48,14 @@ async fn read(r: &ActorRef<AdMsg>) -> Snapshot {
     r.call(AdMsg::Read, T).await.expect("the replica answers")
 }
 
+/// Reports an impression of `ad`: the replica's answer (the ad's count, or why not counted).
+async fn impression(r: &ActorRef<AdMsg>, ad: &str) -> Result<u64, String> {
+    let ad = ad.to_string();
+    r.call(|reply| AdMsg::Impression { ad, reply }, T)
+        .await
+        .expect("answered")
+}
+
 /// Every node counts `per_node` impressions spread over three ads; every replica ends with
 /// the exact total.
 async fn counts_converge(nodes: Vec<Node>, per_node: u64) {
@@ -57,10 +65,8 @@ async fn counts_converge(nodes: Vec<Node>, per_node: u64) {
         .collect();
     for (i, r) in replicas.iter().enumerate() {
         for k in 0..per_node {
-            let ad = format!("ad{}", (i as u64 + k) % 3);
-            r.call(|reply| AdMsg::Impression { ad, reply }, T)
+            impression(r, &format!("ad{}", (i as u64 + k) % 3))
                 .await
-                .expect("answered")
                 .expect("counted");
         }
     }
@@ -145,32 +151,12 @@ async fn an_ad_at_its_limit_is_disabled_on_every_replica() {
         })
         .collect();
     for _ in 0..10 {
-        replicas[0]
-            .call(
-                |reply| AdMsg::Impression {
-                    ad: "promo".into(),
-                    reply,
-                },
-                T,
-            )
-            .await
-            .expect("answered")
-            .expect("counted");
+        impression(&replicas[0], "promo").await.expect("counted");
     }
     let deadline = Instant::now() + T;
     for r in &replicas[1..] {
         loop {
-            let answer = r
-                .call(
-                    |reply| AdMsg::Impression {
-                        ad: "promo".into(),
-                        reply,
-                    },
-                    T,
-                )
-                .await
-                .expect("answered");
-            match answer {
+            match impression(r, "promo").await {
                 Err(why) if why.contains("disabled") => break,
                 // Counted before the state arrived: a replica may show an ad a few more
                 // times than its limit (state-based replication), never fewer.
@@ -192,16 +178,7 @@ async fn an_ad_at_its_limit_is_disabled_on_every_replica() {
 async fn a_change_made_alone_reaches_a_later_neighbour() {
     let a = Node::start(base("alone-a")).await.expect("node starts");
     let ra = start(&a, settings()).expect("replica starts");
-    ra.call(
-        |reply| AdMsg::Impression {
-            ad: "early".into(),
-            reply,
-        },
-        T,
-    )
-    .await
-    .expect("answered")
-    .expect("counted");
+    impression(&ra, "early").await.expect("counted");
     // The scenario: several sync intervals go by while the node has no neighbour.
     tokio::time::sleep(settings().sync_every * 5).await;
     assert_eq!(read(&ra).await.syncs_sent, 0, "nobody to send to");
