@@ -4,7 +4,10 @@
 //! had it since it last changed — Lasp's state synchronisation over whichever overlay the
 //! node runs. A neighbour new to the view gets the state too, and a change made while the
 //! node had no neighbour (or while a neighbour's lane was full) waits for one: the last
-//! change of a replica is never kept from the cluster by the moment it happened.
+//! change of a replica is never kept from the cluster by the moment it happened. Every
+//! `resend_every` ticks a neighbour sent nothing meanwhile gets the state again (anti-entropy:
+//! a state lost on the way — with a connection that closed under it, or at a node whose
+//! replica had not started — is repaired without waiting for a change).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,8 +47,13 @@ pub struct Snapshot {
     pub ads: usize,
     /// Ads that reached their limit.
     pub disabled: usize,
-    /// States sent to neighbours.
+    /// States sent to neighbours (resends included).
     pub syncs_sent: u64,
+    /// States sent again to a neighbour that had them (see [`Settings::resend_every`]).
+    pub resends: u64,
+    /// When the total last changed, milliseconds since the Unix epoch (0: never): once every
+    /// replica holds the final total, the latest of these is when the last one got there.
+    pub total_changed_ms: u64,
     /// Ads a merge left out for want of room (the table is bounded).
     pub left_out: u64,
 }
@@ -59,6 +67,10 @@ pub struct Settings {
     pub max_ads: usize,
     /// How often a changed state goes to the neighbours.
     pub sync_every: Duration,
+    /// Every this many ticks, a neighbour that was sent nothing meanwhile is sent the state
+    /// again, changed or not (repairs a state lost on the way); 0: never (a lost state waits
+    /// for the next change).
+    pub resend_every: u32,
 }
 
 /// Why a replica did not start.
@@ -86,8 +98,10 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
     // Bumped by every change; per neighbour, the version it was last sent (kept for the
     // current neighbours only: as many entries as the overlay's view).
     let mut version = 0u64;
-    let mut sent: HashMap<maquis::NodeId, u64> = HashMap::new();
-    let (mut syncs_sent, mut left_out) = (0u64, 0u64);
+    let mut sent: HashMap<maquis::NodeId, Sent> = HashMap::new();
+    let (mut syncs_sent, mut resends, mut left_out) = (0u64, 0u64, 0u64);
+    let mut total_changed_ms = 0u64;
+    let mut ticks = 0u64;
     let mut tick = tokio::time::interval(settings.sync_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -97,13 +111,20 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                 match msg {
                     AdMsg::Impression { ad, reply } => {
                         let r = Arc::make_mut(&mut ads).impression(&name, &ad);
-                        version += u64::from(r.is_ok());
+                        if r.is_ok() {
+                            version += 1;
+                            total_changed_ms = unix_ms();
+                        }
                         let _ = reply.send(r.map_err(|e: AdError| e.to_string())).await;
                     }
                     AdMsg::State(theirs) => {
                         let out = Arc::make_mut(&mut ads).merge(&theirs);
                         left_out += out.left_out.len() as u64;
-                        version += u64::from(out.changed);
+                        // A merge changes the table only by raising counts: the total rose.
+                        if out.changed {
+                            version += 1;
+                            total_changed_ms = unix_ms();
+                        }
                     }
                     AdMsg::Read(reply) => {
                         let disabled = ads.disabled();
@@ -113,6 +134,8 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                                 ads: ads.len(),
                                 disabled,
                                 syncs_sent,
+                                resends,
+                                total_changed_ms,
                                 left_out,
                             })
                             .await;
@@ -120,15 +143,23 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                 }
             }
             _ = tick.tick() => {
+                ticks += 1;
                 if version == 0 {
                     continue;
                 }
                 let neighbors = node.neighbors();
                 sent.retain(|peer, _| neighbors.contains(peer));
+                let resend = u64::from(settings.resend_every);
                 for peer in neighbors {
-                    if sent.get(&peer) == Some(&version) {
-                        continue;
-                    }
+                    let again = match sent.get(&peer) {
+                        Some(s) if s.version == version => {
+                            if resend == 0 || ticks - s.tick < resend {
+                                continue;
+                            }
+                            true
+                        }
+                        _ => false,
+                    };
                     let Some(r) = node.remote::<AdMsg>(&peer.name, NAME) else {
                         continue;
                     };
@@ -137,7 +168,8 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                     match r.try_send(AdMsg::State(ads.clone())) {
                         Ok(()) => {
                             syncs_sent += 1;
-                            sent.insert(peer, version);
+                            resends += u64::from(again);
+                            sent.insert(peer, Sent { version, tick: ticks });
                         }
                         Err(e) => tracing::debug!(peer = %peer, error = %e, "state not sent"),
                     }
@@ -145,4 +177,16 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
             }
         }
     }
+}
+
+/// What a neighbour was last sent: the state's version, at which tick.
+struct Sent {
+    version: u64,
+    tick: u64,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

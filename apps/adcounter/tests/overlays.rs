@@ -16,6 +16,7 @@ fn settings() -> Settings {
         limit: 1_000_000,
         max_ads: 16,
         sync_every: Duration::from_millis(50),
+        resend_every: 0,
     }
 }
 
@@ -195,4 +196,41 @@ async fn a_change_made_alone_reaches_a_later_neighbour() {
     }
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A state that reached a node before its replica started is lost there; the sender's
+/// periodic resend repairs it although the sender's state never changes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_lost_on_the_way_is_sent_again() {
+    let nodes = cluster(vec![base("lost-a"), base("lost-b")]).await;
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let ra = start(
+        a,
+        Settings {
+            resend_every: 4,
+            ..settings()
+        },
+    )
+    .expect("replica starts");
+    impression(&ra, "early").await.expect("counted");
+    // The state goes to b, where no replica is registered yet: b drops it.
+    let deadline = Instant::now() + T;
+    while b.counters().unknown_actor.get() == 0 {
+        assert!(Instant::now() < deadline, "the state never reached b");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sent = read(&ra).await.syncs_sent;
+    let rb = start(b, settings()).expect("replica starts");
+    while read(&rb).await.total != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the lost state was never sent again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = read(&ra).await;
+    assert!(after.resends >= 1 && after.syncs_sent > sent, "{after:?}");
+    for n in nodes {
+        n.shutdown().await;
+    }
 }

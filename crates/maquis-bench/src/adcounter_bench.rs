@@ -56,6 +56,11 @@ pub struct AdcounterArgs {
     /// fell behind the states and an impression waited minutes for its turn).
     #[arg(long)]
     pub sync_ms: Option<u64>,
+    /// Every this many sync intervals a replica sends its state again to a neighbour it sent
+    /// nothing meanwhile, changed or not (repairs a state lost on the way, with a connection
+    /// that closed under it); 0: never.
+    #[arg(long, default_value_t = 4)]
+    pub resend_every: u32,
     /// Seconds a cell may take to form its cluster, and again to converge.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
@@ -202,9 +207,10 @@ const FORM_REPORT: Duration = Duration::from_secs(30);
 /// The counters that tell why a cluster is slow to form (lost protocol frames, peers
 /// declared down, refused handshakes, heartbeats ignored or announcements dropped), summed
 /// over every node: those above zero.
-const FORMING_COUNTERS: [&str; 9] = [
+const FORMING_COUNTERS: [&str; 10] = [
     "peers_down",
     "control_drops",
+    "control_no_peer",
     "handshakes_refused",
     "unsent_dropped",
     "routed_no_route",
@@ -282,7 +288,8 @@ fn hosts(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Vec<Host>, String
                 "--nodes",
                 &n.to_string(),
             ])
-            .args(["--heartbeats-per-s", &a.heartbeats_per_s.to_string()]);
+            .args(["--heartbeats-per-s", &a.heartbeats_per_s.to_string()])
+            .args(["--resend-every", &a.resend_every.to_string()]);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -432,13 +439,14 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     let sizes: Vec<String> = a.sizes.iter().map(usize::to_string).collect();
     let _ = writeln!(
         r,
-        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {}{} --nodes-per-proc {} --heartbeats-per-s {}`  ",
+        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {}{} --resend-every {} --nodes-per-proc {} --heartbeats-per-s {}`  ",
         if a.quick { " --quick" } else { "" },
         sizes.join(","),
         a.overlays.join(","),
         a.increments,
         a.ads,
         a.sync_ms.map(|s| format!(" --sync-ms {s}")).unwrap_or_default(),
+        a.resend_every,
         a.nodes_per_proc,
         a.heartbeats_per_s
     );
@@ -451,7 +459,7 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     );
     let _ = writeln!(
         r,
-        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} (the table's sync column). Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods, and an accused member is suspected for one).\n",
+        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} (the table's sync column), and every {} such intervals send it again to a neighbour they sent nothing meanwhile (0: never). Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods, and an accused member is suspected for one).\n",
         a.nodes_per_proc,
         a.increments,
         a.ads,
@@ -459,6 +467,7 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
             Some(s) => format!("{s} ms"),
             None => "5 ms per node of the cluster, at least 1,000 ms".to_string(),
         },
+        a.resend_every,
         a.heartbeats_per_s
     );
     let _ = writeln!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use maquis::config::{ClientServerOptions, PeerToPeerOptions};
 use maquis::overlay::Role;
 use maquis::{ActorRef, Config, Node};
-use maquis_adcounter::{AdMsg, Settings};
+use maquis_adcounter::{AdMsg, Settings, Snapshot};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
@@ -38,6 +38,10 @@ pub struct AdcounterHostArgs {
     /// Peer-to-peer: member heartbeats the whole cluster sends a second (see [`node_config`]).
     #[arg(long)]
     pub heartbeats_per_s: u64,
+    /// Every this many sync intervals, a replica's state goes again to a neighbour it sent
+    /// nothing meanwhile (`Settings::resend_every`).
+    #[arg(long)]
+    pub resend_every: u32,
 }
 
 /// A command to a host.
@@ -63,7 +67,9 @@ pub enum HostCmd {
         /// Ads they are spread over.
         ads: usize,
     },
-    /// Wait until every replica here holds `want` (answer: `at_ms`, when the last got there).
+    /// Wait until every replica here holds `want` (answer: `at_ms`, when the last got there,
+    /// as the replicas recorded it). While waiting, says every 30 s on stderr where the
+    /// others stand.
     Await {
         /// The total every replica must reach.
         want: u64,
@@ -165,25 +171,32 @@ pub fn addr(base_port: u16, i: usize) -> Result<SocketAddr, String> {
         .map_err(|_| format!("node {i}: port {base_port} + {i} is past the last port"))
 }
 
-fn settings(sync_ms: u64) -> Settings {
+fn settings(a: &AdcounterHostArgs) -> Settings {
     Settings {
         limit: u64::MAX,
         max_ads: 1024,
-        sync_every: Duration::from_millis(sync_ms),
+        sync_every: Duration::from_millis(a.sync_ms),
+        resend_every: a.resend_every,
     }
 }
 
 /// How long a replica may take to answer.
 const T: Duration = Duration::from_secs(30);
 
-/// How often [`HostCmd::Await`] looks at the replicas.
-const POLL: Duration = Duration::from_millis(5);
+/// The pause between two rounds of [`HostCmd::Await`]'s reads (the rounds do not time the
+/// convergence: each replica records when its total last changed).
+const POLL: Duration = Duration::from_millis(50);
+
+/// How often a host still waiting for its replicas says where they are (on its stderr, the
+/// cell's `hosts.log`).
+const AWAIT_REPORT: Duration = Duration::from_secs(30);
+
+async fn snapshot(r: &ActorRef<AdMsg>) -> Result<Snapshot, String> {
+    r.call(AdMsg::Read, T).await.map_err(|e| e.to_string())
+}
 
 async fn read(r: &ActorRef<AdMsg>) -> Result<u64, String> {
-    r.call(AdMsg::Read, T)
-        .await
-        .map(|s| s.total)
-        .map_err(|e| e.to_string())
+    snapshot(r).await.map(|s| s.total)
 }
 
 fn unix_ms() -> u64 {
@@ -245,8 +258,7 @@ async fn handle(
         HostCmd::Start => {
             if replicas.is_empty() {
                 for n in nodes.iter() {
-                    let r = maquis_adcounter::start(n, settings(a.sync_ms))
-                        .map_err(|e| e.to_string())?;
+                    let r = maquis_adcounter::start(n, settings(a)).map_err(|e| e.to_string())?;
                     replicas.push(r);
                 }
             }
@@ -284,32 +296,70 @@ async fn handle(
             ans.at_ms = unix_ms();
         }
         HostCmd::Await { want, timeout_s } => {
-            let deadline = Instant::now() + Duration::from_secs(timeout_s);
-            // Counts only grow: a replica that got there stays there, so each look starts at
-            // the first one that had not.
-            let mut done = 0;
-            while done < replicas.len() {
-                // A replica slow to answer is given what is left of the wait, not a call's
-                // whole timeout each.
-                let left = deadline.saturating_duration_since(Instant::now());
-                let total = tokio::time::timeout(left, read(&replicas[done])).await;
-                if matches!(total, Ok(Ok(t)) if t >= want) {
-                    done += 1;
-                    continue;
+            let started = Instant::now();
+            let deadline = started + Duration::from_secs(timeout_s);
+            let mut next_report = started + AWAIT_REPORT;
+            // The replicas not there yet, all read at once each round (counts only grow: one
+            // that got there stays there). When the last got there is its own record of its
+            // total's last change, not the instant a read found it.
+            let mut short: Vec<usize> = (0..replicas.len()).collect();
+            while !short.is_empty() {
+                let mut round = tokio::task::JoinSet::new();
+                for &k in &short {
+                    let r = replicas[k].clone();
+                    round.spawn(async move { (k, snapshot(&r).await) });
                 }
-                if let Ok(Err(e)) = total {
+                let mut seen = Vec::with_capacity(short.len());
+                let left = deadline.saturating_duration_since(Instant::now());
+                // Past the deadline the reads still out are dropped with the round.
+                if let Ok(Err(e)) = tokio::time::timeout(left, async {
+                    while let Some(read) = round.join_next().await {
+                        seen.push(read.map_err(|e| e.to_string())?);
+                    }
+                    Ok::<(), String>(())
+                })
+                .await
+                {
                     return Err(e);
                 }
+                let (mut low, mut high, mut resends) = (u64::MAX, 0, 0);
+                for (k, snap) in seen {
+                    let snap = snap?;
+                    if snap.total >= want {
+                        ans.at_ms = ans.at_ms.max(snap.total_changed_ms);
+                        short.retain(|&j| j != k);
+                    } else {
+                        low = low.min(snap.total);
+                        high = high.max(snap.total);
+                        resends += snap.resends;
+                    }
+                }
+                if short.is_empty() {
+                    break;
+                }
+                let progress = || {
+                    format!(
+                        "{} of {} replicas hold {want}; the others hold {}..{high} and resent {resends} states",
+                        replicas.len() - short.len(),
+                        replicas.len(),
+                        if low == u64::MAX { 0 } else { low },
+                    )
+                };
                 if Instant::now() >= deadline {
-                    return Err(format!(
-                        "{} of {} replicas hold {want} after {timeout_s} s",
-                        done,
-                        replicas.len()
-                    ));
+                    return Err(format!("after {timeout_s} s, {}", progress()));
+                }
+                if Instant::now() >= next_report {
+                    next_report += AWAIT_REPORT;
+                    eprintln!(
+                        "host of nodes {}..{}, {:.0} s waiting: {}",
+                        a.first,
+                        a.first + a.count,
+                        started.elapsed().as_secs_f64(),
+                        progress()
+                    );
                 }
                 tokio::time::sleep(POLL).await;
             }
-            ans.at_ms = unix_ms();
         }
         HostCmd::Totals => {
             for r in replicas.iter() {

@@ -268,7 +268,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
                 .counters
                 .iter()
                 .filter(|(k, _)| {
-                    k.starts_with("routed_") || k.ends_with("_failed") || *k == "control_drops"
+                    k.starts_with("routed_") || k.ends_with("_failed") || k.starts_with("control_")
                 })
                 .map(|(k, v)| format!("{k} {v}"))
                 .collect();

@@ -15,7 +15,7 @@
 //! The outputs, as `execute` carries them out: `Connect` creates the peer (its dialers connect
 //! every lane), `Dial` dials an address once, `Close` sends `Bye`, lets the writers drain and cuts
 //! after 5 s, `Send` queues a protocol frame on the membership lane without waiting (dropped and
-//! counted in `control_drops` when full), `Deliver` hands a broadcast to the local subscribers
+//! counted in `control_drops` when full, `control_no_peer` when the peer is gone), `Deliver` hands a broadcast to the local subscribers
 //! (bounded, the oldest dropped), `Members`, `Neighbors` and `Route` update the snapshots the API
 //! and the router read, `Event` goes to the subscribers, `Gone` fires monitors and fails calls. A
 //! peer silent for `transport.heartbeat_timeout_ms` on every lane (the readers stamp its
@@ -324,7 +324,7 @@ fn execute(d: &mut Driver, m: &mut Membership) {
                     };
                     inner.router.send_control(&p, &header, payload);
                 }
-                None => inner.router.counters.control_drops.inc(),
+                None => inner.router.counters.control_no_peer.inc(),
             },
             Output::Deliver { topic, payload, .. } => {
                 let dropped = inner.topics.deliver(&topic, &payload);

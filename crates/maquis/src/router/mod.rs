@@ -784,13 +784,18 @@ impl Router {
         )
     }
 
-    /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts).
+    /// Queues a protocol frame on a peer's membership lane; never waits (drops and counts:
+    /// `control_drops` when the lane or the node has no room, `control_no_peer` when the lane
+    /// is closed).
     pub(crate) fn send_control(&self, peer: &Peer, header: &Header, payload: Bytes) {
         let ok = self.head(peer, header, payload.len()).and_then(|head| {
             peer.lanes[self.dispatch.membership_slot()].try_enqueue(head, payload, None)
         });
         if let Err(e) = ok {
-            self.counters.control_drops.inc();
+            match e {
+                SendError::Backpressure(_) => self.counters.control_drops.inc(),
+                _ => self.counters.control_no_peer.inc(),
+            }
             tracing::debug!(peer = %peer.id, error = %e, "protocol frame dropped");
         }
     }
@@ -810,7 +815,7 @@ impl Router {
                     self.counters.control_drops.inc();
                 }
             }
-            None => self.counters.control_drops.inc(),
+            None => self.counters.control_no_peer.inc(),
         }
     }
 

@@ -7,7 +7,7 @@
 //! here too: a frame for that peer itself (`Header::Actor`, or this node's own routed frame)
 //! goes to it again, routed through a neighbour if the connection is gone; a frame this node
 //! was forwarding goes on toward its destination; protocol frames are dropped (their protocols
-//! repair themselves) and counted in `control_drops`.
+//! repair themselves) and counted in `control_no_peer`.
 //!
 //! One task ([`Router::run_waiting`]) holds them and tries them again whenever the routes, the
 //! members or the peers change (and every 50 ms, for a next hop's lane that was full), each
@@ -195,7 +195,7 @@ impl Router {
                     ..
                 }) => (to, from, hops, actor),
                 Ok(_) => {
-                    self.counters.control_drops.inc();
+                    self.counters.control_no_peer.inc();
                     continue;
                 }
                 Err(e) => {
