@@ -52,6 +52,18 @@ impl GCounter {
         changed
     }
 
+    /// What this counter has beyond `old`: the counts that are larger here, or not in `old`
+    /// (a delta: merging it into `old` gives what merging this counter would).
+    pub fn delta_from(&self, old: &GCounter) -> GCounter {
+        let counts = self
+            .counts
+            .iter()
+            .filter(|(replica, c)| old.counts.get(*replica).is_none_or(|o| o < c))
+            .map(|(replica, c)| (replica.clone(), *c))
+            .collect();
+        GCounter { counts }
+    }
+
     /// Replicas with a count.
     pub fn replicas(&self) -> usize {
         self.counts.len()
@@ -135,6 +147,28 @@ impl Ads {
     /// Whether the table has no ad.
     pub fn is_empty(&self) -> bool {
         self.counters.is_empty()
+    }
+
+    /// What this table has beyond `old`, as a table of the same bounds: the ads `old` lacks,
+    /// and per ad the counts that are larger here or not in `old` (a delta: merging it into `old` gives what
+    /// merging this table would; an earlier state of this table is a typical `old`).
+    pub fn delta_from(&self, old: &Ads) -> Ads {
+        let counters = self
+            .counters
+            .iter()
+            .filter_map(|(ad, c)| match old.counters.get(ad) {
+                Some(o) => {
+                    let d = c.delta_from(o);
+                    (d.replicas() > 0).then(|| (ad.clone(), d))
+                }
+                None => Some((ad.clone(), c.clone())),
+            })
+            .collect();
+        Ads {
+            limit: self.limit,
+            max_ads: self.max_ads,
+            counters,
+        }
     }
 
     /// Takes in `other`'s counters. An ad this table has no room for is left out (counted by
@@ -224,6 +258,21 @@ mod tests {
                 merged_ads(&a, &merged_ads(&b, &c))
             );
             prop_assert_eq!(merged_ads(&a, &a), a.clone());
+        }
+
+        #[test]
+        fn a_delta_brings_what_the_whole_state_would(a in ads(), b in ads()) {
+            let d = a.delta_from(&b);
+            // Merged into the table it was taken against, the delta does the whole state's work.
+            prop_assert_eq!(merged_ads(&b, &d), merged_ads(&b, &a));
+            // It holds nothing that is not in `a`, and nothing at all against `a` itself.
+            prop_assert_eq!(merged_ads(&a, &d), a.clone());
+            prop_assert!(a.delta_from(&a).is_empty());
+            // The counters alike.
+            for (ad, c) in &a.counters {
+                let old = b.counters.get(ad).cloned().unwrap_or_default();
+                prop_assert_eq!(merged(&old, &c.delta_from(&old)), merged(&old, c));
+            }
         }
 
         #[test]

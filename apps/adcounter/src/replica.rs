@@ -4,7 +4,10 @@
 //! had it since it last changed — Lasp's state synchronisation over whichever overlay the
 //! node runs. A neighbour new to the view gets the state too, and a change made while the
 //! node had no neighbour (or while a neighbour's lane was full) waits for one: the last
-//! change of a replica is never kept from the cluster by the moment it happened. Every
+//! change of a replica is never kept from the cluster by the moment it happened. With
+//! [`Settings::deltas`] a neighbour is sent only what changed since its last state (a state
+//! of ~a count per node and ad is large; what changed in one interval is a small part of
+//! it), the whole state when it is new to the view. Every
 //! `resend_every` ticks a neighbour sent nothing meanwhile gets the state again (anti-entropy:
 //! a state lost on the way — with a connection that closed under it, or at a node whose
 //! replica had not started — is repaired without waiting for a change).
@@ -71,6 +74,11 @@ pub struct Settings {
     /// again, changed or not (repairs a state lost on the way); 0: never (a lost state waits
     /// for the next change).
     pub resend_every: u32,
+    /// Send a neighbour only what changed since the state it was last sent (a delta, see
+    /// [`Ads::delta_from`]), not the whole state; a neighbour new to the view and a resend
+    /// get the whole state. `false`: the whole state every time (Lasp's state
+    /// synchronisation as PARTISAN measured it).
+    pub deltas: bool,
 }
 
 /// Why a replica did not start.
@@ -150,26 +158,42 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                 let neighbors = node.neighbors();
                 sent.retain(|peer, _| neighbors.contains(peer));
                 let resend = u64::from(settings.resend_every);
+                // The deltas of this tick, by the state they were taken against: neighbours
+                // last sent the same state share one.
+                let mut deltas: Vec<(Arc<Ads>, Arc<Ads>)> = Vec::new();
                 for peer in neighbors {
-                    let again = match sent.get(&peer) {
+                    let (again, base) = match sent.get(&peer) {
                         Some(s) if s.version == version => {
                             if resend == 0 || ticks - s.tick < resend {
                                 continue;
                             }
-                            true
+                            (true, None)
                         }
-                        _ => false,
+                        Some(s) => (false, s.base.clone()),
+                        None => (false, None),
                     };
                     let Some(r) = node.remote::<AdMsg>(&peer.name, NAME) else {
                         continue;
                     };
+                    let state = match base {
+                        Some(base) => match deltas.iter().find(|(b, _)| Arc::ptr_eq(b, &base)) {
+                            Some((_, d)) => d.clone(),
+                            None => {
+                                let d = Arc::new(ads.delta_from(&base));
+                                deltas.push((base, d.clone()));
+                                d
+                            }
+                        },
+                        None => ads.clone(),
+                    };
                     // A neighbour whose lane is full misses this state and gets it at the
-                    // next tick (state-based: the latest state carries everything).
-                    match r.try_send(AdMsg::State(ads.clone())) {
+                    // next tick (a delta then from the state it last had: nothing is skipped).
+                    match r.try_send(AdMsg::State(state)) {
                         Ok(()) => {
                             syncs_sent += 1;
                             resends += u64::from(again);
-                            sent.insert(peer, Sent { version, tick: ticks });
+                            let base = settings.deltas.then(|| ads.clone());
+                            sent.insert(peer, Sent { version, tick: ticks, base });
                         }
                         Err(e) => tracing::debug!(peer = %peer, error = %e, "state not sent"),
                     }
@@ -179,10 +203,13 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
     }
 }
 
-/// What a neighbour was last sent: the state's version, at which tick.
+/// What a neighbour was last sent: the state's version, at which tick, and (with deltas) the
+/// state itself, which the next delta is taken against. Holding it makes the next change copy
+/// the table once (`Arc::make_mut`), where a delta saves each neighbour decoding it whole.
 struct Sent {
     version: u64,
     tick: u64,
+    base: Option<Arc<Ads>>,
 }
 
 fn unix_ms() -> u64 {

@@ -17,6 +17,7 @@ fn settings() -> Settings {
         max_ads: 16,
         sync_every: Duration::from_millis(50),
         resend_every: 0,
+        deltas: true,
     }
 }
 
@@ -59,10 +60,10 @@ async fn impression(r: &ActorRef<AdMsg>, ad: &str) -> Result<u64, String> {
 
 /// Every node counts `per_node` impressions spread over three ads; every replica ends with
 /// the exact total.
-async fn counts_converge(nodes: Vec<Node>, per_node: u64) {
+async fn counts_converge(nodes: Vec<Node>, per_node: u64, settings: Settings) {
     let replicas: Vec<ActorRef<AdMsg>> = nodes
         .iter()
-        .map(|n| start(n, settings()).expect("replica starts"))
+        .map(|n| start(n, settings).expect("replica starts"))
         .collect();
     for (i, r) in replicas.iter().enumerate() {
         for k in 0..per_node {
@@ -99,7 +100,12 @@ async fn counts_converge(nodes: Vec<Node>, per_node: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_mesh_replicas_converge_to_the_exact_count() {
     let nodes = cluster((1..=4).map(|i| base(&format!("fm{i}"))).collect()).await;
-    counts_converge(nodes, 25).await;
+    // Whole states here; deltas on the other overlays.
+    let whole = Settings {
+        deltas: false,
+        ..settings()
+    };
+    counts_converge(nodes, 25, whole).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +122,7 @@ async fn peer_to_peer_replicas_converge_through_their_neighbours() {
     let nodes = cluster(configs).await;
     // Not everyone's neighbour: the states go on hop by hop.
     assert!(nodes.iter().any(|n| n.neighbors().len() < nodes.len() - 1));
-    counts_converge(nodes, 20).await;
+    counts_converge(nodes, 20, settings()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +138,7 @@ async fn client_server_replicas_converge_through_the_server() {
     let mut configs = vec![cs("cs-server", Role::Server)];
     configs.extend((1..=5).map(|i| cs(&format!("cs-client{i}"), Role::Client)));
     let nodes = cluster(configs).await;
-    counts_converge(nodes, 20).await;
+    counts_converge(nodes, 20, settings()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,6 +61,10 @@ pub struct AdcounterArgs {
     /// that closed under it); 0: never.
     #[arg(long, default_value_t = 4)]
     pub resend_every: u32,
+    /// Replicas send a neighbour their whole state every time (Lasp's state synchronisation,
+    /// as PARTISAN measured it), not only what changed since the state it last had.
+    #[arg(long)]
+    pub whole_states: bool,
     /// Seconds a cell may take to form its cluster, and again to converge.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
@@ -102,6 +106,9 @@ pub struct Cell {
     /// How often a replica sent a changed state, milliseconds.
     #[serde(default)]
     pub sync_ms: u64,
+    /// Whether replicas sent their neighbours what changed (`true`) or their whole state.
+    #[serde(default)]
+    pub deltas: bool,
     /// Why the cell failed (its numbers are then zero), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -195,6 +202,7 @@ fn failed(a: &AdcounterArgs, overlay: &str, n: usize, error: String) -> Cell {
         final_count: 0,
         form_s: 0.0,
         sync_ms: sync_ms(a, n),
+        deltas: !a.whole_states,
         error: Some(error),
     }
 }
@@ -290,6 +298,9 @@ fn hosts(a: &AdcounterArgs, overlay: &str, n: usize) -> Result<Vec<Host>, String
             ])
             .args(["--heartbeats-per-s", &a.heartbeats_per_s.to_string()])
             .args(["--resend-every", &a.resend_every.to_string()]);
+        if a.whole_states {
+            cmd.arg("--whole-states");
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -429,6 +440,7 @@ fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Re
         final_count,
         form_s,
         sync_ms: sync_ms(a, n),
+        deltas: !a.whole_states,
         error: None,
     })
 }
@@ -439,13 +451,14 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     let sizes: Vec<String> = a.sizes.iter().map(usize::to_string).collect();
     let _ = writeln!(
         r,
-        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {}{} --resend-every {} --nodes-per-proc {} --heartbeats-per-s {}`  ",
+        "Command: `maquis-bench adcounter{} --sizes {} --overlays {} --increments {} --ads {}{}{} --resend-every {} --nodes-per-proc {} --heartbeats-per-s {}`  ",
         if a.quick { " --quick" } else { "" },
         sizes.join(","),
         a.overlays.join(","),
         a.increments,
         a.ads,
         a.sync_ms.map(|s| format!(" --sync-ms {s}")).unwrap_or_default(),
+        if a.whole_states { " --whole-states" } else { "" },
         a.resend_every,
         a.nodes_per_proc,
         a.heartbeats_per_s
@@ -459,13 +472,18 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     );
     let _ = writeln!(
         r,
-        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} (the table's sync column), and every {} such intervals send it again to a neighbour they sent nothing meanwhile (0: never). Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods, and an accused member is suspected for one).\n",
+        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} (the table's sync column) — {} — and every {} such intervals send the whole state again to a neighbour they sent nothing meanwhile (0: never). Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods, and an accused member is suspected for one).\n",
         a.nodes_per_proc,
         a.increments,
         a.ads,
         match a.sync_ms {
             Some(s) => format!("{s} ms"),
             None => "5 ms per node of the cluster, at least 1,000 ms".to_string(),
+        },
+        if a.whole_states {
+            "the whole state every time (`--whole-states`, as PARTISAN measured Lasp)"
+        } else {
+            "what changed since the state a neighbour last had, the whole state to a neighbour new to the view"
         },
         a.resend_every,
         a.heartbeats_per_s

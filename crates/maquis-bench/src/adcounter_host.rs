@@ -42,6 +42,9 @@ pub struct AdcounterHostArgs {
     /// nothing meanwhile (`Settings::resend_every`).
     #[arg(long)]
     pub resend_every: u32,
+    /// Replicas send their whole state every time, not what changed (`Settings::deltas`).
+    #[arg(long)]
+    pub whole_states: bool,
 }
 
 /// A command to a host.
@@ -177,6 +180,7 @@ fn settings(a: &AdcounterHostArgs) -> Settings {
         max_ads: 1024,
         sync_every: Duration::from_millis(a.sync_ms),
         resend_every: a.resend_every,
+        deltas: !a.whole_states,
     }
 }
 
