@@ -54,6 +54,9 @@ pub struct Snapshot {
     pub syncs_sent: u64,
     /// States sent again to a neighbour that had them (see [`Settings::resend_every`]).
     pub resends: u64,
+    /// The states' encoded size, summed over every send (the frame around each adds a few
+    /// bytes): what the replica's synchronisation costs, apart from the node's other traffic.
+    pub state_bytes: u64,
     /// When the total last changed, milliseconds since the Unix epoch (0: never): once every
     /// replica holds the final total, the latest of these is when the last one got there.
     pub total_changed_ms: u64,
@@ -107,7 +110,7 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
     // current neighbours only: as many entries as the overlay's view).
     let mut version = 0u64;
     let mut sent: HashMap<maquis::NodeId, Sent> = HashMap::new();
-    let (mut syncs_sent, mut resends, mut left_out) = (0u64, 0u64, 0u64);
+    let (mut syncs_sent, mut resends, mut left_out, mut state_bytes) = (0u64, 0u64, 0u64, 0u64);
     let mut total_changed_ms = 0u64;
     let mut ticks = 0u64;
     let mut tick = tokio::time::interval(settings.sync_every);
@@ -143,6 +146,7 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                                 disabled,
                                 syncs_sent,
                                 resends,
+                                state_bytes,
                                 total_changed_ms,
                                 left_out,
                             })
@@ -159,8 +163,10 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                 sent.retain(|peer, _| neighbors.contains(peer));
                 let resend = u64::from(settings.resend_every);
                 // The deltas of this tick, by the state they were taken against: neighbours
-                // last sent the same state share one.
-                let mut deltas: Vec<(Arc<Ads>, Arc<Ads>)> = Vec::new();
+                // last sent the same state share one. With each, and with the whole state,
+                // its encoded size.
+                let mut deltas: Vec<(Arc<Ads>, Arc<Ads>, u64)> = Vec::new();
+                let mut whole: Option<u64> = None;
                 for peer in neighbors {
                     let (again, base) = match sent.get(&peer) {
                         Some(s) if s.version == version => {
@@ -175,16 +181,17 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                     let Some(r) = node.remote::<AdMsg>(&peer.name, NAME) else {
                         continue;
                     };
-                    let state = match base {
-                        Some(base) => match deltas.iter().find(|(b, _)| Arc::ptr_eq(b, &base)) {
-                            Some((_, d)) => d.clone(),
+                    let (state, size) = match base {
+                        Some(base) => match deltas.iter().find(|(b, ..)| Arc::ptr_eq(b, &base)) {
+                            Some((_, d, size)) => (d.clone(), *size),
                             None => {
                                 let d = Arc::new(ads.delta_from(&base));
-                                deltas.push((base, d.clone()));
-                                d
+                                let size = encoded_size(&d);
+                                deltas.push((base, d.clone(), size));
+                                (d, size)
                             }
                         },
-                        None => ads.clone(),
+                        None => (ads.clone(), *whole.get_or_insert_with(|| encoded_size(&ads))),
                     };
                     // A neighbour whose lane is full misses this state and gets it at the
                     // next tick (a delta then from the state it last had: nothing is skipped).
@@ -192,6 +199,7 @@ async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
                         Ok(()) => {
                             syncs_sent += 1;
                             resends += u64::from(again);
+                            state_bytes += size;
                             let base = settings.deltas.then(|| ads.clone());
                             sent.insert(peer, Sent { version, tick: ticks, base });
                         }
@@ -210,6 +218,11 @@ struct Sent {
     version: u64,
     tick: u64,
     base: Option<Arc<Ads>>,
+}
+
+/// A state's encoded size (postcard, as the runtime encodes messages).
+fn encoded_size(state: &Ads) -> u64 {
+    postcard::experimental::serialized_size(state).map_or(0, |n| n as u64)
 }
 
 fn unix_ms() -> u64 {

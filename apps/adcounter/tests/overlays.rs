@@ -91,6 +91,11 @@ async fn counts_converge(nodes: Vec<Node>, per_node: u64, settings: Settings) {
     for r in &replicas {
         let s = read(r).await;
         assert_eq!((s.total, s.ads, s.left_out), (want, 3, 0));
+        // Every replica counted, so every one sent states, each of a few bytes at least.
+        assert!(
+            s.syncs_sent > 0 && s.state_bytes >= 4 * s.syncs_sent,
+            "{s:?}"
+        );
     }
     for n in nodes {
         n.shutdown().await;

@@ -93,6 +93,10 @@ pub struct Cell {
     pub bytes_per_node: u64,
     /// Bytes of the node that sent the most.
     pub bytes_busiest: u64,
+    /// The replicas' states alone (their encoded size, summed over every send), over the
+    /// nodes: the part of `bytes_per_node` that is the application's synchronisation.
+    #[serde(default)]
+    pub state_bytes_per_node: u64,
     /// Milliseconds from the last increment to every replica holding the total.
     pub converge_ms: u64,
     /// Peak resident memory of node 0's process (the server; the peer-to-peer contact), KiB.
@@ -171,8 +175,8 @@ pub fn run(a: &AdcounterArgs) -> Result<Vec<Cell>, String> {
                 }
             };
             eprintln!(
-                "  formed in {:.1} s; converged {} ms after the last increment; {} bytes a node ({} the busiest); node 0 peak {} KiB; {} of {} counted",
-                c.form_s, c.converge_ms, c.bytes_per_node, c.bytes_busiest, c.peak_rss_kib, c.final_count, c.increments
+                "  formed in {:.1} s; converged {} ms after the last increment; {} bytes a node ({} of them states; {} the busiest); node 0 peak {} KiB; {} of {} counted",
+                c.form_s, c.converge_ms, c.bytes_per_node, c.state_bytes_per_node, c.bytes_busiest, c.peak_rss_kib, c.final_count, c.increments
             );
             cells.push(c);
             write(&cells)?;
@@ -196,6 +200,7 @@ fn failed(a: &AdcounterArgs, overlay: &str, n: usize, error: String) -> Cell {
         bytes_total: 0,
         bytes_per_node: 0,
         bytes_busiest: 0,
+        state_bytes_per_node: 0,
         converge_ms: 0,
         peak_rss_kib: 0,
         increments: (n as u64).saturating_sub(1) * a.increments,
@@ -419,10 +424,9 @@ fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Re
         .map(|(b, a)| a.saturating_sub(*b))
         .collect();
     let bytes_total: u64 = per.iter().sum();
-    let finals: Vec<u64> = ask_all(hosts, &HostCmd::Totals, limit)?
-        .into_iter()
-        .flat_map(|x| x.totals)
-        .collect();
+    let totals = ask_all(hosts, &HostCmd::Totals, limit)?;
+    let state_bytes: u64 = totals.iter().flat_map(|x| &x.state_bytes).sum();
+    let finals: Vec<u64> = totals.into_iter().flat_map(|x| x.totals).collect();
     let final_count = finals.iter().copied().min().unwrap_or(0);
     if finals.len() != n || finals.iter().any(|f| *f != final_count) {
         return Err(format!("replicas disagree at the end: {finals:?}"));
@@ -434,6 +438,7 @@ fn measure(a: &AdcounterArgs, overlay: &str, n: usize, hosts: &mut [Host]) -> Re
         bytes_total,
         bytes_per_node: bytes_total / n as u64,
         bytes_busiest: per.iter().copied().max().unwrap_or(0),
+        state_bytes_per_node: state_bytes / n as u64,
         converge_ms: converged.saturating_sub(last),
         peak_rss_kib,
         increments: want,
@@ -472,7 +477,7 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     );
     let _ = writeln!(
         r,
-        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} (the table's sync column) — {} — and every {} such intervals send the whole state again to a neighbour they sent nothing meanwhile (0: never). Bytes: every node's `bytes_sent` (all its traffic) from the first increment to convergence. Convergence: the instant the last host saw all its replicas hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods, and an accused member is suspected for one).\n",
+        "Node 0 (the client-server server; the peer-to-peer contact) in a process of its own, the other nodes {} to a host process, each process a runtime of one worker thread, on loopback. Every node but node 0 counts {} impressions over {} ads in its replica; replicas send a changed state to their overlay neighbours every {} (the table's sync column) — {} — and every {} such intervals send the whole state again to a neighbour they sent nothing meanwhile (0: never). Bytes: every node's `bytes_sent` (all its traffic: membership, heartbeats, states) from the first increment to convergence; state bytes: the replicas' states alone (their encoded size, every send). Convergence: the latest instant a replica's total last changed, once all hold the total, less the instant the last host finished counting. Memory: node 0's process peak RSS. Connection heartbeats every 10 s (a connection is lost after 30 s of silence); peer-to-peer member heartbeats: the cluster sends {} a second (a node's period is the cluster size over that, at least 5 s; a member times out after three periods, and an accused member is suspected for one).\n",
         a.nodes_per_proc,
         a.increments,
         a.ads,
@@ -490,13 +495,13 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
     );
     let _ = writeln!(
         r,
-        "| overlay | nodes | sync ms | formed s | converge ms | bytes total | bytes per node | busiest node bytes | node 0 peak RSS KiB | increments | final count |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| overlay | nodes | sync ms | formed s | converge ms | bytes total | bytes per node | state bytes per node | busiest node bytes | node 0 peak RSS KiB | increments | final count |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for c in cells {
         if let Some(e) = &c.error {
             let _ = writeln!(
                 r,
-                "| {} | {} | {} | failed: {} | | | | | | {} | |",
+                "| {} | {} | {} | failed: {} | | | | | | | {} | |",
                 c.overlay,
                 c.nodes,
                 c.sync_ms,
@@ -507,7 +512,7 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
         }
         let _ = writeln!(
             r,
-            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {}{} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {}{} |",
             c.overlay,
             c.nodes,
             c.sync_ms,
@@ -515,6 +520,7 @@ fn report(a: &AdcounterArgs, cells: &[Cell], wall: Duration, load_before: &str) 
             c.converge_ms,
             c.bytes_total,
             c.bytes_per_node,
+            c.state_bytes_per_node,
             c.bytes_busiest,
             c.peak_rss_kib,
             c.increments,
@@ -621,7 +627,8 @@ fn server_bound_kib(clients: usize) -> f64 {
     IDLE_SERVER_KIB as f64 + clients as f64 * PER_CLIENT_KIB + queues
 }
 
-/// Fig. 9: bytes per node (and the busiest node's) against the cluster size, per overlay.
+/// Fig. 9: bytes per node (the busiest node's, and the replicas' states alone) against the
+/// cluster size, per overlay.
 const PLOT_PY: &str = r#"
 import json, sys, os
 import matplotlib
@@ -635,6 +642,7 @@ for overlay in sorted({c["overlay"] for c in cells}):
     xs = [c["nodes"] for c in mine]
     ax.plot(xs, [c["bytes_per_node"] for c in mine], marker="o", label=f"{overlay}: per node")
     ax.plot(xs, [c["bytes_busiest"] for c in mine], marker="x", linestyle="--", label=f"{overlay}: busiest node")
+    ax.plot(xs, [c.get("state_bytes_per_node", 0) for c in mine], marker=".", linestyle=":", label=f"{overlay}: states per node")
 ax.set_xscale("log", base=2)
 ax.set_yscale("log")
 ax.set_xlabel("nodes")

@@ -79,7 +79,8 @@ pub enum HostCmd {
         /// Seconds to wait at most.
         timeout_s: u64,
     },
-    /// Every replica's total (answer: `totals`).
+    /// Every replica's total and the encoded bytes of the states it sent (answer: `totals`,
+    /// `state_bytes`).
     Totals,
     /// The process's peak resident memory (answer: `hwm_kib`).
     Memory,
@@ -102,6 +103,9 @@ pub struct HostAnswer {
     /// [`HostCmd::Totals`], one per replica in order.
     #[serde(default)]
     pub totals: Vec<u64>,
+    /// [`HostCmd::Totals`]: the states' encoded bytes each replica sent, in order.
+    #[serde(default)]
+    pub state_bytes: Vec<u64>,
     /// [`HostCmd::Memory`].
     #[serde(default)]
     pub hwm_kib: u64,
@@ -197,10 +201,6 @@ const AWAIT_REPORT: Duration = Duration::from_secs(30);
 
 async fn snapshot(r: &ActorRef<AdMsg>) -> Result<Snapshot, String> {
     r.call(AdMsg::Read, T).await.map_err(|e| e.to_string())
-}
-
-async fn read(r: &ActorRef<AdMsg>) -> Result<u64, String> {
-    snapshot(r).await.map(|s| s.total)
 }
 
 fn unix_ms() -> u64 {
@@ -366,8 +366,20 @@ async fn handle(
             }
         }
         HostCmd::Totals => {
-            for r in replicas.iter() {
-                ans.totals.push(read(r).await?);
+            // All at once: one after another, a loaded host of 128 took minutes.
+            let mut reads = tokio::task::JoinSet::new();
+            for (k, r) in replicas.iter().enumerate() {
+                let r = r.clone();
+                reads.spawn(async move { (k, snapshot(&r).await) });
+            }
+            let mut snaps: Vec<Option<Snapshot>> = vec![None; replicas.len()];
+            while let Some(read) = reads.join_next().await {
+                let (k, snap) = read.map_err(|e| e.to_string())?;
+                snaps[k] = Some(snap?);
+            }
+            for s in snaps.into_iter().flatten() {
+                ans.totals.push(s.total);
+                ans.state_bytes.push(s.state_bytes);
             }
         }
         HostCmd::Memory => ans.hwm_kib = crate::stats::proc_status_kib("VmHWM:"),
