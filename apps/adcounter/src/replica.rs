@@ -103,8 +103,9 @@ pub fn start(node: &Node, settings: Settings) -> Result<ActorRef<AdMsg>, StartEr
 
 async fn run(node: Node, settings: Settings, mut inbox: Inbox<AdMsg>) {
     let name = node.id().name.clone();
-    // Shared with the messages that carry it out; a change after a send copies it only if a
-    // message still holds it (remote sends are encoded at once, so they never do).
+    // Shared with the messages that carry it out and, with deltas, with the record of what
+    // each neighbour was last sent: the first change after a tick's sends copies it (once a
+    // tick; remote sends are encoded at once, so the messages never hold it long).
     let mut ads = Arc::new(Ads::new(settings.limit, settings.max_ads));
     // Bumped by every change; per neighbour, the version it was last sent (kept for the
     // current neighbours only: as many entries as the overlay's view).
