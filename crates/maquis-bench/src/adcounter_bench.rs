@@ -218,10 +218,16 @@ const FORM_POLL: Duration = Duration::from_millis(500);
 const FORM_REPORT: Duration = Duration::from_secs(30);
 
 /// The counters that tell why a cluster is slow to form (lost protocol frames, peers
-/// declared down, refused handshakes, heartbeats ignored or announcements dropped), summed
+/// declared down and why, refused handshakes, heartbeats ignored or announcements dropped), summed
 /// over every node: those above zero.
-const FORMING_COUNTERS: [&str; 10] = [
+const FORMING_COUNTERS: [&str; 16] = [
     "peers_down",
+    "members_accused",
+    "members_declared_down",
+    "accusations_refuted",
+    "links_silent",
+    "dials_refused",
+    "dials_inconclusive",
     "control_drops",
     "control_no_peer",
     "handshakes_refused",

@@ -224,6 +224,22 @@ impl ConnError {
         )
     }
 
+    /// Whether a failed dial is evidence that the peer is down: its address refused the
+    /// connection (nothing listens there) or cannot be reached. A timeout, a handshake the
+    /// peer broke off (a busy node refuses handshakes beyond its limit), a refusal on purpose
+    /// or a lack of this node's own resources (file descriptors, ports) is not: the peer
+    /// answered, or may be alive and only slow.
+    pub(crate) fn is_evidence_of_down(&self) -> bool {
+        let ConnError::Io(e) = self else {
+            return false;
+        };
+        e.kind() == std::io::ErrorKind::ConnectionRefused
+            || matches!(
+                e.raw_os_error(),
+                Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN)
+            )
+    }
+
     /// Whether this node refused the connection it dialed (the acceptor's certificate or
     /// name), rather than the acceptor refusing it.
     pub(crate) fn refused_here(&self) -> bool {
@@ -240,6 +256,35 @@ impl From<std::io::Error> for ConnError {
                 by_us: !matches!(tls, rustls::Error::AlertReceived(_)),
             },
             None => ConnError::Io(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConnError;
+
+    #[test]
+    fn only_a_refused_or_unreachable_address_is_evidence_that_a_peer_is_down() {
+        let io = |e: std::io::Error| ConnError::Io(e);
+        // A real refusal: nothing listens on a port this test just freed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let refused = std::net::TcpStream::connect(port).unwrap_err();
+        assert!(io(refused).is_evidence_of_down());
+        assert!(io(std::io::Error::from_raw_os_error(libc::EHOSTUNREACH)).is_evidence_of_down());
+        for not in [
+            ConnError::Timeout,
+            io(std::io::Error::from_raw_os_error(libc::EMFILE)),
+            io(std::io::Error::from_raw_os_error(libc::EADDRNOTAVAIL)),
+            io(std::io::ErrorKind::TimedOut.into()),
+            io(std::io::ErrorKind::UnexpectedEof.into()),
+            io(std::io::ErrorKind::ConnectionReset.into()),
+            ConnError::Rejected("too many handshakes".into()),
+            ConnError::Auth("bad cookie".into()),
+        ] {
+            assert!(!not.is_evidence_of_down(), "{not}");
         }
     }
 }

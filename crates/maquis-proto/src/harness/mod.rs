@@ -8,7 +8,8 @@
 //!
 //! Connections: [`Output::Connect`] to a live, reachable node opens a connection at both ends,
 //! and each end's machine hears [`Membership::handle_connected`] one latency later; to a dead
-//! or unreachable node it fails after the detection delay. A message needs a connection (as in
+//! or unreachable node it fails after the detection delay (refused by a dead node's port,
+//! [`Disconnect::Lost`]; unanswered across a partition, [`Disconnect::Inconclusive`]). A message needs a connection (as in
 //! the runtime, it is dropped otherwise) and arrives after a latency, in order per connection.
 //! A node that crashes, or a partition, closes its connections; the other ends hear
 //! [`Membership::handle_disconnected`] after the detection delay, and what was sent meanwhile
@@ -281,7 +282,7 @@ enum Ev {
         node: u32,
         peer: u32,
         gen: Option<u32>,
-        bye: bool,
+        why: Disconnect,
     },
     /// A node's timer deadline.
     Wake {
@@ -468,14 +469,14 @@ impl<O: Observer> Network<O> {
             if let Some(gen) = gen {
                 self.remove_conn(node, peer, gen);
                 let gen = Some(gen);
-                let bye = false;
+                let why = Disconnect::Lost;
                 self.q.push(
                     at,
                     Ev::Down {
                         node,
                         peer,
                         gen,
-                        bye,
+                        why,
                     },
                 );
             }
@@ -499,7 +500,7 @@ impl<O: Observer> Network<O> {
                         node,
                         peer,
                         gen,
-                        bye: false,
+                        why: Disconnect::Lost,
                     },
                 );
             }
@@ -525,7 +526,7 @@ impl<O: Observer> Network<O> {
                         node: i,
                         peer,
                         gen,
-                        bye: false,
+                        why: Disconnect::Lost,
                     },
                 );
             }
@@ -759,7 +760,8 @@ impl<O: Observer> Network<O> {
         let now = self.q.now;
         let target = &self.nodes[j as usize];
         let stale = want.is_some_and(|w| w != target.id);
-        if !target.alive || stale || self.cut(i, j) {
+        let cut = self.cut(i, j);
+        if !target.alive || stale || cut {
             let c = Conn {
                 peer: j,
                 gen,
@@ -767,11 +769,17 @@ impl<O: Observer> Network<O> {
                 failing: true,
             };
             self.nodes[i as usize].conns.push(c);
+            // A dead node's port refuses the dial; across a partition it goes unanswered.
+            let why = if cut {
+                Disconnect::Inconclusive
+            } else {
+                Disconnect::Lost
+            };
             let d = Ev::Down {
                 node: i,
                 peer: j,
                 gen: Some(gen),
-                bye: false,
+                why,
             };
             self.q.push(now + us(self.cfg.detect), d);
             return;
@@ -787,7 +795,7 @@ impl<O: Observer> Network<O> {
                 node: j,
                 peer: i,
                 gen: None,
-                bye: false,
+                why: Disconnect::Lost,
             };
             self.q.push(now, d);
         }
@@ -831,7 +839,7 @@ impl<O: Observer> Network<O> {
                 node: j,
                 peer: i,
                 gen: Some(c.gen),
-                bye: true,
+                why: Disconnect::Bye,
             };
             self.q.push(at, ev);
         }
@@ -962,7 +970,7 @@ impl<O: Observer> Network<O> {
                 node,
                 peer,
                 gen,
-                bye,
+                why,
             } => {
                 if !self.nodes[node as usize].alive {
                     return;
@@ -978,11 +986,6 @@ impl<O: Observer> Network<O> {
                     }
                 }
                 let p = self.nodes[peer as usize].id;
-                let why = if bye {
-                    Disconnect::Bye
-                } else {
-                    Disconnect::Lost
-                };
                 self.nodes[node as usize]
                     .machine
                     .handle_disconnected(now, &p, why);

@@ -28,6 +28,8 @@ use crate::broadcast::{
 };
 use crate::id::PeerId;
 
+use super::MembershipStats;
+
 /// Topics starting with this are the runtime's own; they are never handed to subscribers.
 pub const RESERVED_PREFIX: &str = "$maquis/";
 
@@ -66,6 +68,7 @@ pub(super) struct Bcast<P> {
     /// Nodes accused of being down, until they are declared down or refute it. Only nodes
     /// this node hears from (or heard from) are suspected, so it holds at most the members.
     suspects: HashMap<P, Suspicion>,
+    stats: MembershipStats,
 }
 
 impl<P: PeerId> Bcast<P> {
@@ -78,7 +81,12 @@ impl<P: PeerId> Bcast<P> {
             former: HashMap::new(),
             quiet: false,
             suspects: HashMap::new(),
+            stats: MembershipStats::default(),
         }
+    }
+
+    pub fn stats(&self) -> MembershipStats {
+        self.stats
     }
 
     pub fn plumtree(&self) -> &Plumtree<P> {
@@ -178,6 +186,7 @@ impl<P: PeerId> Bcast<P> {
         let notice = (node.clone(), self.pt.route_seq(node).unwrap_or(0));
         tracing::debug!(me = %self.pt.me(), %node, seq = notice.1, "accusing a neighbour lost without a goodbye");
         if let Ok(bytes) = crate::encode(&notice) {
+            self.stats.accusations += 1;
             self.pt
                 .broadcast(Topic::from(DOWN_TOPIC), Bytes::from(bytes), now, out);
         }
@@ -217,6 +226,7 @@ impl<P: PeerId> Bcast<P> {
 
     /// This node refutes an accusation: a heartbeat now.
     pub fn refute(&mut self, out: &mut PtOut<P>) {
+        self.stats.refutations += 1;
         self.pt.beat_now(out);
     }
 
@@ -237,6 +247,7 @@ impl<P: PeerId> Bcast<P> {
             true
         });
         let any = !down.is_empty();
+        self.stats.declared_down += down.len() as u64;
         for (node, seq) in down {
             tracing::debug!(me = %self.pt.me(), %node, seq, "suspicion over: declared down");
             self.former.remove(&node);

@@ -108,6 +108,19 @@ impl Default for MembershipConfig {
     }
 }
 
+/// What a [`Membership`] machine counted since it started (overlays with member heartbeats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MembershipStats {
+    /// Down notices this node broadcast (it lost its connection to a member without a
+    /// goodbye, or a dial to it was refused).
+    pub accusations: u64,
+    /// Members this node declared down because their suspicion ended before they were heard
+    /// from.
+    pub declared_down: u64,
+    /// Heartbeats this node sent at once to refute a down notice about itself.
+    pub refutations: u64,
+}
+
 /// Which protocol a message on the membership lane belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -197,8 +210,17 @@ pub struct DecodeError<P = NodeId> {
 pub enum Disconnect {
     /// The peer said goodbye before closing.
     Bye,
-    /// Anything else: an error, a timeout, a restart.
+    /// The connection broke (an error, the link's heartbeats stopped, a restart), or a dial
+    /// was refused: evidence that the peer may be down, so it is accused (see
+    /// [`MembershipConfig::suspicion`]).
     Lost,
+    /// A dial failed in a way that says nothing of whether the peer is up: it got no answer
+    /// in time, the peer answered but the handshake did not complete (a busy node refuses
+    /// handshakes beyond its limit), or this node lacked resources (file descriptors,
+    /// ports). The peer may be alive and only slow, or this node the slow one. The overlay
+    /// hears that the connection is gone; nobody is accused (the peer's heartbeats, or their
+    /// absence for the member timeout, decide).
+    Inconclusive,
 }
 
 /// The machine's timers.
@@ -330,6 +352,11 @@ impl<P: PeerId> Membership<P> {
         self.bcast.plumtree()
     }
 
+    /// What this machine counted: accusations, members declared down, refutations.
+    pub fn stats(&self) -> MembershipStats {
+        self.bcast.stats()
+    }
+
     /// Whether this peer's membership lane is up.
     pub fn is_up(&self, peer: &P) -> bool {
         self.up.contains(peer)
@@ -422,8 +449,11 @@ impl<P: PeerId> Membership<P> {
             // time of its own (a hash of the pair, below half the suspicion) and accuses only
             // if nobody's notice has arrived meanwhile, so that one notice, not one per
             // neighbour, crosses the broadcast tree the crash has just broken. A connection
-            // that comes back meanwhile cancels it. A dial that failed counts too, but only
-            // against a node that is still a member here (see `Bcast::accuse`).
+            // that comes back meanwhile cancels it. A refused dial counts too, but only
+            // against a node that is still a member here (see `Bcast::accuse`); an unanswered
+            // one does not (`Disconnect::Inconclusive`: on a loaded machine a handshake that
+            // times out accused live nodes, whose routes everyone then dropped and probed with
+            // more dials).
             let wait = jitter(&self.me, peer, self.cfg.suspicion / 2);
             self.timers.set(Timer::Accuse(peer.clone()), now + wait);
         }

@@ -355,6 +355,35 @@ mod accusations {
     }
 
     #[test]
+    fn an_inconclusive_dial_accuses_nobody_and_a_refused_one_is_refuted() {
+        use crate::membership::Disconnect;
+        let mut net = network(Duration::from_secs(1));
+        let live = net.node(7).id;
+        let dialer = (0..N).find(|&i| i != 7 && !net.connected(i, 7)).unwrap();
+        let t = net.now();
+        // A dial that timed out (a busy node, or a busy dialer) says nothing of the peer.
+        net.input(dialer, |m, now| {
+            m.handle_disconnected(now, &live, Disconnect::Inconclusive)
+        });
+        net.run_for(Duration::from_secs(3));
+        assert_eq!(net.observer.1.len(), 0, "no notice");
+        assert_eq!(net.node(dialer).machine.stats().accusations, 0);
+        // A refused one accuses; the live node refutes it before anyone declares it down.
+        net.input(dialer, |m, now| {
+            m.handle_disconnected(now, &live, Disconnect::Lost)
+        });
+        net.run_for(Duration::from_secs(3));
+        assert_eq!(net.observer.1.len(), 1, "one notice");
+        assert_eq!(net.node(dialer).machine.stats().accusations, 1);
+        assert_eq!(net.node(7).machine.stats().refutations, 1);
+        assert_eq!(downs_of(&net, 7, t), vec![], "nobody declared it down");
+        let declared: u64 = (0..N)
+            .map(|i| net.node(i).machine.stats().declared_down)
+            .sum();
+        assert_eq!(declared, 0);
+    }
+
+    #[test]
     fn without_suspicion_a_crash_waits_for_the_member_timeout() {
         let mut net = network(Duration::ZERO);
         let t = net.now();

@@ -113,6 +113,8 @@ pub(crate) enum Control {
         peer: NodeId,
         slot: usize,
         error: String,
+        /// Whether the failure is evidence that the peer is down (refused, unreachable).
+        evidence: bool,
     },
     PeerDown {
         peer: NodeId,
@@ -271,13 +273,25 @@ fn handle(d: &mut Driver, m: &mut Membership, msg: Control) {
         Control::LaneDown { peer, slot } => {
             tracing::trace!(node = %inner.router.id.name, %peer, slot, "lane down");
         }
-        Control::DialFailed { peer, slot, error } => {
+        Control::DialFailed {
+            peer,
+            slot,
+            error,
+            evidence,
+        } => {
             if slot == inner.router.dispatch.membership_slot() {
-                peer_down(d, m, &peer, &format!("unreachable: {error}"));
+                let why = if evidence {
+                    inner.router.counters.dials_refused.inc();
+                    Disconnect::Lost
+                } else {
+                    inner.router.counters.dials_inconclusive.inc();
+                    Disconnect::Inconclusive
+                };
+                peer_down(d, m, &peer, &format!("unreachable: {error}"), why);
             }
         }
-        Control::PeerDown { peer, reason } => peer_down(d, m, &peer, &reason),
-        Control::Bye { peer } => peer_down(d, m, &peer, BYE),
+        Control::PeerDown { peer, reason } => peer_down(d, m, &peer, &reason, Disconnect::Lost),
+        Control::Bye { peer } => peer_down(d, m, &peer, BYE, Disconnect::Bye),
         Control::Broadcast { topic, payload } => m.broadcast(now, topic, payload),
         Control::BroadcastMsg { from, payload } => {
             if let Err(e) = m.handle_broadcast_msg(now, &from, &payload) {
@@ -370,6 +384,10 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
         .raise_to(bcast.strangers_ignored);
     c.broadcast_lazy_dropped.raise_to(bcast.lazy_dropped);
     c.broadcast_missing_dropped.raise_to(bcast.missing_dropped);
+    let ms = m.stats();
+    c.members_accused.raise_to(ms.accusations);
+    c.members_declared_down.raise_to(ms.declared_down);
+    c.accusations_refuted.raise_to(ms.refutations);
     d.seq += 1;
     let now = inner.router.now_us();
     let timeout = inner.config.transport.heartbeat_timeout_ms * 1000;
@@ -380,7 +398,8 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
         }
         if now.saturating_sub(p.last_seen_us.load(Ordering::Relaxed)) > timeout {
             let id = p.id.clone();
-            peer_down(d, m, &id, "heartbeat timeout");
+            inner.router.counters.links_silent.inc();
+            peer_down(d, m, &id, "heartbeat timeout", Disconnect::Lost);
             continue;
         }
         // A peer this node wrote to since the last tick has heard from it: the probe would
@@ -404,9 +423,9 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
 
 /// Drops a peer's connection (if it is still that incarnation) and tells the machine. With
 /// `Connection` liveness the node is down: the machine reports it gone.
-fn peer_down(d: &mut Driver, m: &mut Membership, peer: &NodeId, reason: &str) {
+fn peer_down(d: &mut Driver, m: &mut Membership, peer: &NodeId, reason: &str, why: Disconnect) {
     let inner = &d.inner;
-    let bye = reason == BYE;
+    let bye = why == Disconnect::Bye;
     let removed = inner.router.remove_peer(peer);
     if inner.router.liveness == Liveness::Connection {
         if let Some(p) = &removed {
@@ -424,11 +443,6 @@ fn peer_down(d: &mut Driver, m: &mut Membership, peer: &NodeId, reason: &str) {
             p.abort.cancel();
         }
     }
-    let why = if bye {
-        Disconnect::Bye
-    } else {
-        Disconnect::Lost
-    };
     m.handle_disconnected(d.now(), peer, why);
 }
 

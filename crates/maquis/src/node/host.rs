@@ -88,9 +88,17 @@ impl Host for Inner {
         let msg = match event {
             LaneEvent::Up { peer, slot } => Control::LaneUp { peer, slot },
             LaneEvent::Down { peer, slot } => Control::LaneDown { peer, slot },
-            LaneEvent::DialFailed { peer, slot, error } => {
-                Control::DialFailed { peer, slot, error }
-            }
+            LaneEvent::DialFailed {
+                peer,
+                slot,
+                error,
+                evidence,
+            } => Control::DialFailed {
+                peer,
+                slot,
+                error,
+                evidence,
+            },
         };
         let _ = self.control.send(msg).await;
     }

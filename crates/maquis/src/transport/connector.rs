@@ -109,6 +109,7 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
                         peer: peer.id.clone(),
                         slot,
                         error: e.to_string(),
+                        evidence: e.is_evidence_of_down(),
                     })
                     .await;
                 delay = (delay * 2).clamp(min, max);

@@ -101,6 +101,9 @@ pub(crate) enum LaneEvent {
         peer: NodeId,
         slot: usize,
         error: String,
+        /// Whether the failure is evidence that the peer is down
+        /// (`ConnError::is_evidence_of_down`).
+        evidence: bool,
     },
 }
 
