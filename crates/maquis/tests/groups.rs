@@ -387,3 +387,73 @@ async fn group_changes_move_when_members_join_and_leave_anywhere() {
         n.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_that_just_joined_gets_the_next_publish_and_one_that_left_does_not() {
+    // Publishes read the members from a cache that serves until the members may have
+    // changed: a join or leave must be seen by the next publish of the same task.
+    let node = start("fresh").await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut joined = Vec::new();
+    for i in 0..30u64 {
+        let m = member(&node, tx.clone());
+        node.join_group("fresh", &m).await.unwrap();
+        joined.push(m);
+        if i % 3 == 2 {
+            let gone = joined.remove(0);
+            assert!(node.leave_group("fresh", &gone).await);
+        }
+        let sent = node.publish("fresh", &Work::Note(i)).await.unwrap();
+        assert_eq!(sent, joined.len(), "round {i}");
+        let mut got = 0;
+        while got < joined.len() {
+            let (_, n) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+                .await
+                .expect("every member gets the publish")
+                .unwrap();
+            assert_eq!(n, i, "only this round's note");
+            got += 1;
+        }
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_publishing_to_its_own_group_with_its_mailbox_full_does_not_wait_on_itself() {
+    let mut cfg = config("selfpub");
+    cfg.node.mailbox_capacity = 4;
+    let node = start_with(cfg).await;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let (notes_tx, mut notes_rx) = mpsc::unbounded_channel();
+    let n = node.clone();
+    let me = node.spawn_fn(move |mut inbox: maquis::Inbox<Work>| async move {
+        let mut done = Some(done_tx);
+        while let Some(w) = inbox.recv().await {
+            if let Work::Note(0) = w {
+                // Forty notes to its own group while it reads none: its mailbox of four fills.
+                for i in 1..=40 {
+                    n.publish("self", &Work::Note(i)).await.unwrap();
+                }
+                let _ = done.take().map(|d| d.send(()));
+            } else if let Work::Note(i) = w {
+                let _ = notes_tx.send(i);
+            }
+        }
+    });
+    node.join_group("self", &me).await.unwrap();
+    me.send(Work::Note(0)).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), done_rx)
+        .await
+        .expect("the publisher did not wait on its own mailbox")
+        .unwrap();
+    let mut got = std::collections::BTreeSet::new();
+    while got.len() < 40 {
+        let i = tokio::time::timeout(Duration::from_secs(10), notes_rx.recv())
+            .await
+            .expect("every note arrives")
+            .unwrap();
+        got.insert(i);
+    }
+    assert_eq!(got, (1..=40).collect());
+    node.shutdown().await;
+}

@@ -285,6 +285,11 @@ impl<P: PeerId> Groups<P> {
         }
     }
 
+    /// This node's own members of `group` (without a pass over the other nodes).
+    pub fn local_members(&self, group: &str) -> impl Iterator<Item = Actor> + '_ {
+        self.local.get(group).into_iter().flatten().copied()
+    }
+
     /// The members of `group`, this node's first, each as (node, actor).
     pub fn members(&self, group: &str) -> Vec<(P, Actor)> {
         let mut out: Vec<(P, Actor)> = self

@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 
-use super::{Cmd, Envelope, GroupError, Wire, DELIVERIES, SERVICE};
-use crate::actor::registry::RemoteMsg;
+use super::{Cmd, Envelope, GroupError, Wire, SERVICE};
 use crate::id::NodeId;
 use crate::node::{Inner, Node};
 use crate::service::{send_to, Service, Watches};
@@ -18,8 +17,6 @@ struct Driver {
     inner: Arc<Inner>,
     machine: Groups<NodeId>,
     watches: Watches,
-    /// Room for publishes being handed to local members.
-    deliveries: Arc<Semaphore>,
     /// The machine's change count last told to `Node::group_changes`.
     told: u64,
 }
@@ -30,7 +27,6 @@ pub(crate) fn spawn(node: &Node, inner: Arc<Inner>, cmds: mpsc::Receiver<Cmd>) {
         machine: Groups::new(inner.router.id.clone(), inner.config.services.groups()),
         inner,
         watches: Watches::default(),
-        deliveries: Arc::new(Semaphore::new(DELIVERIES)),
         told: 0,
     };
     crate::service::spawn(node, SERVICE, driver, cmds);
@@ -76,11 +72,7 @@ impl Service for Driver {
     }
 
     fn flush(&mut self) {
-        let changes = self.machine.changes();
-        if changes != self.told {
-            self.told = changes;
-            self.inner.group_changes.send_replace(changes);
-        }
+        self.tell_changes();
         while let Some(GroupOutput::Send { to, msg }) = self.machine.poll_output() {
             let envelope = Envelope {
                 from: self.inner.router.id.clone(),
@@ -107,6 +99,9 @@ impl Driver {
                 if r.is_ok() {
                     self.watches.watch(&self.inner, actor.id);
                 }
+                // Before the answer: the joiner's next read of the members must not be
+                // served from a cache entry of before the join.
+                self.tell_changes();
                 let _ = reply.send(r);
             }
             Cmd::Leave {
@@ -118,14 +113,11 @@ impl Driver {
                 if self.machine.groups_of(actor.id).is_empty() {
                     self.watches.unwatch(actor.id);
                 }
+                self.tell_changes();
                 let _ = reply.send(left);
             }
             Cmd::Members { group, reply } => {
                 let _ = reply.send(self.machine.members(&group));
-            }
-            Cmd::Deliver { group, ty, payload } => {
-                let me = self.inner.router.id.clone();
-                self.deliver(&me, &group, ty, payload).await;
             }
             Cmd::Stats { reply } => {
                 let _ = reply.send(self.machine.stats());
@@ -133,37 +125,24 @@ impl Driver {
         }
     }
 
-    /// Hands a published message to this node's members of `group` of type `ty`, in a task
-    /// (waiting here only for room among the deliveries in progress).
-    async fn deliver(&mut self, from: &NodeId, group: &str, ty: u64, payload: Bytes) {
-        let me = self.inner.router.id.clone();
-        let targets: Vec<u64> = self
-            .machine
-            .members(group)
-            .into_iter()
-            .filter(|(n, a)| *n == me && crate::actor::compatible(ty, a.ty))
-            .map(|(_, a)| a.id)
-            .collect();
-        if targets.is_empty() {
-            return;
+    /// Tells `Node::group_changes` (and so the members cache) that the members may have
+    /// changed, if they may have.
+    fn tell_changes(&mut self) {
+        let changes = self.machine.changes();
+        if changes != self.told {
+            self.told = changes;
+            self.inner.group_changes.send_replace(changes);
         }
-        let Ok(permit) = self.deliveries.clone().acquire_owned().await else {
-            return;
-        };
-        let inner = self.inner.clone();
-        let from = from.clone();
-        tokio::spawn(async move {
-            for id in targets {
-                if let Some(mailbox) = inner.actors.registry.by_id(id) {
-                    let msg = RemoteMsg {
-                        payload: payload.clone(),
-                        from_node: from.clone(),
-                        call: None,
-                    };
-                    let _ = mailbox.push_remote(msg).await;
-                }
-            }
-            drop(permit);
-        });
+    }
+
+    /// Hands a message another node published to this node's members of `group` of type
+    /// `ty` (see `groups::deliver`).
+    async fn deliver(&mut self, from: &NodeId, group: &str, ty: u64, payload: Bytes) {
+        let targets = self
+            .machine
+            .local_members(group)
+            .filter(|a| crate::actor::compatible(ty, a.ty))
+            .map(|a| a.id);
+        super::deliver(&self.inner, targets, from, &payload).await;
     }
 }

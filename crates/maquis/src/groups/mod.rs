@@ -37,7 +37,10 @@
 //! which fails nothing.
 //!
 //! [`Node::group_changes`](crate::Node::group_changes) moves whenever the members may have
-//! changed: a user that keeps its own view of a group reads it again then.
+//! changed: a user that keeps its own view of a group reads it again then. The node does the
+//! same: `publish`, `anycast`, `call_any` and `group_members` read a group's members from a
+//! cache that serves until the count moves, so a publish costs no round trip to the service,
+//! and a publish's copy for this node's own members goes straight to their mailboxes.
 //!
 //! **Anycast** and **call_any** pick a member at random (the local ones first); a `call_any`
 //! whose member stops or whose node goes down before it answers is tried on another member,
@@ -56,16 +59,22 @@
 //!
 //! From `[services]`: a node keeps at most `max_group_members` memberships, its own and the
 //! replicas together (a join beyond fails with [`GroupError::Full`]; a remote one beyond is
-//! dropped and counted); at most 1,024 publishes are being handed to local members at once
-//! on a node (the service waits for room). Group names have 1 to 255 bytes.
+//! dropped and counted); a publish goes into each local member's mailbox at once when it has
+//! room, and at most 1,024 publishes wait for room in full mailboxes on a node (beyond, the
+//! publisher, or the service for a remote publish, waits); the members cache holds at most
+//! 256 groups (emptied when a group beyond comes). Group names have 1 to 255 bytes.
 
 mod driver;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::oneshot;
 
+use crate::actor::registry::RemoteMsg;
 use crate::id::NodeId;
 use maquis_proto::groups::{Actor, GroupMsg};
 
@@ -77,6 +86,82 @@ pub(crate) const SERVICE: &str = "$maquis/groups";
 
 /// Requests from the API queued for the service at most (a caller waits when it is full).
 pub(crate) const COMMAND_QUEUE: usize = 1024;
+
+/// Groups whose members [`MembersCache`] keeps at most; a group beyond empties it (the next
+/// reads ask the service again).
+pub(crate) const MEMBERS_CACHE: usize = 256;
+
+/// Each group's members as the service last answered, tagged with the change count
+/// (`Node::group_changes`) read just before asking: an entry serves while the count has not
+/// moved, so reading a group's members costs no round trip to the service. The service moves
+/// the count before it answers a local join or leave, so the joiner's next read sees it.
+#[derive(Default)]
+pub(crate) struct MembersCache(Mutex<HashMap<String, (u64, Members)>>);
+
+/// A group's members, each as (node, actor).
+pub(crate) type Members = Arc<[(NodeId, Actor)]>;
+
+impl MembersCache {
+    /// `group`'s members if they were read at change count `changes`.
+    pub(crate) fn get(&self, group: &str, changes: u64) -> Option<Members> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(group)
+            .filter(|(at, _)| *at == changes)
+            .map(|(_, m)| m.clone())
+    }
+
+    /// Keeps `group`'s members as read at change count `changes`.
+    pub(crate) fn put(&self, group: &str, changes: u64, members: Members) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MEMBERS_CACHE && !map.contains_key(group) {
+            map.clear();
+        }
+        map.insert(group.to_string(), (changes, members));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Hands a published message to each of this node's actors `targets`: into each mailbox with
+/// room at once, the others in a task that waits for room (so a publisher that is a member
+/// itself, its mailbox full, does not wait on itself). At most [`DELIVERIES`] such tasks run
+/// on a node; beyond, this waits for one to end.
+pub(crate) async fn deliver(
+    inner: &crate::node::Inner,
+    targets: impl Iterator<Item = u64>,
+    from: &NodeId,
+    payload: &Bytes,
+) {
+    let mut full = Vec::new();
+    for id in targets {
+        let Some(mailbox) = inner.actors.registry.by_id(id) else {
+            continue;
+        };
+        let msg = RemoteMsg {
+            payload: payload.clone(),
+            from_node: from.clone(),
+            call: None,
+        };
+        if let Err(msg) = mailbox.try_push_remote(msg) {
+            full.push((mailbox, msg));
+        }
+    }
+    if full.is_empty() {
+        return;
+    }
+    let Ok(permit) = inner.group_deliveries.clone().acquire_owned().await else {
+        return;
+    };
+    tokio::spawn(async move {
+        for (mailbox, msg) in full {
+            let _ = mailbox.push_remote(msg).await;
+        }
+        drop(permit);
+    });
+}
 
 /// Publishes being handed to local members at once, per node.
 pub(crate) const DELIVERIES: usize = 1024;
@@ -146,13 +231,34 @@ pub(crate) enum Cmd {
         group: String,
         reply: oneshot::Sender<Vec<(NodeId, Actor)>>,
     },
-    /// Hand a publish to this node's members (the publisher is on this node).
-    Deliver {
-        group: String,
-        ty: u64,
-        payload: Bytes,
-    },
     Stats {
         reply: oneshot::Sender<GroupStats>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(n: u64) -> Members {
+        let node = NodeId::new("a", "127.0.0.1:1".parse().unwrap(), 1);
+        (0..n)
+            .map(|id| (node.clone(), Actor { id, ty: 7 }))
+            .collect()
+    }
+
+    #[test]
+    fn the_members_cache_serves_only_at_the_count_it_was_read_at_and_stays_bounded() {
+        let cache = MembersCache::default();
+        cache.put("g", 3, members(2));
+        assert_eq!(cache.get("g", 3).map(|m| m.len()), Some(2));
+        assert!(cache.get("g", 4).is_none(), "the count moved: ask again");
+        assert!(cache.get("h", 3).is_none());
+        for i in 0..MEMBERS_CACHE {
+            cache.put(&format!("x{i}"), 3, members(1));
+        }
+        assert!(cache.len() <= MEMBERS_CACHE, "{} groups kept", cache.len());
+        // Emptied when a group beyond the bound came: the latest is there.
+        assert!(cache.get(&format!("x{}", MEMBERS_CACHE - 1), 3).is_some());
+    }
 }

@@ -10,7 +10,7 @@ use rand::seq::SliceRandom;
 use super::Node;
 use crate::actor::{compatible, fingerprint, ActorRef, Message, ReplyTo};
 use crate::error::{CallError, SendError};
-use crate::groups::{Cmd, Envelope, GroupError, GroupStats, Wire, SERVICE};
+use crate::groups::{Cmd, Envelope, GroupError, GroupStats, Members, Wire, SERVICE};
 use crate::id::NodeId;
 use crate::wire::frame::Dest;
 use maquis_proto::groups::Actor;
@@ -84,19 +84,32 @@ impl Node {
         &self,
         group: &str,
     ) -> Result<Vec<(NodeId, u64)>, GroupError> {
+        let all = self.all_members(group).await?;
+        let ty = fingerprint::<M>();
+        Ok(all
+            .iter()
+            .filter(|(_, a)| compatible(ty, a.ty))
+            .map(|(n, a)| (n.clone(), a.id))
+            .collect())
+    }
+
+    /// Every member of `group`, from the cache while `group_changes` has not moved since it
+    /// was read (see `groups::MembersCache`), else from the service.
+    async fn all_members(&self, group: &str) -> Result<Members, GroupError> {
+        let changes = *self.inner.group_changes.borrow();
+        if let Some(all) = self.inner.group_members.get(group, changes) {
+            return Ok(all);
+        }
         let g = group.to_string();
-        let all = self
+        let all: Members = self
             .inner
             .groups
             .ask(|reply| Cmd::Members { group: g, reply })
             .await
-            .ok_or(GroupError::Stopped)?;
-        let ty = fingerprint::<M>();
-        Ok(all
-            .into_iter()
-            .filter(|(_, a)| compatible(ty, a.ty))
-            .map(|(n, a)| (n, a.id))
-            .collect())
+            .ok_or(GroupError::Stopped)?
+            .into();
+        self.inner.group_members.put(group, changes, all.clone());
+        Ok(all)
     }
 
     /// Sends `msg` to every member of `group` of type `M`, once each: encoded once, one copy
@@ -118,16 +131,13 @@ impl Node {
         let me = &self.inner.router.id;
         let rt = Arc::downgrade(&self.inner.actors);
         for node in per_node.keys() {
-            let (group, payload) = (group.to_string(), payload.clone());
             if node == me {
-                self.inner
-                    .groups
-                    .cmds
-                    .send(Cmd::Deliver { group, ty, payload })
-                    .await
-                    .map_err(|_| GroupError::Stopped)?;
+                // This node's members: straight into their mailboxes.
+                let local = members.iter().filter(|(n, _)| n == me).map(|(_, id)| *id);
+                crate::groups::deliver(&self.inner, local, me, &payload).await;
                 continue;
             }
+            let (group, payload) = (group.to_string(), payload.clone());
             let service: ActorRef<Envelope> =
                 ActorRef::new(node.clone(), Dest::Name(SERVICE.into()), rt.clone());
             let envelope = Envelope {

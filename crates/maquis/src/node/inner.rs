@@ -64,6 +64,10 @@ pub(crate) struct Inner {
     pub(crate) groups: crate::service::Queue<crate::groups::Cmd>,
     /// Moves whenever the groups' members may have changed (`Node::group_changes`).
     pub(crate) group_changes: tokio::sync::watch::Sender<u64>,
+    /// The groups' members as the service last answered (`groups::MembersCache`).
+    pub(crate) group_members: crate::groups::MembersCache,
+    /// Room for publishes waiting for room in local members' mailboxes (`groups::deliver`).
+    pub(crate) group_deliveries: Arc<tokio::sync::Semaphore>,
     /// The virtual actors this node offers and hosts.
     pub(crate) virtuals: Arc<crate::virtual_actors::Host>,
 }

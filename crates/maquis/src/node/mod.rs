@@ -205,6 +205,8 @@ impl Node {
             remote: crate::remote::Registry::new(config.services.max_rpc_tasks),
             groups: crate::service::Queue { cmds: groups_tx },
             group_changes: tokio::sync::watch::channel(0).0,
+            group_members: crate::groups::MembersCache::default(),
+            group_deliveries: Arc::new(tokio::sync::Semaphore::new(crate::groups::DELIVERIES)),
             virtuals: Arc::new(crate::virtual_actors::Host::new(
                 config.services.virtual_limits(config.node.mailbox_capacity),
             )),
