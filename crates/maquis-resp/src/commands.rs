@@ -82,6 +82,25 @@ where
     }
 }
 
+/// Whether a request only reads the store and does not touch the connection's state (`GET`,
+/// `EXISTS`, `MGET`, `HGET`, `HMGET`, `HGETALL`, `KEYSFROM`, `PING`, `ECHO`): consecutive
+/// reads of a pipeline may run at once, as no reply of one depends on another.
+pub(crate) fn is_read(args: &[Bytes]) -> bool {
+    let Some(first) = args.first() else {
+        return false;
+    };
+    matches!(
+        upper(first).as_str(),
+        "GET" | "EXISTS" | "MGET" | "HGET" | "HMGET" | "HGETALL" | "KEYSFROM" | "PING" | "ECHO"
+    )
+}
+
+/// Runs a request that [`is_read`] (it needs no connection state).
+pub(crate) async fn execute_read<S: Store>(state: &ServerState<S>, args: Vec<Bytes>) -> Reply {
+    debug_assert!(is_read(&args));
+    execute(state, &mut ConnState::default(), args).await.0
+}
+
 /// Runs one request; returns the reply and whether to close the connection after it.
 pub(crate) async fn execute<S: Store>(
     state: &ServerState<S>,

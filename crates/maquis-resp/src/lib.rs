@@ -12,7 +12,11 @@
 //! answered `-ERR Protocol error: …` and the connection is closed, as Redis does.
 //!
 //! Requests are pipelined: every complete request in the input is executed, in order, and the
-//! replies are written together. Multi-key commands run their keys concurrently (up to
+//! replies are written together, in order. Consecutive reads of a pipeline (`GET`, `EXISTS`,
+//! `MGET`, `HGET`, `HMGET`, `HGETALL`, `KEYSFROM`, `PING`, `ECHO`; up to `max_batch` of them)
+//! run at once, so a client that pipelines the reads of a range scan waits for about one
+//! round trip to the store's nodes, not one per key; any other request waits for the reads
+//! before it and runs alone. Multi-key commands run their keys concurrently (up to
 //! `max_batch` at once); `MSET` is not atomic. `CLIENT REPLY ON|OFF|SKIP` works as in Redis.
 //!
 //! No client can starve the others:
@@ -40,7 +44,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
@@ -62,8 +67,8 @@ pub struct RespConfig {
     /// Connections served at once; further ones are answered
     /// `-ERR max number of clients reached` and closed. Default 10,000.
     pub max_clients: usize,
-    /// Keys of one multi-key command (`MGET`, `MSET`, `DEL`, `EXISTS`) in flight at once.
-    /// Default 64.
+    /// Keys of one multi-key command (`MGET`, `MSET`, `DEL`, `EXISTS`) in flight at once, and
+    /// consecutive pipelined reads of one connection run at once. Default 64.
     pub max_batch: usize,
     /// Replies buffered before they are written out mid-pipeline, in bytes. Default 64 KiB.
     pub write_batch: usize,
@@ -368,10 +373,42 @@ async fn connection<S: Store>(
         id,
         ..Default::default()
     };
+    let max_reads = state.config.max_batch.max(1);
+    let mut reads: Vec<Vec<Bytes>> = Vec::new();
     loop {
         slot.busy.store(true, Ordering::Relaxed);
         loop {
-            match parser.next(&mut input) {
+            let next = match parser.next(&mut input) {
+                Ok(Some(args)) if commands::is_read(&args) && reads.len() < max_reads => {
+                    reads.push(args);
+                    continue;
+                }
+                other => other,
+            };
+            // Anything else waits for the reads before it.
+            if !reads.is_empty() {
+                let replies: Vec<Reply> = futures::stream::iter(reads.drain(..))
+                    .map(|args| commands::execute_read(state, args))
+                    .buffered(max_reads)
+                    .collect()
+                    .await;
+                for reply in replies {
+                    state.commands.fetch_add(1, Ordering::Relaxed);
+                    if conn.take_reply() {
+                        reply.encode(&mut out);
+                    }
+                }
+                if !held.set(input.len() + out.len()) {
+                    state.closed.buffer.fetch_add(1, Ordering::Relaxed);
+                    let _ = sock.write_all(BUFFER_LIMIT).await;
+                    return Ok(());
+                }
+                if out.len() >= state.config.write_batch {
+                    flush(state, &mut sock, &mut out).await?;
+                }
+            }
+            match next {
+                Ok(Some(args)) if commands::is_read(&args) => reads.push(args),
                 Ok(Some(args)) => {
                     let (reply, close) = commands::execute(state, &mut conn, args).await;
                     state.commands.fetch_add(1, Ordering::Relaxed);
