@@ -63,7 +63,7 @@ pub struct YcsbArgs {
     /// Bytes of each of a record's 10 fields.
     #[arg(long, default_value_t = 1000)]
     pub field_length: u64,
-    /// Seconds each workload runs (default 60; 10 with --quick).
+    /// Seconds each workload runs (default 30; 10 with --quick).
     #[arg(long)]
     pub seconds: Option<u64>,
     /// YCSB client threads: each workload runs once at each count (the first, YCSB's default
