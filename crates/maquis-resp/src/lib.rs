@@ -386,52 +386,41 @@ async fn connection<S: Store>(
                 other => other,
             };
             // Anything else waits for the reads before it.
-            if !reads.is_empty() {
-                let replies: Vec<Reply> = futures::stream::iter(reads.drain(..))
-                    .map(|args| commands::execute_read(state, args))
-                    .buffered(max_reads)
-                    .collect()
-                    .await;
-                for reply in replies {
-                    state.commands.fetch_add(1, Ordering::Relaxed);
-                    if conn.take_reply() {
-                        reply.encode(&mut out);
-                    }
+            let mut replies: Vec<(Reply, bool)> = futures::stream::iter(reads.drain(..))
+                .map(|args| async { (commands::execute_read(state, args).await, false) })
+                .buffered(max_reads)
+                .collect()
+                .await;
+            let (mut end, mut failed) = (false, None);
+            match next {
+                Ok(Some(args)) if commands::is_read(&args) => reads.push(args),
+                Ok(Some(args)) => replies.push(commands::execute(state, &mut conn, args).await),
+                Ok(None) => end = true,
+                Err(e) => failed = Some(e),
+            }
+            for (reply, close) in replies {
+                state.commands.fetch_add(1, Ordering::Relaxed);
+                if conn.take_reply() {
+                    reply.encode(&mut out);
                 }
                 if !held.set(input.len() + out.len()) {
                     state.closed.buffer.fetch_add(1, Ordering::Relaxed);
                     let _ = sock.write_all(BUFFER_LIMIT).await;
                     return Ok(());
                 }
-                if out.len() >= state.config.write_batch {
-                    flush(state, &mut sock, &mut out).await?;
-                }
-            }
-            match next {
-                Ok(Some(args)) if commands::is_read(&args) => reads.push(args),
-                Ok(Some(args)) => {
-                    let (reply, close) = commands::execute(state, &mut conn, args).await;
-                    state.commands.fetch_add(1, Ordering::Relaxed);
-                    if conn.take_reply() {
-                        reply.encode(&mut out);
-                    }
-                    if !held.set(input.len() + out.len()) {
-                        state.closed.buffer.fetch_add(1, Ordering::Relaxed);
-                        let _ = sock.write_all(BUFFER_LIMIT).await;
-                        return Ok(());
-                    }
-                    if close {
-                        return flush(state, &mut sock, &mut out).await;
-                    }
-                    if out.len() >= state.config.write_batch {
-                        flush(state, &mut sock, &mut out).await?;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    Reply::err(e.to_string()).encode(&mut out);
+                if close {
                     return flush(state, &mut sock, &mut out).await;
                 }
+            }
+            if let Some(e) = failed {
+                Reply::err(e.to_string()).encode(&mut out);
+                return flush(state, &mut sock, &mut out).await;
+            }
+            if out.len() >= state.config.write_batch {
+                flush(state, &mut sock, &mut out).await?;
+            }
+            if end {
+                break;
             }
         }
         if !out.is_empty() {
