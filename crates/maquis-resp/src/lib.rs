@@ -357,6 +357,36 @@ async fn flush<S: Store>(
 
 const BUFFER_LIMIT: &[u8] = b"-ERR client buffer limit reached\r\n";
 
+/// Encodes `replies` in order (those `CLIENT REPLY` silences left out) and answers whether
+/// the connection is done: a reply asked it to close (flushed), or the client holds more than
+/// its buffer limit (told so).
+async fn emit<S: Store>(
+    state: &ServerState<S>,
+    sock: &mut TcpStream,
+    out: &mut BytesMut,
+    conn: &mut commands::ConnState,
+    held: &mut Held<'_, S>,
+    input: &BytesMut,
+    replies: impl IntoIterator<Item = (Reply, bool)>,
+) -> std::io::Result<bool> {
+    for (reply, close) in replies {
+        state.commands.fetch_add(1, Ordering::Relaxed);
+        if conn.take_reply() {
+            reply.encode(out);
+        }
+        if !held.set(input.len() + out.len()) {
+            state.closed.buffer.fetch_add(1, Ordering::Relaxed);
+            let _ = sock.write_all(BUFFER_LIMIT).await;
+            return Ok(true);
+        }
+        if close {
+            flush(state, sock, out).await?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 async fn connection<S: Store>(
     state: &ServerState<S>,
     mut sock: TcpStream,
@@ -385,32 +415,27 @@ async fn connection<S: Store>(
                 }
                 other => other,
             };
-            // Anything else waits for the reads before it.
-            let mut replies: Vec<(Reply, bool)> = futures::stream::iter(reads.drain(..))
+            // Anything else waits for the reads before it, and their replies are taken before
+            // it runs: a `CLIENT REPLY` after them must not change whether they are answered.
+            let replies: Vec<(Reply, bool)> = futures::stream::iter(reads.drain(..))
                 .map(|args| async { (commands::execute_read(state, args).await, false) })
                 .buffered(max_reads)
                 .collect()
                 .await;
+            if emit(state, &mut sock, &mut out, &mut conn, held, &input, replies).await? {
+                return Ok(());
+            }
             let (mut end, mut failed) = (false, None);
             match next {
                 Ok(Some(args)) if commands::is_read(&args) => reads.push(args),
-                Ok(Some(args)) => replies.push(commands::execute(state, &mut conn, args).await),
+                Ok(Some(args)) => {
+                    let reply = commands::execute(state, &mut conn, args).await;
+                    if emit(state, &mut sock, &mut out, &mut conn, held, &input, [reply]).await? {
+                        return Ok(());
+                    }
+                }
                 Ok(None) => end = true,
                 Err(e) => failed = Some(e),
-            }
-            for (reply, close) in replies {
-                state.commands.fetch_add(1, Ordering::Relaxed);
-                if conn.take_reply() {
-                    reply.encode(&mut out);
-                }
-                if !held.set(input.len() + out.len()) {
-                    state.closed.buffer.fetch_add(1, Ordering::Relaxed);
-                    let _ = sock.write_all(BUFFER_LIMIT).await;
-                    return Ok(());
-                }
-                if close {
-                    return flush(state, &mut sock, &mut out).await;
-                }
             }
             if let Some(e) = failed {
                 Reply::err(e.to_string()).encode(&mut out);

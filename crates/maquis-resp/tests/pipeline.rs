@@ -130,3 +130,25 @@ async fn a_write_in_a_pipeline_waits_for_the_reads_before_it() {
     .await;
     s.stop();
 }
+
+#[tokio::test]
+async fn a_client_reply_after_pipelined_reads_leaves_their_replies_alone() {
+    let s = server().await;
+    // The two reads run together before `CLIENT REPLY OFF`; the `SKIP` silences only the
+    // first, and `OFF` only what follows it.
+    pipeline(
+        s.local_addr(),
+        &[
+            &["CLIENT", "REPLY", "SKIP"],
+            &["ECHO", "one"],
+            &["ECHO", "two"],
+            &["CLIENT", "REPLY", "OFF"],
+            &["ECHO", "three"],
+            &["CLIENT", "REPLY", "ON"],
+            &["ECHO", "four"],
+        ],
+        "$3\r\ntwo\r\n+OK\r\n$4\r\nfour\r\n",
+    )
+    .await;
+    s.stop();
+}
