@@ -221,6 +221,11 @@ pub struct NodeStats {
     pub sent_remote: u64,
     /// Actors moved away from this node.
     pub migrations: u64,
+    /// Actors moved to this node whose hand-over ended here (the cluster's sum equals that
+    /// of `migrations` when no move is under way).
+    pub arrivals: u64,
+    /// Messages to virtual actors this node refused (a call among them fails; a tell is lost).
+    pub refused: u64,
     /// Virtual actors active here.
     pub activations: usize,
     /// Threads of the receive, execute and send stages, when sized.
@@ -373,6 +378,9 @@ async fn run(node: &Node, placement: Placement, cmd: Command) -> Result<Answer, 
             })
         }
         Command::Stats => {
+            // The activations before the counters: a move that ends or starts in between
+            // shows as one counted on one side only, and the driver reads again.
+            let activations = node.activations();
             let c = node.counters().snapshot();
             let g = node.status().gauges;
             let t = ["receive", "execute", "send"]
@@ -381,7 +389,9 @@ async fn run(node: &Node, placement: Placement, cmd: Command) -> Result<Answer, 
                 sent_local: c["virtual_sent_local"],
                 sent_remote: c["virtual_sent_remote"],
                 migrations: c["virtual_migrations"],
-                activations: node.activations(),
+                arrivals: c["virtual_arrivals"],
+                refused: c["virtual_refused"],
+                activations,
                 stage_threads: (|| Some([t[0]?, t[1]?, t[2]?]))(),
             }))
         }

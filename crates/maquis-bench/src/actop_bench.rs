@@ -120,6 +120,10 @@ pub struct ConfigResult {
     pub games_ended: u64,
     /// Virtual actors per node at the end.
     pub activations: Vec<usize>,
+    /// Messages to virtual actors the nodes refused over the whole run (tells among them —
+    /// the churn's joins and leaves — are lost).
+    #[serde(default)]
+    pub refused: u64,
     /// Threads per stage (receive, execute, send) of each node at the end of the paced phase,
     /// when the nodes size their stages.
     #[serde(default)]
@@ -246,6 +250,8 @@ struct Cluster {
 /// How long a command may take to answer (a paced second that falls behind lasts longer; a
 /// request times out after 5 s).
 const ANSWER_LIMIT: Duration = Duration::from_secs(120);
+/// How long the final reading waits for moves under way to end.
+const SETTLE_FOR: Duration = Duration::from_secs(10);
 
 impl Cluster {
     /// Starts `a.nodes` node processes on ports `port`, `port + 1`, …, and waits until each
@@ -306,6 +312,31 @@ impl Cluster {
                 other => Err(format!("expected stats, got {other:?}")),
             })
             .collect()
+    }
+
+    /// The nodes' counters at an instant no move was under way (every actor moved away has
+    /// arrived), read again until so, for up to [`SETTLE_FOR`]: activations counted once
+    /// each. The last reading, with a warning, if moves never stopped.
+    fn settled(&mut self) -> Result<Vec<NodeStats>, String> {
+        let deadline = Instant::now() + SETTLE_FOR;
+        loop {
+            let stats = self.stats()?;
+            let moved: u64 = stats.iter().map(|s| s.migrations).sum();
+            let arrived: u64 = stats.iter().map(|s| s.arrivals).sum();
+            if moved == arrived {
+                return Ok(stats);
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    moved,
+                    arrived,
+                    "moves still under way: activations read anyway"
+                );
+                return Ok(stats);
+            }
+            // Another process's state: nothing to await but another reading.
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The CPU seconds of the node processes so far.
@@ -542,7 +573,9 @@ fn measure(
         }
     }
     let peak = done as f64 / sat.max(1) as f64;
-    let activations = run.cluster.stats()?.iter().map(|s| s.activations).collect();
+    let end = run.cluster.settled()?;
+    let activations = end.iter().map(|s| s.activations).collect();
+    let refused = end.iter().map(|s| s.refused).sum();
     let first = loads[0].clone();
     Ok(ConfigResult {
         config: String::new(),
@@ -561,6 +594,7 @@ fn measure(
         loads,
         games_ended: run.churn.ended,
         activations,
+        refused,
         stage_threads,
     })
 }
@@ -697,13 +731,16 @@ fn report(
     let _ = writeln!(r, "## Results\n");
     let _ = writeln!(
         r,
-        "| config | remote share | p50 µs | p95 µs | p99 µs | peak req/s | CPU µs/req | moves/min | sent | handled | lost | actors per node | stage threads r/e/s per node |"
+        "| config | remote share | p50 µs | p95 µs | p99 µs | peak req/s | CPU µs/req | moves/min | sent | handled | lost | refused | actors per node | stage threads r/e/s per node |"
     );
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        r,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for c in results {
         let _ = writeln!(
             r,
-            "| {} | {:.3} | {} | {} | {} | {:.0} | {:.1} | {:.0} | {} | {} | {} | {:?} | {} |",
+            "| {} | {:.3} | {} | {} | {} | {:.0} | {:.1} | {:.0} | {} | {} | {} | {} | {:?} | {} |",
             c.config,
             c.remote_fraction,
             c.p50_us,
@@ -715,6 +752,7 @@ fn report(
             c.sent,
             c.handled,
             c.lost,
+            c.refused,
             c.activations,
             if c.stage_threads.is_empty() {
                 "–".to_string()

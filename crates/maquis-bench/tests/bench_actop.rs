@@ -78,6 +78,10 @@ fn small_actop_run_measures_every_configuration() {
         }
         // One game a second ends (300 % of 20 games a minute): its 4 leavers are replaced by
         // 4 newcomers, and a new game forms.
+        assert_eq!(
+            c["refused"], 0,
+            "no message to a virtual actor refused: {c}"
+        );
         let ended = c["games_ended"].as_u64().unwrap();
         assert!((3..=4).contains(&ended), "{c}");
         let actors: u64 = c["activations"]

@@ -49,6 +49,7 @@ counters! {
     virtual_deactivations: "virtual actors deactivated on this node (idle, or stopped by themselves)",
     virtual_forwarded: "messages for a virtual actor passed on to the node whose activation holds its name (two nodes activated it at once)",
     virtual_migrations: "virtual actors that moved from this node to another (Node::migrate)",
+    virtual_arrivals: "virtual actors handed over to this node by the node they moved from, once their hand-over ended here (activated, or found held elsewhere or failed); equal to the cluster's virtual_migrations when no move is under way",
     virtual_fences: "fences sent behind the messages of a key handed back to this node while it was passing them on (the key's messages from elsewhere wait for it)",
     virtual_sent_local: "messages from virtual actors to virtual actors on the same node",
     virtual_sent_remote: "messages from virtual actors to virtual actors on other nodes (ActOp lowers their share)",

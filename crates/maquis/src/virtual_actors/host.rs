@@ -424,8 +424,12 @@ impl Host {
                 let refused = {
                     let mut t = self.lock();
                     t.moved.remove(&name);
-                    let generation = t.handed.remove(&name).map_or(0, |(g, _)| g);
+                    let handed = t.handed.remove(&name);
                     t.active += 1;
+                    if handed.is_some() {
+                        inner.router.counters.virtual_arrivals.inc();
+                    }
+                    let generation = handed.map_or(0, |(g, _)| g);
                     match t.fences.get_mut(&name) {
                         // Named when what this node passed on has come back.
                         Some(f) => {
@@ -450,7 +454,9 @@ impl Host {
                 {
                     let mut t = self.lock();
                     let held = t.held.remove(&name).unwrap_or_default();
-                    t.handed.remove(&name);
+                    if t.handed.remove(&name).is_some() {
+                        inner.router.counters.virtual_arrivals.inc();
+                    }
                     match &to {
                         Some(to) => {
                             t.moved(&name, to.clone(), 0);
@@ -470,7 +476,9 @@ impl Host {
             Activated::Failed(e) => {
                 let held = {
                     let mut t = self.lock();
-                    t.handed.remove(&name);
+                    if t.handed.remove(&name).is_some() {
+                        inner.router.counters.virtual_arrivals.inc();
+                    }
                     t.held.remove(&name).unwrap_or_default()
                 };
                 tracing::warn!(%name, error = %e, "activation failed");
