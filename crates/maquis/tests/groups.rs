@@ -457,3 +457,76 @@ async fn a_member_publishing_to_its_own_group_with_its_mailbox_full_does_not_wai
     assert_eq!(got, (1..=40).collect());
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copies_of_a_published_call_dropped_unanswered_send_nothing_back() {
+    let nodes = cluster("pq", 3, |c| c).await;
+    // A probe on the caller's node: a call to it from another node travels behind anything
+    // that node sent the caller before (one lane per peer).
+    let probe: ActorRef<Ask> = nodes[0].spawn_fn(|mut inbox: maquis::Inbox<Ask>| async move {
+        while let Some(a) = inbox.recv().await {
+            let _ = a.reply.send("probe".into()).await;
+        }
+    });
+    nodes[0].register("probe", &probe).unwrap();
+    let (drop_now, drop_rx) = tokio::sync::watch::channel(false);
+    let (done_tx, mut done) = mpsc::unbounded_channel();
+    for node in &nodes {
+        let me = node.id().name.to_string();
+        let probe: ActorRef<Ask> = node.remote(&nodes[0].id().name, "probe").unwrap();
+        let (mut drop_rx, done_tx) = (drop_rx.clone(), done_tx.clone());
+        let m: ActorRef<Ask> = node.spawn_fn(move |mut inbox: maquis::Inbox<Ask>| async move {
+            let Some(a) = inbox.recv().await else { return };
+            if a.answerer == me {
+                let _ = a.reply.send(me.clone()).await;
+                return;
+            }
+            // Held until the call has ended, then let go unanswered.
+            let _ = drop_rx.wait_for(|d| *d).await;
+            drop(a);
+            let asked = probe
+                .call(
+                    |reply| Ask {
+                        answerer: String::new(),
+                        reply,
+                    },
+                    Duration::from_secs(10),
+                )
+                .await;
+            let _ = done_tx.send(asked.is_ok());
+        });
+        node.join_group("holders", &m).await.unwrap();
+    }
+    for node in &nodes {
+        until(
+            &format!("{} sees 3 holders", node.id().name),
+            Duration::from_secs(10),
+            || async { node.group_members::<Ask>("holders").await.unwrap().len() == 3 },
+        )
+        .await;
+    }
+    let answerer = nodes[2].id().name.to_string();
+    let got = nodes[0]
+        .publish_call(
+            "holders",
+            |reply| Ask {
+                answerer: answerer.clone(),
+                reply,
+            },
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(got, Ok(answerer));
+    drop_now.send(true).unwrap();
+    for _ in 0..2 {
+        assert_eq!(done.recv().await, Some(true), "the probe answers");
+    }
+    assert_eq!(
+        nodes[0].counters().late_replies.get(),
+        0,
+        "a dropped copy sent the caller a failure after its call had ended"
+    );
+    for n in nodes {
+        n.shutdown().await;
+    }
+}

@@ -177,12 +177,15 @@ pub struct ReplyTo<R> {
     local: Mutex<Option<oneshot::Sender<CallOutcome>>>,
     /// Answered, or sent on: dropping it fails nothing.
     done: AtomicBool,
+    /// One of several copies of a request (published to a group): dropped unanswered, it
+    /// sends nothing, as the call waits for an answer only.
+    quiet: bool,
     _m: PhantomData<fn(R) -> R>,
 }
 
 impl<R> Drop for ReplyTo<R> {
     fn drop(&mut self) {
-        if self.done.load(Ordering::Relaxed) {
+        if self.quiet || self.done.load(Ordering::Relaxed) {
             return;
         }
         let local = self.local.get_mut().unwrap_or_else(PoisonError::into_inner);
@@ -220,6 +223,7 @@ struct ReplyWire {
     caller: u64,
     channel: Option<String>,
     partition_key: Option<u64>,
+    quiet: bool,
 }
 
 impl<R> Serialize for ReplyTo<R> {
@@ -241,6 +245,7 @@ impl<R> Serialize for ReplyTo<R> {
             caller: self.caller,
             channel: self.channel.clone(),
             partition_key: self.partition_key,
+            quiet: self.quiet,
         }
         .serialize(s)
     }
@@ -258,6 +263,7 @@ impl<'de, R> Deserialize<'de> for ReplyTo<R> {
             rt: decode_node(),
             local: Mutex::new(None),
             done: AtomicBool::new(false),
+            quiet: w.quiet,
             _m: PhantomData,
         })
     }
@@ -281,8 +287,17 @@ impl<R: Message> ReplyTo<R> {
             rt: std::sync::Arc::downgrade(rt),
             local: Mutex::new(local),
             done: AtomicBool::new(false),
+            quiet: false,
             _m: PhantomData,
         }
+    }
+
+    /// Marks the handle as one of several copies of a request ([`crate::Node::publish_call`]):
+    /// its call ends only with an answer, so a copy dropped unanswered sends nothing (not a
+    /// failure across the network that the caller would ignore).
+    pub(crate) fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
     }
 
     /// The node of the caller.

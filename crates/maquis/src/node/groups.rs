@@ -154,7 +154,8 @@ impl Node {
     /// Publishes a request to `group` (as [`Node::publish`]: every member of type `M` gets a
     /// copy) and returns the first answer: psaDB's group request, which the members agree
     /// among themselves who answers. The members that do not answer simply drop their
-    /// [`ReplyTo`] (that fails nothing here); the call ends at the first answer, or with
+    /// [`ReplyTo`] (that fails nothing, and sends nothing back); the call ends at the first
+    /// answer, or with
     /// [`GroupError::Timeout`] after `timeout` (no member answered, or the copies were lost:
     /// a publish is best effort).
     pub async fn publish_call<M: Message, R: Message>(
@@ -172,7 +173,8 @@ impl Node {
             &crate::dispatch::SendOpts::default(),
             actors,
             None,
-        );
+        )
+        .quiet();
         let msg = make(reply);
         let deadline = tokio::time::Instant::now() + timeout;
         let exchange = async {
