@@ -324,10 +324,15 @@ mod tests {
         })
     }
 
-    /// A future that is in its poll for `spin` each time, `polls` times, and counts how many
-    /// of its kind are in a poll at once.
-    async fn busy(inside: Arc<AtomicUsize>, most: Arc<AtomicUsize>, polls: usize) {
-        for _ in 0..polls {
+    /// A future that spins 300 µs in each poll, `polls` times, and counts how many of its kind
+    /// are in a poll at once; it polls on (for up to 10 s) until `want` of them have been in a
+    /// poll together: an overlap needs the OS to run two worker threads at the same moment,
+    /// which a machine busy with other work may not do for a while.
+    async fn busy(inside: Arc<AtomicUsize>, most: Arc<AtomicUsize>, polls: usize, want: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut done = 0;
+        while done < polls || (most.load(Ordering::SeqCst) < want && Instant::now() < deadline) {
+            done += 1;
             let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
             most.fetch_max(now, Ordering::SeqCst);
             let until = Instant::now() + Duration::from_micros(300);
@@ -348,7 +353,7 @@ mod tests {
         let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let tasks: Vec<_> = (0..8)
             .map(|_| {
-                let fut = busy(inside.clone(), most.clone(), 20);
+                let fut = busy(inside.clone(), most.clone(), 20, 1);
                 spawn(Some(&s), Stage::Execute, fut)
             })
             .collect();
@@ -356,7 +361,7 @@ mod tests {
         let (rin, rmost) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let others: Vec<_> = (0..3)
             .map(|_| {
-                let fut = busy(rin.clone(), rmost.clone(), 20);
+                let fut = busy(rin.clone(), rmost.clone(), 20, 2);
                 spawn(Some(&s), Stage::Receive, fut)
             })
             .collect();
@@ -378,7 +383,7 @@ mod tests {
         most.store(0, Ordering::SeqCst);
         let tasks: Vec<_> = (0..8)
             .map(|_| {
-                let fut = busy(inside.clone(), most.clone(), 20);
+                let fut = busy(inside.clone(), most.clone(), 20, 2);
                 spawn(Some(&s), Stage::Execute, fut)
             })
             .collect();
