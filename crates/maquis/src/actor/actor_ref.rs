@@ -336,12 +336,22 @@ impl<M: Message> ActorRef<M> {
             if !wait {
                 return push(&tx, msg, false).await;
             }
-            return match tx.send(Delivery::Local(msg)).await {
-                Ok(()) => Ok(()),
-                Err(mpsc::error::SendError(Delivery::Local(msg))) if offer => {
+            let closed = match tx.try_send(Delivery::Local(msg)) {
+                Ok(()) => {
+                    tokio::task::coop::consume_budget().await;
+                    return Ok(());
+                }
+                Err(mpsc::error::TrySendError::Full(d)) => match Box::pin(tx.send(d)).await {
+                    Ok(()) => return Ok(()),
+                    Err(mpsc::error::SendError(d)) => d,
+                },
+                Err(mpsc::error::TrySendError::Closed(d)) => d,
+            };
+            return match closed {
+                Delivery::Local(msg) if offer => {
                     Box::pin(self.offer_unnamed(&rt, &msg, call)).await
                 }
-                Err(_) => Err(SendError::NoProc),
+                _ => Err(SendError::NoProc),
             };
         }
         let (header, payload) = self.encode(&msg, call)?;
@@ -403,15 +413,24 @@ impl<M: Message> ActorRef<M> {
     }
 }
 
-/// Puts a local message in a mailbox, waiting for room or not.
+/// Puts a local message in a mailbox, waiting for room or not. A mailbox with room takes it
+/// at once; only a full one makes the sender wait, in a boxed future: the wait would
+/// otherwise make every send's (and every call's) future as large as the channel's, and
+/// moving those futures about cost more than the send itself.
 async fn push<M>(tx: &mpsc::Sender<Delivery<M>>, msg: M, wait: bool) -> Result<(), SendError> {
-    if wait {
-        tx.send(Delivery::Local(msg))
-            .await
-            .map_err(|_| SendError::NoProc)
-    } else {
-        tx.try_send(Delivery::Local(msg))
-            .map_err(|_| SendError::Backpressure("mailbox"))
+    match tx.try_send(Delivery::Local(msg)) {
+        Ok(()) if wait => {
+            // As a send that waited would: a task that sends in a loop yields now and then.
+            tokio::task::coop::consume_budget().await;
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(d)) if wait => {
+            Box::pin(tx.send(d)).await.map_err(|_| SendError::NoProc)
+        }
+        Err(mpsc::error::TrySendError::Full(_)) => Err(SendError::Backpressure("mailbox")),
+        Err(mpsc::error::TrySendError::Closed(_)) if wait => Err(SendError::NoProc),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::Backpressure("mailbox")),
     }
 }
 
