@@ -378,8 +378,8 @@ async fn run(node: &Node, placement: Placement, cmd: Command) -> Result<Answer, 
             })
         }
         Command::Stats => {
-            // The activations before the counters: a move that ends or starts in between
-            // shows as one counted on one side only, and the driver reads again.
+            // Not one atomic reading: a move may start or end between the two, which the
+            // driver sees in its next reading.
             let activations = node.activations();
             let c = node.counters().snapshot();
             let g = node.status().gauges;

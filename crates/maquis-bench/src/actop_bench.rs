@@ -314,18 +314,26 @@ impl Cluster {
             .collect()
     }
 
-    /// The nodes' counters at an instant no move was under way (every actor moved away has
-    /// arrived), read again until so, for up to [`SETTLE_FOR`]: activations counted once
-    /// each. The last reading, with a warning, if moves never stopped.
+    /// The nodes' counters when no move is under way (every actor moved away has arrived) and
+    /// two readings in a row agree on every node's activations and moves (a move that starts
+    /// or ends while one node is read changes the next reading), read again until so, for up
+    /// to [`SETTLE_FOR`]: activations counted once each. The last reading, with a warning, if
+    /// moves never stopped.
     fn settled(&mut self) -> Result<Vec<NodeStats>, String> {
         let deadline = Instant::now() + SETTLE_FOR;
+        let mut last = Vec::new();
         loop {
             let stats = self.stats()?;
             let moved: u64 = stats.iter().map(|s| s.migrations).sum();
             let arrived: u64 = stats.iter().map(|s| s.arrivals).sum();
-            if moved == arrived {
+            let now: Vec<_> = stats
+                .iter()
+                .map(|s| (s.activations, s.migrations, s.arrivals))
+                .collect();
+            if moved == arrived && now == last {
                 return Ok(stats);
             }
+            last = now;
             if Instant::now() >= deadline {
                 tracing::warn!(
                     moved,

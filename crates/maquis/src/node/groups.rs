@@ -155,9 +155,8 @@ impl Node {
     /// copy) and returns the first answer: psaDB's group request, which the members agree
     /// among themselves who answers. The members that do not answer simply drop their
     /// [`ReplyTo`] (that fails nothing, and sends nothing back); the call ends at the first
-    /// answer, or with
-    /// [`GroupError::Timeout`] after `timeout` (no member answered, or the copies were lost:
-    /// a publish is best effort).
+    /// answer, or with [`GroupError::Timeout`] after `timeout` (no member answered, or the
+    /// copies were lost: a publish is best effort).
     pub async fn publish_call<M: Message, R: Message>(
         &self,
         group: &str,
