@@ -320,7 +320,7 @@ impl<M: Message> ActorRef<M> {
         wait: bool,
     ) -> Result<(), SendError> {
         if let Some(tx) = self.cached() {
-            return push(tx, msg, wait).await;
+            return put(tx, msg, wait).await.map_err(|r| r.error(wait));
         }
         let rt = self.runtime()?;
         if rt.router.is_local(&self.node)? {
@@ -333,25 +333,11 @@ impl<M: Message> ActorRef<M> {
                 }
                 tx => tx?,
             };
-            if !wait {
-                return push(&tx, msg, false).await;
-            }
-            let closed = match tx.try_send(Delivery::Local(msg)) {
-                Ok(()) => {
-                    tokio::task::coop::consume_budget().await;
-                    return Ok(());
-                }
-                Err(mpsc::error::TrySendError::Full(d)) => match Box::pin(tx.send(d)).await {
-                    Ok(()) => return Ok(()),
-                    Err(mpsc::error::SendError(d)) => d,
-                },
-                Err(mpsc::error::TrySendError::Closed(d)) => d,
-            };
-            return match closed {
-                Delivery::Local(msg) if offer => {
+            return match put(&tx, msg, wait).await {
+                Err(Refused::Closed(Delivery::Local(msg))) if offer && wait => {
                     Box::pin(self.offer_unnamed(&rt, &msg, call)).await
                 }
-                _ => Err(SendError::NoProc),
+                r => r.map_err(|r| r.error(wait)),
             };
         }
         let (header, payload) = self.encode(&msg, call)?;
@@ -413,25 +399,45 @@ impl<M: Message> ActorRef<M> {
     }
 }
 
+/// Why a local message did not go into its mailbox.
+enum Refused<M> {
+    /// Full, and the sender would not wait.
+    Full,
+    /// The actor stopped: the message comes back.
+    Closed(Delivery<M>),
+}
+
+impl<M> Refused<M> {
+    /// What a send that waited (or did not) reports.
+    fn error(self, wait: bool) -> SendError {
+        match self {
+            Refused::Closed(_) if wait => SendError::NoProc,
+            _ => SendError::Backpressure("mailbox"),
+        }
+    }
+}
+
 /// Puts a local message in a mailbox, waiting for room or not. A mailbox with room takes it
 /// at once; only a full one makes the sender wait, in a boxed future: the wait would
 /// otherwise make every send's (and every call's) future as large as the channel's, and
 /// moving those futures about cost more than the send itself.
-async fn push<M>(tx: &mpsc::Sender<Delivery<M>>, msg: M, wait: bool) -> Result<(), SendError> {
-    match tx.try_send(Delivery::Local(msg)) {
-        Ok(()) if wait => {
-            // As a send that waited would: a task that sends in a loop yields now and then.
-            tokio::task::coop::consume_budget().await;
-            Ok(())
+async fn put<M>(tx: &mpsc::Sender<Delivery<M>>, msg: M, wait: bool) -> Result<(), Refused<M>> {
+    let closed = match tx.try_send(Delivery::Local(msg)) {
+        Ok(()) => {
+            if wait {
+                // As a send that waited would: a task that sends in a loop yields now and then.
+                tokio::task::coop::consume_budget().await;
+            }
+            return Ok(());
         }
-        Ok(()) => Ok(()),
-        Err(mpsc::error::TrySendError::Full(d)) if wait => {
-            Box::pin(tx.send(d)).await.map_err(|_| SendError::NoProc)
-        }
-        Err(mpsc::error::TrySendError::Full(_)) => Err(SendError::Backpressure("mailbox")),
-        Err(mpsc::error::TrySendError::Closed(_)) if wait => Err(SendError::NoProc),
-        Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::Backpressure("mailbox")),
-    }
+        Err(mpsc::error::TrySendError::Full(_)) if !wait => return Err(Refused::Full),
+        Err(mpsc::error::TrySendError::Full(d)) => match Box::pin(tx.send(d)).await {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::SendError(d)) => d,
+        },
+        Err(mpsc::error::TrySendError::Closed(d)) => d,
+    };
+    Err(Refused::Closed(closed))
 }
 
 /// A call's outcome as its caller sees it: the answer, decoded for node `rt` if it came from
