@@ -185,6 +185,11 @@ async fn twelve_nodes_converge_broadcast_route_fail_leave_and_rejoin() {
     );
     assert!(forwarded > 0, "some calls went through intermediate nodes");
     let flaps: u64 = nodes.iter().map(|n| n.counters().peers_down.get()).sum();
+    if flaps != 0 {
+        for n in &nodes {
+            println!("{}: {:?}", n.id().name, n.counters().snapshot());
+        }
+    }
     assert_eq!(flaps, 0, "no live node was declared down");
 
     // A node killed: it leaves every survivor's neighbours and members, and calls to it fail
