@@ -6,12 +6,11 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use tokio::sync::mpsc;
 
 use super::actors::Actors;
 use super::call::{CallOutcome, ReplyTo};
 use super::fingerprint::{compatible, fingerprint};
-use super::registry::{Delivery, ErasedMailbox, Mailbox};
+use super::mailbox::{Delivery, ErasedMailbox, Mailbox, TrySendError};
 use super::scope::{current_actor, decode_node};
 use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
@@ -147,8 +146,8 @@ impl<M: Message> ActorRef<M> {
     }
 
     /// The mailbox of the local actor this ref names, if the ref was made with it.
-    fn cached(&self) -> Option<&mpsc::Sender<Delivery<M>>> {
-        Mailbox::<M>::sender(self.local.as_deref()?)
+    fn cached(&self) -> Option<&Mailbox<M>> {
+        Mailbox::<M>::typed(self.local.as_deref()?)
     }
 
     /// The same address without its message type (for tables of refs of several types).
@@ -241,18 +240,18 @@ impl<M: Message> ActorRef<M> {
         }
         if let Some(tx) = self.cached() {
             return tx.try_send(Delivery::Local(msg)).map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => SendError::Backpressure("mailbox"),
-                mpsc::error::TrySendError::Closed(_) => SendError::NoProc,
+                TrySendError::Full(_) => SendError::Backpressure("mailbox"),
+                TrySendError::Closed(_) => SendError::NoProc,
             });
         }
         let rt = self.runtime()?;
         if rt.router.is_local(&self.node)? {
-            return self
-                .local_sender(&rt)?
+            let mailbox = self.local_mailbox(&rt)?;
+            return typed::<M>(&mailbox)
                 .try_send(Delivery::Local(msg))
                 .map_err(|e| match e {
-                    mpsc::error::TrySendError::Full(_) => SendError::Backpressure("mailbox"),
-                    mpsc::error::TrySendError::Closed(_) => SendError::NoProc,
+                    TrySendError::Full(_) => SendError::Backpressure("mailbox"),
+                    TrySendError::Closed(_) => SendError::NoProc,
                 });
         }
         let (header, payload) = self.encode(&msg, None)?;
@@ -327,13 +326,13 @@ impl<M: Message> ActorRef<M> {
             // A name no actor holds, or whose actor closed its mailbox meanwhile (a virtual
             // actor deactivating), may be one the node's sink serves.
             let offer = self.name().is_some() && rt.unnamed.get().is_some();
-            let tx = match self.local_sender(&rt) {
+            let mailbox = match self.local_mailbox(&rt) {
                 Err(SendError::NoProc) if offer => {
                     return Box::pin(self.offer_unnamed(&rt, &msg, call)).await
                 }
-                tx => tx?,
+                mailbox => mailbox?,
             };
-            return match put(&tx, msg, wait).await {
+            return match put(typed::<M>(&mailbox), msg, wait).await {
                 Err(Refused::Closed(Delivery::Local(msg))) if offer && wait => {
                     Box::pin(self.offer_unnamed(&rt, &msg, call)).await
                 }
@@ -388,15 +387,23 @@ impl<M: Message> ActorRef<M> {
         Ok((header, payload))
     }
 
-    fn local_sender(&self, rt: &Actors) -> Result<mpsc::Sender<Delivery<M>>, SendError> {
+    /// The mailbox of the local actor this ref names, checked to take `M`.
+    fn local_mailbox(&self, rt: &Actors) -> Result<Arc<dyn ErasedMailbox>, SendError> {
         let id = match &self.to {
             Dest::Id(id) => *id,
             Dest::Name(n) => rt.registry.resolve(n).ok_or(SendError::NoProc)?,
         };
         let mailbox = rt.registry.by_id(id).ok_or(SendError::NoProc)?;
-        let tx = Mailbox::<M>::sender(&*mailbox).ok_or(SendError::TypeMismatch)?;
-        Ok(tx.clone())
+        match Mailbox::<M>::typed(&*mailbox) {
+            Some(_) => Ok(mailbox),
+            None => Err(SendError::TypeMismatch),
+        }
     }
+}
+
+/// A mailbox [`ActorRef::local_mailbox`] checked.
+fn typed<M: Message>(mailbox: &Arc<dyn ErasedMailbox>) -> &Mailbox<M> {
+    Mailbox::<M>::typed(&**mailbox).expect("checked to take M")
 }
 
 /// Why a local message did not go into its mailbox.
@@ -417,27 +424,21 @@ impl<M> Refused<M> {
     }
 }
 
-/// Puts a local message in a mailbox, waiting for room or not. A mailbox with room takes it
-/// at once; only a full one makes the sender wait, in a boxed future: the wait would
-/// otherwise make every send's (and every call's) future as large as the channel's, and
-/// moving those futures about cost more than the send itself.
-async fn put<M>(tx: &mpsc::Sender<Delivery<M>>, msg: M, wait: bool) -> Result<(), Refused<M>> {
-    let closed = match tx.try_send(Delivery::Local(msg)) {
-        Ok(()) => {
-            if wait {
-                // As a send that waited would: a task that sends in a loop yields now and then.
-                tokio::task::coop::consume_budget().await;
-            }
-            return Ok(());
-        }
-        Err(mpsc::error::TrySendError::Full(_)) if !wait => return Err(Refused::Full),
-        Err(mpsc::error::TrySendError::Full(d)) => match Box::pin(tx.send(d)).await {
-            Ok(()) => return Ok(()),
-            Err(mpsc::error::SendError(d)) => d,
-        },
-        Err(mpsc::error::TrySendError::Closed(d)) => d,
-    };
-    Err(Refused::Closed(closed))
+/// Puts a local message in a mailbox, waiting for room or not. A send that may wait spends
+/// the task's cooperative budget, as a wait would: a task that sends in a loop yields now and
+/// then (without it, a sender filled its receiver's mailbox before the receiver ran).
+async fn put<M>(tx: &Mailbox<M>, msg: M, wait: bool) -> Result<(), Refused<M>> {
+    let d = Delivery::Local(msg);
+    if !wait {
+        return match tx.try_send(d) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(Refused::Full),
+            Err(TrySendError::Closed(d)) => Err(Refused::Closed(d)),
+        };
+    }
+    tx.send(d).await.map_err(Refused::Closed)?;
+    tokio::task::coop::consume_budget().await;
+    Ok(())
 }
 
 /// A call's outcome as its caller sees it: the answer, decoded for node `rt` if it came from

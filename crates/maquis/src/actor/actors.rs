@@ -11,15 +11,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use maquis_proto::reliable::Verdict;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::call::{CallOutcome, PendingCalls};
 use super::fingerprint::{compatible, fingerprint};
+use super::mailbox::{ErasedMailbox, Mailbox, Receiver, RemoteMsg};
 use super::monitor::{Monitors, WatchTarget};
-use super::registry::{
-    Delivery, ErasedMailbox, Link, LinkKey, LinkRefused, Mailbox, Registry, RemoteMsg, WatchKey,
-    Watcher,
-};
+use super::registry::{Link, LinkKey, LinkRefused, Registry, WatchKey, Watcher};
 use super::reliable::Reliable;
 use super::scope::current_actor;
 use super::{ActorId, Message};
@@ -32,7 +30,7 @@ use crate::wire::frame::{ActorHeader, Dest, DownReason, ReplyStatus};
 /// A new actor's parts, from [`Actors::add`].
 pub(crate) struct NewActor<M> {
     pub(crate) id: ActorId,
-    pub(crate) rx: mpsc::Receiver<Delivery<M>>,
+    pub(crate) rx: Receiver<M>,
     /// The mailbox's sending side, for the actor's first ref.
     pub(crate) mailbox: Arc<dyn ErasedMailbox>,
     pub(crate) exit: oneshot::Receiver<DownReason>,
@@ -110,12 +108,10 @@ impl Actors {
     /// the signal that tells its task to end (registered).
     pub(crate) fn add<M: Message>(&self) -> NewActor<M> {
         let id = self.next_actor.fetch_add(1, Ordering::Relaxed) + 1;
-        let (tx, rx) = mpsc::channel(self.mailbox_capacity);
+        let typed = Mailbox::<M>::new(self.mailbox_capacity, fingerprint::<M>());
+        let rx = Receiver::new(typed.clone());
         let (exit_tx, exit_rx) = oneshot::channel();
-        let mailbox: Arc<dyn ErasedMailbox> = Arc::new(Mailbox {
-            tx,
-            ty: fingerprint::<M>(),
-        });
+        let mailbox: Arc<dyn ErasedMailbox> = typed;
         self.registry.insert(id, mailbox.clone(), exit_tx);
         NewActor {
             id,

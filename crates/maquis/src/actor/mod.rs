@@ -41,6 +41,7 @@ mod actor_ref;
 mod actors;
 mod call;
 mod fingerprint;
+pub(crate) mod mailbox;
 mod monitor;
 pub(crate) mod registry;
 mod reliable;

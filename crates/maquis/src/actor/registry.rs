@@ -4,89 +4,16 @@
 //! a new watch or link is refused (`DownReason::WatcherLimit`), so that no peer can grow an
 //! actor's entry without bound.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use bytes::Bytes;
-use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::{ActorId, Message};
+use super::mailbox::ErasedMailbox;
+use super::ActorId;
 use crate::error::RegisterError;
 use crate::id::NodeId;
 use crate::wire::frame::{Dest, DownReason};
-
-/// A message that arrived from another node, still encoded.
-pub(crate) struct RemoteMsg {
-    pub payload: Bytes,
-    pub from_node: NodeId,
-    pub call: Option<u64>,
-}
-
-/// What a mailbox carries: a local value, or bytes the actor decodes itself. The remote case is
-/// boxed so that a mailbox slot is the size of the message type (a mailbox's first block of 32
-/// slots is allocated with it, idle or not).
-pub(crate) enum Delivery<M> {
-    Local(M),
-    Remote(Box<RemoteMsg>),
-}
-
-/// An actor's mailbox: its sending end and the fingerprint of the type it takes.
-pub(crate) struct Mailbox<M> {
-    /// Where messages go.
-    pub(crate) tx: mpsc::Sender<Delivery<M>>,
-    /// The fingerprint of `M` (see `fingerprint`).
-    pub(crate) ty: u64,
-}
-
-impl<M: Message> Mailbox<M> {
-    /// The sending end of `mailbox`, if it takes `M`.
-    pub(crate) fn sender(mailbox: &dyn ErasedMailbox) -> Option<&mpsc::Sender<Delivery<M>>> {
-        let typed = mailbox.as_any().downcast_ref::<Mailbox<M>>()?;
-        Some(&typed.tx)
-    }
-}
-
-/// A mailbox seen without its message type (what the network reader needs).
-pub(crate) trait ErasedMailbox: Send + Sync {
-    /// Pushes an encoded message, waiting while the mailbox is full; `Err` if the actor stopped.
-    fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), RemoteMsg>>;
-    /// Pushes an encoded message if there is room now; gives it back if not (full or stopped).
-    fn try_push_remote(&self, msg: RemoteMsg) -> Result<(), RemoteMsg>;
-    /// The fingerprint of the type the actor takes.
-    fn ty(&self) -> u64;
-    /// For typed local sends.
-    fn as_any(&self) -> &dyn Any;
-}
-
-impl<M: Message> ErasedMailbox for Mailbox<M> {
-    fn push_remote(&self, msg: RemoteMsg) -> BoxFuture<'_, Result<(), RemoteMsg>> {
-        Box::pin(async move {
-            self.tx
-                .send(Delivery::Remote(Box::new(msg)))
-                .await
-                .map_err(|e| match e.0 {
-                    Delivery::Remote(m) => *m,
-                    Delivery::Local(_) => unreachable!("a remote delivery was pushed"),
-                })
-        })
-    }
-    fn try_push_remote(&self, msg: RemoteMsg) -> Result<(), RemoteMsg> {
-        self.tx
-            .try_send(Delivery::Remote(Box::new(msg)))
-            .map_err(|e| match e.into_inner() {
-                Delivery::Remote(m) => *m,
-                Delivery::Local(_) => unreachable!("a remote delivery was pushed"),
-            })
-    }
-    fn ty(&self) -> u64 {
-        self.ty
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
 
 /// Someone to tell when an actor stops.
 pub(crate) enum Watcher {

@@ -74,7 +74,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::oneshot;
 
-use crate::actor::registry::RemoteMsg;
+use crate::actor::mailbox::RemoteMsg;
 use crate::id::NodeId;
 use maquis_proto::groups::{Actor, GroupMsg};
 

@@ -4,16 +4,14 @@
 use std::future::Future;
 use std::sync::Weak;
 
-use tokio::sync::mpsc;
-
 use super::{Inner, Node};
-use crate::actor::registry::Delivery;
+use crate::actor::mailbox::{Delivery, Receiver};
 use crate::actor::{decode_frame_in, ActorRef, Message};
 use crate::wire::frame::ReplyStatus;
 
 /// An actor's mailbox, for actors written as a receive loop (see [`Node::spawn_fn`]).
 pub struct Inbox<M> {
-    pub(crate) rx: mpsc::Receiver<Delivery<M>>,
+    pub(crate) rx: Receiver<M>,
     pub(crate) me: ActorRef<M>,
     pub(crate) node: Weak<Inner>,
 }
@@ -79,7 +77,7 @@ impl<M> Drop for Inbox<M> {
     fn drop(&mut self) {
         self.rx.close();
         let actors = self.me.rt.upgrade();
-        while let Ok(d) = self.rx.try_recv() {
+        while let Some(d) = self.rx.try_recv() {
             if let (Delivery::Remote(r), Some(actors)) = (d, actors.as_ref()) {
                 if let Some(call) = r.call {
                     actors

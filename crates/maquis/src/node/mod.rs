@@ -46,7 +46,8 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 pub(crate) use control::{Control, Retry};
 pub(crate) use inner::Inner;
 
-use crate::actor::registry::{Mailbox, Watcher};
+use crate::actor::mailbox::Mailbox;
+use crate::actor::registry::Watcher;
 use crate::actor::{ActorRef, Actors, Message, Monitor, WatchTarget};
 use crate::broadcast::Topic;
 use crate::config::{Config, OverlayConfig, OverlayKind};
@@ -682,7 +683,7 @@ impl Node {
         // A ref of another type than the actor takes is still returned: its sends fail with
         // `TypeMismatch`.
         Some(match actors.registry.by_id(id) {
-            Some(mb) if Mailbox::<M>::sender(&*mb).is_some() => ActorRef::local(node, id, rt, mb),
+            Some(mb) if Mailbox::<M>::typed(&*mb).is_some() => ActorRef::local(node, id, rt, mb),
             _ => ActorRef::new(node, Dest::Id(id), rt),
         })
     }

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 
 use super::store::{StateStore, StoreError};
 use super::{KindError, FENCE, HANDED, PREFIX};
-use crate::actor::registry::RemoteMsg;
+use crate::actor::mailbox::RemoteMsg;
 use crate::actor::{ActorId, Offer, Unnamed, UnnamedSink};
 use crate::dispatch::{hash_of, SendOpts};
 use crate::id::NodeId;
