@@ -11,11 +11,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use maquis_proto::reliable::Verdict;
-use tokio::sync::oneshot;
 
 use super::call::{CallOutcome, PendingCalls};
 use super::fingerprint::{compatible, fingerprint};
-use super::mailbox::{ErasedMailbox, Mailbox, Receiver, RemoteMsg};
+use super::mailbox::{ErasedMailbox, Exit, Mailbox, Receiver, RemoteMsg};
 use super::monitor::{Monitors, WatchTarget};
 use super::registry::{Link, LinkKey, LinkRefused, Registry, WatchKey, Watcher};
 use super::reliable::Reliable;
@@ -33,7 +32,7 @@ pub(crate) struct NewActor<M> {
     pub(crate) rx: Receiver<M>,
     /// The mailbox's sending side, for the actor's first ref.
     pub(crate) mailbox: Arc<dyn ErasedMailbox>,
-    pub(crate) exit: oneshot::Receiver<DownReason>,
+    pub(crate) exit: Exit<M>,
 }
 
 /// The actors of one node and the state shared by their refs.
@@ -110,14 +109,14 @@ impl Actors {
         let id = self.next_actor.fetch_add(1, Ordering::Relaxed) + 1;
         let typed = Mailbox::<M>::new(self.mailbox_capacity, fingerprint::<M>());
         let rx = Receiver::new(typed.clone());
-        let (exit_tx, exit_rx) = oneshot::channel();
+        let exit = Exit::new(typed.clone());
         let mailbox: Arc<dyn ErasedMailbox> = typed;
-        self.registry.insert(id, mailbox.clone(), exit_tx);
+        self.registry.insert(id, mailbox.clone());
         NewActor {
             id,
             rx,
             mailbox,
-            exit: exit_rx,
+            exit,
         }
     }
 

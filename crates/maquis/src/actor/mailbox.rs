@@ -27,13 +27,17 @@
 //!   whose mailbox never empties still lets other tasks of its worker run.
 //! - Wakers are woken after the lock is released; no user code runs under it.
 //!
+//! The mailbox also carries the actor's exit signal ([`Mailbox::kill`], [`Exit`]): the
+//! reason the runtime tells the actor's task to end with, told once.
+//!
 //! [`Inbox`]: crate::Inbox
 
 use std::any::Any;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
@@ -41,6 +45,7 @@ use futures::future::BoxFuture;
 
 use super::Message;
 use crate::id::NodeId;
+use crate::wire::frame::DownReason;
 
 /// A message that arrived from another node, still encoded.
 pub(crate) struct RemoteMsg {
@@ -67,6 +72,8 @@ pub(crate) enum TrySendError<T> {
 /// An actor's mailbox: the queue and everything waiting on it (see the module doc).
 pub(crate) struct Mailbox<M> {
     state: Mutex<State<M>>,
+    /// Whether the exit signal was given (read without the lock by [`Exit`]).
+    exiting: AtomicBool,
     capacity: usize,
     /// The fingerprint of `M` (see `fingerprint`).
     ty: u64,
@@ -84,6 +91,19 @@ struct State<M> {
     /// Messages the receiver took from the queue and has not handed out yet.
     taken: usize,
     closed: bool,
+    exit: ExitState,
+    /// The actor's task, when its [`Exit`] waits.
+    exit_waker: Option<Waker>,
+}
+
+/// Where the exit signal is.
+enum ExitState {
+    /// Not given.
+    Running,
+    /// Given, with the reason, not yet taken by the task.
+    Told(DownReason),
+    /// Taken by the task, or the task's [`Exit`] is gone: no later signal is given.
+    Over,
 }
 
 impl<M> State<M> {
@@ -118,8 +138,8 @@ impl<M> State<M> {
 impl<M> Mailbox<M> {
     /// An empty mailbox for `capacity` messages (at least one) of the type with fingerprint
     /// `ty`, and its receiver.
-    pub(crate) fn new(capacity: usize, ty: u64) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(Mailbox {
+    pub(crate) fn new(capacity: usize, ty: u64) -> Arc<Self> {
+        Arc::new(Mailbox {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 receiver: None,
@@ -128,7 +148,10 @@ impl<M> Mailbox<M> {
                 granted: 0,
                 taken: 0,
                 closed: false,
+                exit: ExitState::Running,
+                exit_waker: None,
             }),
+            exiting: AtomicBool::new(false),
             capacity: capacity.max(1),
             ty,
         })
@@ -184,6 +207,23 @@ impl<M> Mailbox<M> {
         if let Some(w) = receiver {
             w.wake();
         }
+    }
+
+    /// Tells the actor's task to end with `reason` (its [`Exit`] completes); false if it was
+    /// told already or its task has ended.
+    pub(crate) fn kill(&self, reason: DownReason) -> bool {
+        let mut s = self.lock();
+        if !matches!(s.exit, ExitState::Running) {
+            return false;
+        }
+        s.exit = ExitState::Told(reason);
+        self.exiting.store(true, Ordering::Release);
+        let waker = s.exit_waker.take();
+        drop(s);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
     }
 
     /// The mailbox behind an erased one, if it takes `M`.
@@ -300,7 +340,7 @@ impl<M> Drop for Push<'_, M> {
 /// its buffer empty. So a sender and the actor
 /// meet at the lock about once per batch, not once per message each.
 pub(crate) struct Receiver<M> {
-    mailbox: std::sync::Arc<Mailbox<M>>,
+    mailbox: Arc<Mailbox<M>>,
     /// Taken from the queue, not yet handed out.
     buffer: VecDeque<Delivery<M>>,
     /// Handed out since places were last given back.
@@ -309,7 +349,7 @@ pub(crate) struct Receiver<M> {
 
 impl<M> Receiver<M> {
     /// The receiving end of `mailbox` (there is one per mailbox).
-    pub(crate) fn new(mailbox: std::sync::Arc<Mailbox<M>>) -> Self {
+    pub(crate) fn new(mailbox: Arc<Mailbox<M>>) -> Self {
         Receiver {
             mailbox,
             buffer: VecDeque::new(),
@@ -397,6 +437,55 @@ impl<M> Drop for Receiver<M> {
     }
 }
 
+/// The actor's exit signal: completes with the reason given to [`Mailbox::kill`]. Dropping it
+/// ends the signal (later kills report false).
+pub(crate) struct Exit<M> {
+    mailbox: Arc<Mailbox<M>>,
+    /// The waker last left with the mailbox: a poll with the same one needs no lock.
+    waker: Option<Waker>,
+}
+
+impl<M> Exit<M> {
+    /// The exit signal of `mailbox` (there is one per mailbox).
+    pub(crate) fn new(mailbox: Arc<Mailbox<M>>) -> Self {
+        Exit {
+            mailbox,
+            waker: None,
+        }
+    }
+}
+
+impl<M> Future for Exit<M> {
+    type Output = DownReason;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<DownReason> {
+        let this = &mut *self;
+        let told = this.mailbox.exiting.load(Ordering::Acquire);
+        if !told && this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            return Poll::Pending;
+        }
+        let mut s = this.mailbox.lock();
+        match std::mem::replace(&mut s.exit, ExitState::Over) {
+            ExitState::Told(reason) => Poll::Ready(reason),
+            ExitState::Running => {
+                s.exit = ExitState::Running;
+                s.exit_waker = Some(cx.waker().clone());
+                this.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            ExitState::Over => Poll::Pending,
+        }
+    }
+}
+
+impl<M> Drop for Exit<M> {
+    fn drop(&mut self) {
+        let mut s = self.mailbox.lock();
+        s.exit = ExitState::Over;
+        s.exit_waker = None;
+    }
+}
+
 /// How many messages a receiver hands out between two returns of their places to the senders:
 /// an eighth of the capacity, so a full mailbox lets its senders in again long before the
 /// actor has worked through what it took.
@@ -414,6 +503,8 @@ pub(crate) trait ErasedMailbox: Send + Sync {
     fn ty(&self) -> u64;
     /// For typed local sends.
     fn as_any(&self) -> &dyn Any;
+    /// See [`Mailbox::kill`].
+    fn kill(&self, reason: DownReason) -> bool;
 }
 
 /// The message of a remote delivery given back.
@@ -443,6 +534,9 @@ impl<M: Message> ErasedMailbox for Mailbox<M> {
     }
     fn as_any(&self) -> &dyn Any {
         self
+    }
+    fn kill(&self, reason: DownReason) -> bool {
+        Mailbox::kill(self, reason)
     }
 }
 
@@ -598,6 +692,25 @@ mod tests {
             m.send(Delivery::Local(1)).await,
             Err(Delivery::Local(1))
         ));
+    }
+
+    #[tokio::test]
+    async fn the_exit_signal_is_given_once_and_not_after_the_task_let_it_go() {
+        let (m, _rx) = mailbox(1);
+        let mut exit = Exit::new(m.clone());
+        assert!((&mut exit).now_or_never().is_none());
+        let waiting = tokio::spawn(exit);
+        tokio::task::yield_now().await;
+        assert!(m.kill(DownReason::Shutdown));
+        assert!(!m.kill(DownReason::Stopped), "told once");
+        let woken = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await;
+        assert_eq!(
+            woken.expect("kill wakes the task").unwrap(),
+            DownReason::Shutdown
+        );
+        let (m, _rx) = mailbox(1);
+        drop(Exit::new(m.clone()));
+        assert!(!m.kill(DownReason::Shutdown), "nobody listens");
     }
 
     #[tokio::test]

@@ -59,7 +59,7 @@ pub use monitor::Monitor;
 pub(crate) use monitor::WatchTarget;
 pub(crate) use reliable::run_timers as run_reliable_timers;
 pub(crate) use scope::{
-    adopting, current_actor, decode_frame_in, decode_in, note_spawn, scope as scope_actor, Adopted,
+    adopting, current_actor, decode_frame_in, decode_in, in_actor, note_spawn, Adopted,
 };
 
 /// An actor's id, unique on its node for the node's life.

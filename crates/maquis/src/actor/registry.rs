@@ -81,9 +81,8 @@ impl Watcher {
 }
 
 struct Entry {
+    /// The actor's mailbox, which also carries its exit signal.
     mailbox: std::sync::Arc<dyn ErasedMailbox>,
-    /// Tells the actor's task to end, with the reason its watchers get.
-    exit: Option<oneshot::Sender<DownReason>>,
     /// Names, watchers and links, made on first use: most actors have none, and an entry of
     /// the table is as large as its largest.
     more: Option<Box<More>>,
@@ -142,18 +141,12 @@ impl Registry {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds an actor; `exit` is how its task is told to end.
-    pub(crate) fn insert(
-        &self,
-        id: ActorId,
-        mailbox: std::sync::Arc<dyn ErasedMailbox>,
-        exit: oneshot::Sender<DownReason>,
-    ) {
+    /// Adds an actor (its mailbox tells its task to end: `ErasedMailbox::kill`).
+    pub(crate) fn insert(&self, id: ActorId, mailbox: std::sync::Arc<dyn ErasedMailbox>) {
         self.lock().actors.insert(
             id,
             Entry {
                 mailbox,
-                exit: Some(exit),
                 more: None,
             },
         );
@@ -188,14 +181,18 @@ impl Registry {
         }
     }
 
-    /// Removes every actor (node shutdown): their mailboxes close and they stop.
+    /// Removes every actor (node shutdown): they are told to stop (`Stopped`).
     pub(crate) fn clear(&self) -> Vec<(ActorId, Vec<Watcher>)> {
-        let mut t = self.lock();
-        t.names.clear();
-        t.remote_links.clear();
-        t.actors
-            .drain()
+        let entries: Vec<_> = {
+            let mut t = self.lock();
+            t.names.clear();
+            t.remote_links.clear();
+            t.actors.drain().collect()
+        };
+        entries
+            .into_iter()
             .map(|(id, e)| {
+                e.mailbox.kill(DownReason::Stopped);
                 let watchers = e.more.map(|m| m.watchers.into_values().collect());
                 (id, watchers.unwrap_or_default())
             })
@@ -205,11 +202,8 @@ impl Registry {
     /// Tells an actor's task to end with `reason`; false if there is no such actor or it was
     /// already told.
     pub(crate) fn kill(&self, id: ActorId, reason: DownReason) -> bool {
-        let exit = self.lock().actors.get_mut(&id).and_then(|e| e.exit.take());
-        match exit {
-            Some(tx) => tx.send(reason).is_ok(),
-            None => false,
-        }
+        let mailbox = self.lock().actors.get(&id).map(|e| e.mailbox.clone());
+        mailbox.is_some_and(|m| m.kill(reason))
     }
 
     /// Links two local actors (again: nothing changes).

@@ -2,7 +2,6 @@
 //! is running (for lane affinity), and which node's actors the refs decoded right now bind to.
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::sync::Weak;
 
 use super::actors::Actors;
@@ -27,9 +26,9 @@ pub(crate) fn current_actor() -> u64 {
         })
 }
 
-/// Runs `fut` as actor `id`.
-pub(crate) fn scope<F: Future>(id: ActorId, fut: F) -> impl Future<Output = F::Output> {
-    CURRENT_ACTOR.scope(id, fut)
+/// Runs `f` as actor `id` (a step of its task).
+pub(crate) fn in_actor<R>(id: ActorId, f: impl FnOnce() -> R) -> R {
+    CURRENT_ACTOR.sync_scope(id, f)
 }
 
 /// Decodes `bytes` so that refs inside bind to `node`.

@@ -18,6 +18,7 @@
 //! The state they share is [`Inner`]: the router, the actors, and the membership snapshots the
 //! control loop publishes.
 
+mod actor_task;
 mod context;
 mod control;
 pub(crate) mod echo;
@@ -46,7 +47,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, Semaphore};
 pub(crate) use control::{Control, Retry};
 pub(crate) use inner::Inner;
 
-use crate::actor::mailbox::Mailbox;
+use crate::actor::mailbox::{Exit, Mailbox};
 use crate::actor::registry::Watcher;
 use crate::actor::{ActorRef, Actors, Message, Monitor, WatchTarget};
 use crate::broadcast::Topic;
@@ -498,18 +499,8 @@ impl Node {
         F: FnOnce(Inbox<M>) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.spawn_with_exit(move |inbox, exit| {
-            // Boxed: each wrapper below holds the future it wraps both as its capture and in
-            // its own state, so an unboxed actor future would count four times in every task.
-            let fut = Box::pin(f(inbox));
-            async move {
-                tokio::select! {
-                    biased;
-                    () = fut => DownReason::Stopped,
-                    // A dropped signal: the node stopped and removed the actor already.
-                    r = exit => r.unwrap_or(DownReason::Stopped),
-                }
-            }
+        self.spawn_task(move |inbox, exit| {
+            (Box::pin(f(inbox).map(|()| DownReason::Stopped)), Some(exit))
         })
     }
 
@@ -518,8 +509,17 @@ impl Node {
     pub(crate) fn spawn_with_exit<M, F, Fut>(&self, f: F) -> ActorRef<M>
     where
         M: Message,
-        F: FnOnce(Inbox<M>, oneshot::Receiver<DownReason>) -> Fut,
+        F: FnOnce(Inbox<M>, Exit<M>) -> Fut,
         Fut: Future<Output = DownReason> + Send + 'static,
+    {
+        self.spawn_task(move |inbox, exit| (Box::pin(f(inbox, exit)), None))
+    }
+
+    /// Spawns an actor's task (`actor_task.rs`) around the future `f` makes.
+    fn spawn_task<M, F>(&self, f: F) -> ActorRef<M>
+    where
+        M: Message,
+        F: FnOnce(Inbox<M>, Exit<M>) -> (actor_task::Body, Option<Exit<M>>),
     {
         let actors = &self.inner.actors;
         let crate::actor::NewActor {
@@ -535,7 +535,7 @@ impl Node {
             Arc::downgrade(actors),
             mailbox,
         );
-        let fut = f(
+        let (body, exit) = f(
             Inbox {
                 rx,
                 me: me.clone(),
@@ -543,31 +543,9 @@ impl Node {
             },
             exit,
         );
-        let guard = StopGuard {
-            actors: Arc::downgrade(actors),
-            id,
-            reason: DownReason::Stopped,
-        };
+        let task = actor_task::ActorTask::new(id, Arc::downgrade(actors), body, exit);
         let stages = self.inner.router.stages.as_ref();
-        let stage = crate::stages::Stage::Execute;
-        crate::stages::spawn(
-            stages,
-            stage,
-            crate::actor::scope_actor(id, async move {
-                // The whole guard lives in the task (not only the field set below): it acts when the
-                // task ends, however it ends.
-                let mut guard = guard;
-                // A panic stops this actor only: it becomes the reason its monitors get.
-                match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-                    Ok(reason) => guard.reason = reason,
-                    Err(panic) => {
-                        let message = panic_message(panic.as_ref());
-                        tracing::warn!(actor = id, %message, "actor panicked; it stops");
-                        guard.reason = DownReason::Panicked(message);
-                    }
-                }
-            }),
-        );
+        crate::stages::spawn(stages, crate::stages::Stage::Execute, task);
         me
     }
 
@@ -838,23 +816,6 @@ impl Node {
     /// Whether the node has been shut down.
     pub fn is_stopped(&self) -> bool {
         self.inner.router.shutdown.is_cancelled()
-    }
-}
-
-/// Removes an actor from the registry and tells its watchers why when its task ends (also
-/// when the task is dropped without finishing, as at runtime shutdown).
-struct StopGuard {
-    actors: std::sync::Weak<Actors>,
-    id: u64,
-    reason: DownReason,
-}
-
-impl Drop for StopGuard {
-    fn drop(&mut self) {
-        if let Some(actors) = self.actors.upgrade() {
-            let reason = std::mem::replace(&mut self.reason, DownReason::Stopped);
-            actors.remove(self.id, reason);
-        }
     }
 }
 

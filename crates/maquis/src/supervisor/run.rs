@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use super::intensity::Intensity;
 use super::{ChildInfo, ChildSpec, Strategy, SupervisorMsg, SupervisorSpec};
+use crate::actor::mailbox::Exit;
 use crate::actor::{adopting, ActorRef, Actors, Adopted};
 use crate::node::{Inbox, Node};
 use crate::DownReason;
@@ -102,13 +103,12 @@ impl Supervisor {
     async fn run(
         mut self,
         mut inbox: Inbox<SupervisorMsg>,
-        mut exit: oneshot::Receiver<DownReason>,
+        mut exit: Exit<SupervisorMsg>,
     ) -> DownReason {
         loop {
             tokio::select! {
                 biased;
-                r = &mut exit => {
-                    let reason = r.unwrap_or(DownReason::Stopped);
+                reason = &mut exit => {
                     self.stop_from(0).await;
                     return reason;
                 }
