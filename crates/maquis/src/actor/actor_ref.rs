@@ -145,6 +145,11 @@ impl<M: Message> ActorRef<M> {
         }
     }
 
+    /// The mailbox the ref was made with, if it was.
+    pub(crate) fn mailbox(&self) -> Option<&Arc<dyn ErasedMailbox>> {
+        self.local.as_ref()
+    }
+
     /// The mailbox of the local actor this ref names, if the ref was made with it.
     fn cached(&self) -> Option<&Mailbox<M>> {
         Mailbox::<M>::typed(self.local.as_deref()?)

@@ -2,11 +2,12 @@
 //! written as a receive loop) and the [`Context`] a typed actor's handler gets.
 
 use std::future::Future;
-use std::sync::Weak;
+use std::marker::PhantomData;
+use std::sync::{Arc, Weak};
 
 use super::{Inner, Node};
-use crate::actor::mailbox::{Delivery, Receiver};
-use crate::actor::{decode_frame_in, ActorRef, Message};
+use crate::actor::mailbox::{Delivery, ErasedMailbox, Receiver};
+use crate::actor::{decode_frame_in, ActorId, ActorRef, Message};
 use crate::wire::frame::ReplyStatus;
 
 /// An actor's mailbox, for actors written as a receive loop (see [`Node::spawn_fn`]).
@@ -109,15 +110,39 @@ pub trait Actor: Send + Sized + 'static {
 
 /// What a running [`Actor`] can reach: itself, its node, and a way to stop.
 pub struct Context<M> {
-    pub(crate) me: ActorRef<M>,
+    /// This actor's id and mailbox: its ref is made from them when asked for, rather than kept
+    /// beside its inbox's own (an idle actor's memory is mostly such copies).
+    id: ActorId,
+    mailbox: Arc<dyn ErasedMailbox>,
     pub(crate) node: Node,
     pub(crate) stop: bool,
+    _m: PhantomData<fn(M) -> M>,
 }
 
 impl<M: Message> Context<M> {
+    /// The context of the actor whose inbox is `inbox`, on `node`.
+    pub(crate) fn new(inbox: &Inbox<M>, node: Node) -> Self {
+        let (Some(id), Some(mailbox)) = (inbox.me.id(), inbox.me.mailbox()) else {
+            unreachable!("an inbox's ref names its actor by id, with its mailbox");
+        };
+        Context {
+            id,
+            mailbox: mailbox.clone(),
+            node,
+            stop: false,
+            _m: PhantomData,
+        }
+    }
+
     /// A ref to this actor.
     pub fn myself(&self) -> ActorRef<M> {
-        self.me.clone()
+        let inner = self.node.inner();
+        ActorRef::local(
+            inner.router.id.clone(),
+            self.id,
+            Arc::downgrade(&inner.actors),
+            self.mailbox.clone(),
+        )
     }
 
     /// The node the actor runs on.
@@ -132,6 +157,6 @@ impl<M: Message> Context<M> {
 
     /// Links this actor with `other` (see [`Node::link`]).
     pub fn link<N: Message>(&self, other: &ActorRef<N>) -> Result<(), crate::LinkError> {
-        self.node.link(&self.me, other)
+        self.node.link(&self.myself(), other)
     }
 }

@@ -618,11 +618,7 @@ impl Node {
     pub fn spawn<A: Actor>(&self, mut actor: A) -> ActorRef<A::Msg> {
         let node = self.clone();
         self.spawn_fn(move |mut inbox: Inbox<A::Msg>| async move {
-            let mut ctx = Context {
-                me: inbox.myself(),
-                node,
-                stop: false,
-            };
+            let mut ctx = Context::new(&inbox, node);
             actor.started(&mut ctx).await;
             while !ctx.stop {
                 let Some(msg) = inbox.recv().await else { break };

@@ -951,11 +951,7 @@ fn spawn_activation<A: Actor>(node: &Node, start: Start<A>) -> crate::ActorRef<A
                 name: name.clone(),
                 armed: true,
             };
-            let mut ctx = Context {
-                me: inbox.myself(),
-                node: node2.clone(),
-                stop: false,
-            };
+            let mut ctx = Context::new(&inbox, node2.clone());
             actor.started(&mut ctx).await;
             let forever = idle.is_zero();
             let idle = if forever {
