@@ -555,6 +555,13 @@ mod tests {
         }
     }
 
+    /// A send of `v` that has had to wait in line.
+    fn waiting(m: &Mailbox<u32>, v: u32) -> Pin<Box<Push<'_, u32>>> {
+        let mut push = Box::pin(m.send(Delivery::Local(v)));
+        assert!((&mut push).now_or_never().is_none(), "{v} waits");
+        push
+    }
+
     fn mailbox(capacity: usize) -> (Arc<Mailbox<u32>>, Receiver<u32>) {
         let m = Mailbox::new(capacity, 7);
         (m.clone(), Receiver::new(m))
@@ -621,18 +628,15 @@ mod tests {
     async fn waiting_senders_are_served_in_order_and_newcomers_queue_behind_them() {
         let (m, mut rx) = mailbox(1);
         m.try_send(Delivery::Local(0)).ok().unwrap();
-        let mut a = Box::pin(m.send(Delivery::Local(1)));
-        let mut b = Box::pin(m.send(Delivery::Local(2)));
-        assert!((&mut a).now_or_never().is_none());
-        assert!((&mut b).now_or_never().is_none());
+        let mut a = waiting(&m, 1);
+        let mut b = waiting(&m, 2);
         // A place is freed: it is a's, not a newcomer's.
         assert_eq!(local(rx.try_recv()), Some(0));
         assert!(matches!(
             m.try_send(Delivery::Local(9)),
             Err(TrySendError::Full(_))
         ));
-        let mut c = Box::pin(m.send(Delivery::Local(3)));
-        assert!((&mut c).now_or_never().is_none());
+        let mut c = waiting(&m, 3);
         assert!((&mut b).now_or_never().is_none(), "b waits behind a");
         assert!(matches!((&mut a).now_or_never(), Some(Ok(()))));
         assert_eq!(local(rx.try_recv()), Some(1));
@@ -646,24 +650,20 @@ mod tests {
     async fn a_waiting_send_dropped_after_its_grant_passes_the_place_on() {
         let (m, mut rx) = mailbox(1);
         m.try_send(Delivery::Local(0)).ok().unwrap();
-        let mut a = Box::pin(m.send(Delivery::Local(1)));
-        let mut b = Box::pin(m.send(Delivery::Local(2)));
-        assert!((&mut a).now_or_never().is_none());
-        assert!((&mut b).now_or_never().is_none());
+        let a = waiting(&m, 1);
+        let mut b = waiting(&m, 2);
         assert_eq!(local(rx.try_recv()), Some(0));
         drop(a);
         assert!(matches!((&mut b).now_or_never(), Some(Ok(()))));
         assert_eq!(local(rx.try_recv()), Some(2));
         // The last in line dropped with a grant frees the place.
         m.try_send(Delivery::Local(0)).ok().unwrap();
-        let mut c = Box::pin(m.send(Delivery::Local(3)));
-        assert!((&mut c).now_or_never().is_none());
+        let c = waiting(&m, 3);
         assert_eq!(local(rx.try_recv()), Some(0));
         drop(c);
         assert!(m.try_send(Delivery::Local(4)).is_ok());
         // A send dropped while still in line just leaves it.
-        let mut d = Box::pin(m.send(Delivery::Local(5)));
-        assert!((&mut d).now_or_never().is_none());
+        let d = waiting(&m, 5);
         drop(d);
         assert_eq!(local(rx.try_recv()), Some(4));
         assert!(m.try_send(Delivery::Local(6)).is_ok());
@@ -673,8 +673,7 @@ mod tests {
     async fn closing_refuses_new_and_waiting_sends_and_leaves_the_queue_to_drain() {
         let (m, mut rx) = mailbox(1);
         m.try_send(Delivery::Local(1)).ok().unwrap();
-        let mut a = Box::pin(m.send(Delivery::Local(2)));
-        assert!((&mut a).now_or_never().is_none());
+        let mut a = waiting(&m, 2);
         rx.close();
         assert!(matches!(
             (&mut a).now_or_never(),
