@@ -505,6 +505,8 @@ pub(crate) trait ErasedMailbox: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     /// See [`Mailbox::kill`].
     fn kill(&self, reason: DownReason) -> bool;
+    /// See [`Mailbox::close`].
+    fn close(&self);
 }
 
 /// The message of a remote delivery given back.
@@ -537,6 +539,9 @@ impl<M: Message> ErasedMailbox for Mailbox<M> {
     }
     fn kill(&self, reason: DownReason) -> bool {
         Mailbox::kill(self, reason)
+    }
+    fn close(&self) {
+        Mailbox::close(self);
     }
 }
 

@@ -181,7 +181,8 @@ impl Registry {
         }
     }
 
-    /// Removes every actor (node shutdown): they are told to stop (`Stopped`).
+    /// Removes every actor (node shutdown): their mailboxes close and they are told to stop
+    /// (`Stopped`).
     pub(crate) fn clear(&self) -> Vec<(ActorId, Vec<Watcher>)> {
         let entries: Vec<_> = {
             let mut t = self.lock();
@@ -192,6 +193,7 @@ impl Registry {
         entries
             .into_iter()
             .map(|(id, e)| {
+                e.mailbox.close();
                 e.mailbox.kill(DownReason::Stopped);
                 let watchers = e.more.map(|m| m.watchers.into_values().collect());
                 (id, watchers.unwrap_or_default())
