@@ -51,9 +51,15 @@ impl<M> ActorTask<M> {
         }
     }
 
-    fn finish(&mut self, reason: DownReason) {
+    /// Ends the actor: its future dropped (as the actor when `scoped`: a task dropped by its
+    /// runtime may be dropped where the task-local cannot be set), then its entry removed.
+    fn finish(&mut self, reason: DownReason, scoped: bool) {
         let body = self.body.take();
-        in_actor(self.id, || drop(body));
+        if scoped {
+            in_actor(self.id, || drop(body));
+        } else {
+            drop(body);
+        }
         self.exit = None;
         if let Some(actors) = self.actors.upgrade() {
             actors.remove(self.id, reason);
@@ -84,7 +90,7 @@ impl<M> Future for ActorTask<M> {
                 DownReason::Panicked(message)
             }
         };
-        this.finish(reason);
+        this.finish(reason, true);
         Poll::Ready(())
     }
 }
@@ -92,7 +98,7 @@ impl<M> Future for ActorTask<M> {
 impl<M> Drop for ActorTask<M> {
     fn drop(&mut self) {
         if self.body.is_some() {
-            self.finish(DownReason::Stopped);
+            self.finish(DownReason::Stopped, false);
         }
     }
 }
