@@ -117,3 +117,21 @@ async fn a_local_call_whose_handle_is_dropped_fails_at_once() {
     assert_eq!(slow.call(|r| Ask(2, r), LIMIT).await, Ok(2));
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_loop_sees_the_end_of_its_inbox_when_the_node_shuts_down() {
+    let node = start("inbox-end").await;
+    let (ended_tx, ended) = tokio::sync::oneshot::channel();
+    // A ref kept alive: the mailbox has a sender left, and still its loop ends.
+    let kept = node.spawn_fn(|mut inbox: maquis::Inbox<Life>| async move {
+        while inbox.recv().await.is_some() {}
+        let _ = ended_tx.send(());
+    });
+    kept.send(Life::Ping).await.unwrap();
+    node.shutdown().await;
+    tokio::time::timeout(LIMIT, ended)
+        .await
+        .expect("the loop ran to its end")
+        .expect("the actor's future finished rather than being dropped");
+    drop(kept);
+}
