@@ -244,20 +244,12 @@ impl<M: Message> ActorRef<M> {
                 .unwrap_or(Err(SendError::Backpressure("acknowledged-delivery window")));
         }
         if let Some(tx) = self.cached() {
-            return tx.try_send(Delivery::Local(msg)).map_err(|e| match e {
-                TrySendError::Full(_) => SendError::Backpressure("mailbox"),
-                TrySendError::Closed(_) => SendError::NoProc,
-            });
+            return try_put(tx, msg);
         }
         let rt = self.runtime()?;
         if rt.router.is_local(&self.node)? {
             let mailbox = self.local_mailbox(&rt)?;
-            return typed::<M>(&mailbox)
-                .try_send(Delivery::Local(msg))
-                .map_err(|e| match e {
-                    TrySendError::Full(_) => SendError::Backpressure("mailbox"),
-                    TrySendError::Closed(_) => SendError::NoProc,
-                });
+            return try_put(&mailbox, msg);
         }
         let (header, payload) = self.encode(&msg, None)?;
         let receiver = hash_of(&self.to);
@@ -337,7 +329,7 @@ impl<M: Message> ActorRef<M> {
                 }
                 mailbox => mailbox?,
             };
-            return match put(typed::<M>(&mailbox), msg, wait).await {
+            return match put(&mailbox, msg, wait).await {
                 Err(Refused::Closed(Delivery::Local(msg))) if offer && wait => {
                     Box::pin(self.offer_unnamed(&rt, &msg, call)).await
                 }
@@ -393,22 +385,25 @@ impl<M: Message> ActorRef<M> {
     }
 
     /// The mailbox of the local actor this ref names, checked to take `M`.
-    fn local_mailbox(&self, rt: &Actors) -> Result<Arc<dyn ErasedMailbox>, SendError> {
+    fn local_mailbox(&self, rt: &Actors) -> Result<Arc<Mailbox<M>>, SendError> {
         let id = match &self.to {
             Dest::Id(id) => *id,
             Dest::Name(n) => rt.registry.resolve(n).ok_or(SendError::NoProc)?,
         };
         let mailbox = rt.registry.by_id(id).ok_or(SendError::NoProc)?;
-        match Mailbox::<M>::typed(&*mailbox) {
-            Some(_) => Ok(mailbox),
-            None => Err(SendError::TypeMismatch),
-        }
+        mailbox
+            .into_any()
+            .downcast::<Mailbox<M>>()
+            .map_err(|_| SendError::TypeMismatch)
     }
 }
 
-/// A mailbox [`ActorRef::local_mailbox`] checked.
-fn typed<M: Message>(mailbox: &Arc<dyn ErasedMailbox>) -> &Mailbox<M> {
-    Mailbox::<M>::typed(&**mailbox).expect("checked to take M")
+/// Puts a local message in a mailbox if there is room now.
+fn try_put<M>(tx: &Mailbox<M>, msg: M) -> Result<(), SendError> {
+    tx.try_send(Delivery::Local(msg)).map_err(|e| match e {
+        TrySendError::Full(_) => SendError::Backpressure("mailbox"),
+        TrySendError::Closed(_) => SendError::NoProc,
+    })
 }
 
 /// Why a local message did not go into its mailbox.

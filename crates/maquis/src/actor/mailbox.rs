@@ -503,6 +503,8 @@ pub(crate) trait ErasedMailbox: Send + Sync {
     fn ty(&self) -> u64;
     /// For typed local sends.
     fn as_any(&self) -> &dyn Any;
+    /// For typed local sends that keep the mailbox.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     /// See [`Mailbox::kill`].
     fn kill(&self, reason: DownReason) -> bool;
     /// See [`Mailbox::close`].
@@ -535,6 +537,9 @@ impl<M: Message> ErasedMailbox for Mailbox<M> {
         self.ty
     }
     fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
     fn kill(&self, reason: DownReason) -> bool {
