@@ -28,7 +28,9 @@ use crate::wire::frame::{ActorHeader, Dest, ReplyStatus};
 /// [`crate::Node::whereis`] returned (and its clones) holds the actor's mailbox: after the actor
 /// stops, the mailbox's memory (one block of 32 message slots) is freed with the last such ref.
 pub struct ActorRef<M> {
-    pub(crate) node: NodeId,
+    /// Shared: a ref is copied into messages, tables and every actor's inbox, and the local
+    /// node's refs all point at its one identity.
+    pub(crate) node: Arc<NodeId>,
     pub(crate) to: Dest,
     pub(crate) rt: Weak<Actors>,
     /// A local actor's mailbox, when the ref was made where it was known (by
@@ -92,17 +94,19 @@ impl<M> PartialOrd for ActorRef<M> {
     }
 }
 
+/// A ref on the wire: its node and its address there (a borrowed copy is written, an owned
+/// one read).
 #[derive(Serialize, Deserialize)]
-struct RefWire {
-    node: NodeId,
-    to: Dest,
+struct RefWire<N, D> {
+    node: N,
+    to: D,
 }
 
 impl<M> Serialize for ActorRef<M> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         RefWire {
-            node: self.node.clone(),
-            to: self.to.clone(),
+            node: &*self.node,
+            to: &self.to,
         }
         .serialize(s)
     }
@@ -110,9 +114,9 @@ impl<M> Serialize for ActorRef<M> {
 
 impl<'de, M> Deserialize<'de> for ActorRef<M> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = RefWire::deserialize(d)?;
+        let w = RefWire::<NodeId, Dest>::deserialize(d)?;
         Ok(ActorRef {
-            node: w.node,
+            node: Arc::new(w.node),
             to: w.to,
             rt: decode_node(),
             local: None,
@@ -122,9 +126,9 @@ impl<'de, M> Deserialize<'de> for ActorRef<M> {
 }
 
 impl<M: Message> ActorRef<M> {
-    pub(crate) fn new(node: NodeId, to: Dest, rt: Weak<Actors>) -> Self {
+    pub(crate) fn new(node: impl Into<Arc<NodeId>>, to: Dest, rt: Weak<Actors>) -> Self {
         ActorRef {
-            node,
+            node: node.into(),
             to,
             rt,
             local: None,
@@ -134,7 +138,7 @@ impl<M: Message> ActorRef<M> {
 
     /// A ref to a local actor by id whose mailbox is known.
     pub(crate) fn local(
-        node: NodeId,
+        node: Arc<NodeId>,
         id: ActorId,
         rt: Weak<Actors>,
         mailbox: Arc<dyn ErasedMailbox>,
@@ -282,7 +286,7 @@ impl<M: Message> ActorRef<M> {
             let (call, tx, rx) = rt.calls.open_local();
             (call, rx, Some(tx))
         } else {
-            let (call, rx) = rt.calls.open(Some(self.node.clone()));
+            let (call, rx) = rt.calls.open(Some(NodeId::clone(&self.node)));
             (call, rx, None)
         };
         let reply = ReplyTo::new(rt.id().clone(), call, current_actor(), opts, &rt, answer);
@@ -460,5 +464,21 @@ pub(crate) fn outcome_of<R: Message>(
         CallOutcome::TypeMismatch => Err(CallError::Send(SendError::TypeMismatch)),
         CallOutcome::NoProc => Err(CallError::NoProc),
         CallOutcome::Failed(why) => Err(CallError::NoReply(why)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ref is copied into every actor's inbox and into users' tables: its node identity is
+    /// shared, not held inline (an idle actor's memory counts it twice).
+    #[test]
+    fn a_ref_holds_its_node_identity_shared() {
+        assert!(
+            std::mem::size_of::<ActorRef<u64>>() <= 56,
+            "ActorRef grew to {} bytes",
+            std::mem::size_of::<ActorRef<u64>>()
+        );
     }
 }

@@ -49,6 +49,8 @@ pub(crate) struct Actors {
     pub(crate) reliable: Reliable,
     next_actor: AtomicU64,
     mailbox_capacity: usize,
+    /// This node's identity, shared by the refs to its actors.
+    pub(crate) node: Arc<NodeId>,
     /// Where a message for a missing name under the virtual actors' prefix goes (set once the
     /// node's virtual-actor host runs).
     pub(crate) unnamed: std::sync::OnceLock<Arc<dyn UnnamedSink>>,
@@ -87,6 +89,7 @@ impl Actors {
     /// No actors yet; mailboxes will hold `node.mailbox_capacity` messages.
     pub(crate) fn new(router: Arc<Router>, mailbox_capacity: usize) -> Self {
         Actors {
+            node: Arc::new(router.id.clone()),
             router,
             registry: Registry::default(),
             calls: PendingCalls::default(),

@@ -96,6 +96,17 @@ struct State<M> {
     exit_waker: Option<Waker>,
 }
 
+impl<M> State<M> {
+    /// Queues `d`. The first message makes room for one only: most actors hold a message or
+    /// none, and an idle actor keeps what its queue grew to (the queue grows as usual after).
+    fn push(&mut self, d: Delivery<M>) {
+        if self.queue.capacity() == 0 {
+            self.queue.reserve_exact(1);
+        }
+        self.queue.push_back(d);
+    }
+}
+
 /// Where the exit signal is.
 enum ExitState {
     /// Not given.
@@ -171,7 +182,7 @@ impl<M> Mailbox<M> {
         if !s.waiting.is_empty() || s.queue.len() + s.taken + s.granted >= self.capacity {
             return Err(TrySendError::Full(d));
         }
-        s.queue.push_back(d);
+        s.push(d);
         let receiver = s.receiver.take();
         drop(s);
         if let Some(w) = receiver {
@@ -293,7 +304,7 @@ impl<M> Future for Push<'_, M> {
             return Poll::Pending;
         }
         this.ticket = None;
-        s.queue.push_back(msg);
+        s.push(msg);
         let receiver = s.receiver.take();
         drop(s);
         if let Some(w) = receiver {
@@ -595,6 +606,24 @@ mod tests {
         assert_eq!(local(rx.try_recv()), Some(2));
         assert_eq!(local(rx.try_recv()), Some(3));
         assert!(rx.try_recv().is_none());
+    }
+
+    /// An actor that got one message holds room for one (an idle actor's memory); more
+    /// messages grow the queue as usual, in order.
+    #[test]
+    fn the_first_message_makes_room_for_one_and_more_grow_the_queue() {
+        let (m, mut rx) = mailbox(64);
+        m.try_send(Delivery::Local(1)).ok().unwrap();
+        assert_eq!(m.lock().queue.capacity(), 1);
+        assert_eq!(local(rx.try_recv()), Some(1));
+        // The receiver took the queue's buffer: the one it holds has room for one.
+        assert_eq!(rx.buffer.capacity(), 1);
+        for i in 0..40 {
+            m.try_send(Delivery::Local(i)).ok().unwrap();
+        }
+        for i in 0..40 {
+            assert_eq!(local(rx.try_recv()), Some(i));
+        }
     }
 
     #[test]

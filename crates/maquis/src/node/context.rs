@@ -138,7 +138,7 @@ impl<M: Message> Context<M> {
     pub fn myself(&self) -> ActorRef<M> {
         let inner = self.node.inner();
         ActorRef::local(
-            inner.router.id.clone(),
+            inner.actors.node.clone(),
             self.id,
             Arc::downgrade(&inner.actors),
             self.mailbox.clone(),

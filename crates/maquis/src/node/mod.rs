@@ -529,12 +529,7 @@ impl Node {
             exit,
         } = actors.add::<M>();
         crate::actor::note_spawn(actors, id);
-        let me = ActorRef::local(
-            self.inner.router.id.clone(),
-            id,
-            Arc::downgrade(actors),
-            mailbox,
-        );
+        let me = ActorRef::local(actors.node.clone(), id, Arc::downgrade(actors), mailbox);
         let (body, exit) = f(
             Inbox {
                 rx,
@@ -652,7 +647,7 @@ impl Node {
     pub fn whereis<M: Message>(&self, name: &str) -> Option<ActorRef<M>> {
         let actors = &self.inner.actors;
         let id = actors.registry.resolve(name)?;
-        let node = self.inner.router.id.clone();
+        let node = actors.node.clone();
         let rt = Arc::downgrade(actors);
         // A ref of another type than the actor takes is still returned: its sends fail with
         // `TypeMismatch`.
