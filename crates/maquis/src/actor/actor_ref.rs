@@ -281,7 +281,8 @@ impl<M: Message> ActorRef<M> {
         opts: &SendOpts,
     ) -> Result<R, CallError> {
         let rt = self.runtime()?;
-        let local = self.cached().is_some() || rt.router.is_local(&self.node)?;
+        let cached = self.cached();
+        let local = cached.is_some() || rt.router.is_local(&self.node)?;
         let (call, rx, answer) = if local {
             let (call, tx, rx) = rt.calls.open_local();
             (call, rx, Some(tx))
@@ -289,26 +290,46 @@ impl<M: Message> ActorRef<M> {
             let (call, rx) = rt.calls.open(Some(NodeId::clone(&self.node)));
             (call, rx, None)
         };
-        let reply = ReplyTo::new(rt.id().clone(), call, current_actor(), opts, &rt, answer);
+        let reply = ReplyTo::new(rt.node.clone(), call, current_actor(), opts, &rt, answer);
         let msg = make(reply);
+        // A local actor with room takes the request now, before any future is built around
+        // the send: the way through `deliver` is a large future, copied at every layer it is
+        // wrapped in, and most local calls never wait for room.
+        let unsent = match cached {
+            Some(tx) => match tx.try_send(Delivery::Local(msg)) {
+                Ok(()) => None,
+                Err(TrySendError::Closed(_)) => return Err(CallError::NoProc),
+                Err(TrySendError::Full(d)) => Some(d),
+            },
+            None => Some(Delivery::Local(msg)),
+        };
         // One deadline (one timer) covers both the wait for room (a full mailbox or lane queue)
         // and the wait for the reply.
         let exchange = async {
-            self.deliver(msg, opts, Some(call), true)
-                .await
-                .map_err(|e| match e {
-                    // A missing local actor reads the same as a missing remote one.
-                    SendError::NoProc => CallError::NoProc,
-                    e => e.into(),
-                })?;
+            if let Some(Delivery::Local(msg)) = unsent {
+                Box::pin(self.deliver(msg, opts, Some(call), true))
+                    .await
+                    .map_err(|e| match e {
+                        // A missing local actor reads the same as a missing remote one.
+                        SendError::NoProc => CallError::NoProc,
+                        e => e.into(),
+                    })?;
+            }
             rx.await
                 .map_err(|_| CallError::NoReply("the node stopped".into()))
         };
         let deadline = tokio::time::Instant::now() + timeout;
-        let outcome = rt
-            .calls
-            .within(call, deadline, exchange, CallError::Timeout)
-            .await?;
+        let outcome = match tokio::time::timeout_at(deadline, exchange).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => {
+                rt.calls.cancel(call);
+                return Err(e);
+            }
+            Err(_) => {
+                rt.calls.cancel(call);
+                return Err(CallError::Timeout);
+            }
+        };
         outcome_of(&self.rt, outcome)
     }
 
@@ -471,14 +492,16 @@ pub(crate) fn outcome_of<R: Message>(
 mod tests {
     use super::*;
 
-    /// A ref is copied into every actor's inbox and into users' tables: its node identity is
-    /// shared, not held inline (an idle actor's memory counts it twice).
+    /// A ref is copied into every actor's inbox and into users' tables, a reply address into
+    /// every request (and moved with it at each step of a call): both share their node's
+    /// identity instead of holding it inline (an idle actor's memory counts a ref twice).
     #[test]
-    fn a_ref_holds_its_node_identity_shared() {
-        assert!(
-            std::mem::size_of::<ActorRef<u64>>() <= 56,
-            "ActorRef grew to {} bytes",
-            std::mem::size_of::<ActorRef<u64>>()
+    fn refs_and_reply_addresses_hold_their_node_identity_shared() {
+        let (actor_ref, reply_to) = (
+            std::mem::size_of::<ActorRef<u64>>(),
+            std::mem::size_of::<ReplyTo<u64>>(),
         );
+        assert!(actor_ref <= 56, "ActorRef grew to {actor_ref} bytes");
+        assert!(reply_to <= 104, "ReplyTo grew to {reply_to} bytes");
     }
 }

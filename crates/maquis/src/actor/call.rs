@@ -4,7 +4,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -166,7 +166,8 @@ const DROPPED: &str = "the request was dropped without an answer (its actor stop
 /// the caller waiting for its timeout. Serializing it hands the duty on: the copy that
 /// arrives elsewhere answers, or fails the call when it is dropped there.
 pub struct ReplyTo<R> {
-    node: NodeId,
+    /// The caller's node, shared (a local call's is this node's one identity).
+    node: Arc<NodeId>,
     call: u64,
     caller: u64,
     channel: Option<String>,
@@ -216,12 +217,13 @@ impl<R> std::fmt::Debug for ReplyTo<R> {
     }
 }
 
+/// A reply address on the wire (a borrowed copy is written, an owned one read).
 #[derive(Serialize, Deserialize)]
-struct ReplyWire {
-    node: NodeId,
+struct ReplyWire<N, C> {
+    node: N,
     call: u64,
     caller: u64,
-    channel: Option<String>,
+    channel: Option<C>,
     partition_key: Option<u64>,
     quiet: bool,
 }
@@ -240,10 +242,10 @@ impl<R> Serialize for ReplyTo<R> {
             rt.calls.adopt(self.call, tx);
         }
         ReplyWire {
-            node: self.node.clone(),
+            node: &*self.node,
             call: self.call,
             caller: self.caller,
-            channel: self.channel.clone(),
+            channel: self.channel.as_deref(),
             partition_key: self.partition_key,
             quiet: self.quiet,
         }
@@ -253,9 +255,9 @@ impl<R> Serialize for ReplyTo<R> {
 
 impl<'de, R> Deserialize<'de> for ReplyTo<R> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = ReplyWire::deserialize(d)?;
+        let w = ReplyWire::<NodeId, String>::deserialize(d)?;
         Ok(ReplyTo {
-            node: w.node,
+            node: Arc::new(w.node),
             call: w.call,
             caller: w.caller,
             channel: w.channel,
@@ -271,11 +273,11 @@ impl<'de, R> Deserialize<'de> for ReplyTo<R> {
 
 impl<R: Message> ReplyTo<R> {
     pub(crate) fn new(
-        node: NodeId,
+        node: Arc<NodeId>,
         call: u64,
         caller: u64,
         opts: &SendOpts,
-        rt: &std::sync::Arc<Actors>,
+        rt: &Arc<Actors>,
         local: Option<oneshot::Sender<CallOutcome>>,
     ) -> Self {
         ReplyTo {
@@ -284,7 +286,7 @@ impl<R: Message> ReplyTo<R> {
             caller,
             channel: opts.channel.clone(),
             partition_key: opts.partition_key,
-            rt: std::sync::Arc::downgrade(rt),
+            rt: Arc::downgrade(rt),
             local: Mutex::new(local),
             done: AtomicBool::new(false),
             quiet: false,

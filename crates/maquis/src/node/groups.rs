@@ -166,7 +166,7 @@ impl Node {
         let actors = &self.inner.actors;
         let (call, rx) = actors.calls.open_any();
         let reply = ReplyTo::new(
-            self.inner.router.id.clone(),
+            actors.node.clone(),
             call,
             crate::actor::current_actor(),
             &crate::dispatch::SendOpts::default(),
