@@ -14,6 +14,14 @@
 //! with the connection, as it drops a frame whose write the connection's end cut). A write that
 //! would block, or fails, writes nothing here: the frame is queued as if the table were closed.
 //!
+//! A sender that finds the table's lock held (another sender writing, or the writer lending
+//! or taking back) does not wait for it: a worker thread that slept on the lock while its
+//! holder's `writev` ran (or was preempted in it) would stall every task of that worker. It
+//! queues its frame without the lock and then raises a flag; whoever takes the lock next
+//! closes the table when the flag is up, so no later frame of that sender is written before
+//! the one queued. (The writer lends only once everything queued is written, and a frame
+//! queued before the flag rose keeps the writer from lending.)
+//!
 //! Frames that come in bursts are better written together, in one `writev`, by the writer: a
 //! frame offered within [`BURST`] of the last direct write is queued (which closes the table),
 //! and a writer whose last write carried more than one frame does not lend its write half (see
@@ -26,7 +34,8 @@
 //! again from the moment it is due, so that its looks at the lanes' waits keep their pace.
 
 use std::io::IoSlice;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
@@ -45,6 +54,8 @@ const BURST: Duration = Duration::from_micros(50);
 #[derive(Default)]
 pub(crate) struct Direct {
     state: Mutex<State>,
+    /// A frame was queued without the lock (it was held): the next holder closes the table.
+    queued_aside: AtomicBool,
 }
 
 #[derive(Default)]
@@ -87,10 +98,11 @@ impl Direct {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Offers a frame (`now` read only when the table is open): written here when the table is open, the frame whole and
-    /// small enough, not in a burst, and the socket takes at least part of it now; else it is
-    /// given to `queue`, under the table's lock (which it closes). `whole`: not a piece,
-    /// commit or barrier.
+    /// Offers a frame (`now` read only when the table is open): written here when the table
+    /// is open, the frame whole and small enough, not in a burst, and the socket takes at
+    /// least part of it now; else it is given to `queue`, under the table's lock (which it
+    /// closes), or without it when another holds it (the next holder closes the table).
+    /// `whole`: not a piece, commit or barrier.
     pub(crate) fn offer<T>(
         &self,
         head: Bytes,
@@ -99,7 +111,20 @@ impl Direct {
         now: impl FnOnce() -> Instant,
         queue: impl FnOnce(Bytes, Body) -> T,
     ) -> Offered<T> {
-        let mut st = self.lock();
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Queued first, flagged after: a lender that does not see the flag yet sees
+                // the frame in the queue and keeps the write half.
+                let queued = queue(head, payload);
+                self.queued_aside.store(true, Ordering::Release);
+                return Offered::Queued(queued);
+            }
+        };
+        if self.queued_aside.swap(false, Ordering::Acquire) {
+            st.open = false;
+        }
         if st.open && whole {
             match st.try_write(&head, &payload, now()) {
                 Tried::Written(n) => return Offered::Written(n),
@@ -252,6 +277,36 @@ mod tests {
     /// The table is open only while lent and until something is queued; frames in a burst,
     /// pieces and frames above the size are queued (under the lock, which closes the table);
     /// what the sender wrote arrives, and the writer gets its write half back.
+    /// A sender that finds the lock held queues its frame without waiting, and the table is
+    /// closed from then on: its next frame is queued behind it, not written before it.
+    #[tokio::test]
+    async fn a_frame_queued_while_the_lock_is_held_closes_the_table() {
+        let (mut writer, _server) = pair().await;
+        let direct = Direct::default();
+        let (cancel, ended) = (CancellationToken::new(), CancellationToken::new());
+        assert!(direct.lend(&mut writer, [&cancel, &ended], 100, None, || true));
+        let t0 = Instant::now();
+        let queued = |h: Bytes, _| h[0];
+        let held = direct.lock();
+        let (h, p) = frame(1, 10);
+        assert!(
+            matches!(direct.offer(h, p, true, || t0, queued), Offered::Queued(1)),
+            "queued while the lock is held"
+        );
+        drop(held);
+        let (h, p) = frame(2, 10);
+        let later = t0 + BURST * 4;
+        assert!(
+            matches!(
+                direct.offer(h, p, true, || later, queued),
+                Offered::Queued(2)
+            ),
+            "behind the frame queued aside"
+        );
+        assert!(direct.reclaim(&mut writer).is_none());
+        assert!(writer.is_some());
+    }
+
     #[tokio::test]
     async fn senders_write_while_the_table_is_open_and_queue_once_it_closes() {
         let (mut writer, mut server) = pair().await;
