@@ -26,7 +26,8 @@ use crate::wire::frame::{ActorHeader, Dest, ReplyStatus};
 ///
 /// A ref to a local actor that [`crate::Node::spawn`], [`crate::Context::myself`] or
 /// [`crate::Node::whereis`] returned (and its clones) holds the actor's mailbox: after the actor
-/// stops, the mailbox's memory (one block of 32 message slots) is freed with the last such ref.
+/// stops, the mailbox (about two hundred bytes, and what messages it still holds) is freed with
+/// the last such ref.
 pub struct ActorRef<M> {
     /// Shared: a ref is copied into messages, tables and every actor's inbox, and the local
     /// node's refs all point at its one identity.
@@ -303,6 +304,7 @@ impl<M: Message> ActorRef<M> {
             },
             None => Some(Delivery::Local(msg)),
         };
+        // (Only local deliveries are made above: `unsent` is one or nothing.)
         // One deadline (one timer) covers both the wait for room (a full mailbox or lane queue)
         // and the wait for the reply.
         let exchange = async {
