@@ -321,17 +321,8 @@ impl<M: Message> ActorRef<M> {
                 .map_err(|_| CallError::NoReply("the node stopped".into()))
         };
         let deadline = tokio::time::Instant::now() + timeout;
-        let outcome = match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(e)) => {
-                rt.calls.cancel(call);
-                return Err(e);
-            }
-            Err(_) => {
-                rt.calls.cancel(call);
-                return Err(CallError::Timeout);
-            }
-        };
+        let ran = tokio::time::timeout_at(deadline, exchange).await;
+        let outcome = rt.calls.settle(call, ran, CallError::Timeout)?;
         outcome_of(&self.rt, outcome)
     }
 

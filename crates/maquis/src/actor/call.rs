@@ -92,19 +92,18 @@ impl PendingCalls {
         self.lock().remove(&id);
     }
 
-    /// Runs call `id`'s `exchange` (its request sent, then its outcome awaited) until
-    /// `deadline`: one timer for both. A failure, or `timeout` at the deadline, cancels the call.
-    pub(crate) async fn within<E>(
+    /// How call `id` ended, from its exchange (its request sent, then its outcome awaited)
+    /// run under one deadline for both (`tokio::time::timeout_at`): a failure, or `timeout`
+    /// at the deadline, cancels the call. Not a future wrapped around the exchange: each layer
+    /// around a call's future copies it.
+    #[inline]
+    pub(crate) fn settle<E>(
         &self,
         id: u64,
-        deadline: tokio::time::Instant,
-        exchange: impl std::future::Future<Output = Result<CallOutcome, E>>,
+        ran: Result<Result<CallOutcome, E>, tokio::time::error::Elapsed>,
         timeout: E,
     ) -> Result<CallOutcome, E> {
-        let r = match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(r) => r,
-            Err(_) => Err(timeout),
-        };
+        let r = ran.unwrap_or(Err(timeout));
         if r.is_err() {
             self.cancel(id);
         }

@@ -181,10 +181,8 @@ impl Node {
             drop(msg);
             rx.await.map_err(|_| GroupError::Stopped)
         };
-        let outcome = actors
-            .calls
-            .within(call, deadline, exchange, GroupError::Timeout)
-            .await?;
+        let ran = tokio::time::timeout_at(deadline, exchange).await;
+        let outcome = actors.calls.settle(call, ran, GroupError::Timeout)?;
         crate::actor::outcome_of(&Arc::downgrade(actors), outcome)
             .map_err(|e| GroupError::Failed(e.to_string()))
     }
