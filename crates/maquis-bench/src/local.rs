@@ -325,7 +325,7 @@ fn write_report(
          Maquis on a single-threaded tokio runtime, for that comparison); ractor's \
          mailboxes are unbounded (`cast` never waits); kameo's and Maquis's are bounded (64 and \
          1,024) and senders wait for room; the tokio floor is a bounded channel of 1,024 read by a \
-         task. Calls: a Maquis call always has a deadline (60 s here: one tokio timer per call); \
+         task. Calls: a Maquis call always has a deadline (60 s here: a slot in the node's table of deadlines per call); \
          ractor's, kameo's and actix's calls run without one, as the floor's do. The idle figure \
          is the growth of resident memory per actor spawned, started and sent one message, with \
          one ref to each held.\n"

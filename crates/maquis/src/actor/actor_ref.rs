@@ -305,8 +305,8 @@ impl<M: Message> ActorRef<M> {
             None => Some(Delivery::Local(msg)),
         };
         // (Only local deliveries are made above: `unsent` is one or nothing.)
-        // One deadline (one timer) covers both the wait for room (a full mailbox or lane queue)
-        // and the wait for the reply.
+        // One deadline (a slot in the node's table, not a timer of its own) covers both the
+        // wait for room (a full mailbox or lane queue) and the wait for the reply.
         let exchange = async {
             if let Some(Delivery::Local(msg)) = unsent {
                 Box::pin(self.deliver(msg, opts, Some(call), true))
@@ -321,7 +321,7 @@ impl<M: Message> ActorRef<M> {
                 .map_err(|_| CallError::NoReply("the node stopped".into()))
         };
         let deadline = tokio::time::Instant::now() + timeout;
-        let ran = tokio::time::timeout_at(deadline, exchange).await;
+        let ran = rt.deadlines.until(timeout, deadline, exchange).await;
         let outcome = rt.calls.settle(call, ran, CallError::Timeout)?;
         outcome_of(&self.rt, outcome)
     }

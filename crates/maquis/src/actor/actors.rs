@@ -43,6 +43,8 @@ pub(crate) struct Actors {
     pub(crate) registry: Registry,
     /// Calls waiting for a reply.
     pub(crate) calls: PendingCalls,
+    /// The deadlines of calls waiting for their reply.
+    pub(crate) deadlines: Arc<super::deadline::Deadlines>,
     /// Watches of remote actors and nodes.
     pub(crate) monitors: Monitors,
     /// Acknowledged delivery: what waits for an acknowledgement, what was handled.
@@ -93,6 +95,7 @@ impl Actors {
             router,
             registry: Registry::default(),
             calls: PendingCalls::default(),
+            deadlines: super::deadline::Deadlines::start(),
             monitors: Monitors::default(),
             reliable: Reliable::default(),
             next_actor: AtomicU64::new(0),

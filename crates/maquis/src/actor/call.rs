@@ -93,14 +93,14 @@ impl PendingCalls {
     }
 
     /// How call `id` ended, from its exchange (its request sent, then its outcome awaited)
-    /// run under one deadline for both (`tokio::time::timeout_at`): a failure, or `timeout`
-    /// at the deadline, cancels the call. Not a future wrapped around the exchange: each layer
-    /// around a call's future copies it.
+    /// run under one deadline for both (`Deadlines::until`; `None`: the deadline passed): a
+    /// failure, or `timeout` at the deadline, cancels the call. Not a future wrapped around
+    /// the exchange: each layer around a call's future copies it.
     #[inline]
     pub(crate) fn settle<E>(
         &self,
         id: u64,
-        ran: Result<Result<CallOutcome, E>, tokio::time::error::Elapsed>,
+        ran: Option<Result<CallOutcome, E>>,
         timeout: E,
     ) -> Result<CallOutcome, E> {
         let r = ran.unwrap_or(Err(timeout));

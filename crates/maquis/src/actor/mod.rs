@@ -40,6 +40,7 @@
 mod actor_ref;
 mod actors;
 mod call;
+mod deadline;
 mod fingerprint;
 pub(crate) mod mailbox;
 mod monitor;

@@ -181,7 +181,7 @@ impl Node {
             drop(msg);
             rx.await.map_err(|_| GroupError::Stopped)
         };
-        let ran = tokio::time::timeout_at(deadline, exchange).await;
+        let ran = actors.deadlines.until(timeout, deadline, exchange).await;
         let outcome = actors.calls.settle(call, ran, GroupError::Timeout)?;
         crate::actor::outcome_of(&Arc::downgrade(actors), outcome)
             .map_err(|e| GroupError::Failed(e.to_string()))
