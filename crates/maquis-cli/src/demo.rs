@@ -44,6 +44,9 @@ pub struct DemoArgs {
     rtt_ms: u64,
 }
 
+/// Turns each configuration takes per payload size, each of `seconds / ROUNDS`.
+const ROUNDS: usize = 2;
+
 /// The isolation case: small calls between two nodes while bulk transfers run between them.
 const SMALL_CALLERS: usize = 8;
 const SMALL_SIZE: usize = 1024;
@@ -115,35 +118,51 @@ pub async fn run(args: DemoArgs) -> ExitCode {
         ("parallel+affinity", args.parallelism, true),
     ];
     println!(
-        "maquis demo: 3 nodes {place} (full mesh), {} client actors in a closed loop calling the echo service of the next node, {:.1} s per cell",
+        "maquis demo: 3 nodes {place} (full mesh), {} client actors in a closed loop calling the echo service of the next node, {:.1} s per cell in {ROUNDS} rounds, the configurations taking turns",
         args.actors, args.seconds
     );
-    let mut cells = Vec::new();
-    for (name, parallelism, affinity) in configs {
-        let config = |i: usize| {
-            Config::new(format!("demo{i}"))
+    // Both clusters run from the start and take turns, so that a change in the machine's load
+    // during the demo falls on both alike.
+    let mut clusters: Vec<(&'static str, Cluster)> = Vec::new();
+    for (k, (name, parallelism, affinity)) in configs.into_iter().enumerate() {
+        let config = move |i: usize| {
+            Config::new(format!("demo{}", 3 * k + i))
                 .parallelism(parallelism)
                 .affinity(affinity)
         };
-        let cluster = match Cluster::start(3, config, net).await {
-            Ok(c) => c,
+        match Cluster::start(3, config, net, 7100 + k as u16).await {
+            Ok(c) => clusters.push((name, c)),
             Err(e) => {
                 eprintln!("error: {e}");
+                for (_, c) in clusters {
+                    c.stop().await;
+                }
                 return ExitCode::FAILURE;
             }
-        };
-        let nodes = &cluster.nodes;
-        for &size in &args.sizes {
-            eprintln!("  running {name}, payload {} ...", human(size));
-            let load = Load {
-                size,
-                actors: args.actors,
-                opts: SendOpts::default(),
-            };
-            let [stats] = measure(nodes, [load], args.seconds).await;
-            cells.push(Cell::of(name, size, stats, args.seconds));
         }
-        cluster.stop().await;
+    }
+    let mut cells = Vec::new();
+    for &size in &args.sizes {
+        eprintln!("  running payload {} ...", human(size));
+        let mut stats: Vec<Stats> = vec![(Vec::new(), 0); clusters.len()];
+        for _ in 0..ROUNDS {
+            for ((_, cluster), (lat, errors)) in clusters.iter().zip(stats.iter_mut()) {
+                let load = Load {
+                    size,
+                    actors: args.actors,
+                    opts: SendOpts::default(),
+                };
+                let [(l, e)] = measure(&cluster.nodes, [load], args.seconds / ROUNDS as f64).await;
+                lat.extend(l);
+                *errors += e;
+            }
+        }
+        for ((name, _), s) in clusters.iter().zip(stats) {
+            cells.push(Cell::of(name, size, s, args.seconds));
+        }
+    }
+    for (_, c) in clusters {
+        c.stop().await;
     }
     print_table(&cells, &args.sizes);
     let mut failed = cells.iter().any(|c| c.errors > 0);
@@ -196,6 +215,7 @@ async fn isolation(args: &DemoArgs, net: Option<&Netem>) -> Result<Vec<Isolated>
                 }
             },
             net,
+            7100,
         )
         .await?;
         let nodes = &cluster.nodes;
@@ -242,12 +262,13 @@ struct Hosted {
 
 impl Cluster {
     /// Starts `n` nodes with `config(i)` (a shared cookie and room for large payloads added),
-    /// on 127.0.0.1, or each in host `i` of `net`; joins them, and waits until every node has
+    /// on 127.0.0.1, or each in host `i` of `net` on `port`; joins them, and waits until every node has
     /// the others among its members and every lane between them is connected.
     async fn start(
         n: usize,
         config: impl Fn(usize) -> Config,
         net: Option<&Netem>,
+        port: u16,
     ) -> Result<Cluster, String> {
         let mut cluster = Cluster {
             nodes: Vec::new(),
@@ -256,11 +277,14 @@ impl Cluster {
         for i in 1..=n {
             let mut cfg = config(i).cookie("maquis-demo");
             cfg.transport.lane_queue_bytes = 32 * 1024 * 1024;
+            // Every node dials from the same address here: up to 16 lanes from each of two
+            // peers at once, beside the other cluster's handshakes.
+            cfg.transport.max_pending_handshakes_per_source = cfg.transport.max_pending_handshakes;
             let started = match net {
                 None => Node::start(cfg).await.map_err(|e| e.to_string()),
                 Some(net) => {
                     let host = net.hosts().get(i - 1).ok_or("too few hosts")?;
-                    cfg.node.listen = std::net::SocketAddr::new(host.addr.into(), 7100);
+                    cfg.node.listen = std::net::SocketAddr::new(host.addr.into(), port);
                     cluster.start_hosted(net, i - 1, cfg).await
                 }
             };
