@@ -66,12 +66,22 @@ pub struct DebenchArgs {
     pub rate: Option<f64>,
     /// Processes the Maquis nodes are spread over (the same number at every size, so that the
     /// operating system's scheduling of processes on the cores does not change with the
-    /// cluster size; one per core by default), each a tokio runtime with one worker thread.
+    /// cluster size; one per core by default), each a tokio runtime of `--node-threads`
+    /// workers.
     #[arg(long, default_value_t = 2)]
     pub procs: usize,
     /// Local registrations, percent of all commands.
     #[arg(long, default_value_t = 0.1)]
     pub local_pct: f64,
+    /// Tokio worker threads of each Maquis node process (one, as each Erlang VM runs one
+    /// scheduler: with a worker per core in each of two processes, twice as many workers as
+    /// cores woke and stole from each other).
+    #[arg(long, default_value_t = 1)]
+    pub node_threads: usize,
+    /// Neighbours of each node on the peer-to-peer overlay (HyParView's active view; default
+    /// the runtime's, 5): more neighbours, fewer hops for a routed command.
+    #[arg(long)]
+    pub active_size: Option<usize>,
     /// Maquis node i listens on 127.0.0.1:(base_port + i).
     #[arg(long, default_value_t = 17_000)]
     pub base_port: u16,
@@ -420,18 +430,19 @@ impl Cluster {
                 while first <= n {
                     let count = per.min(n + 1 - first);
                     let mut c = Command::new(&exe);
-                    // One tokio worker per process, as each Erlang VM runs one scheduler:
-                    // with a worker per core in each of `procs` processes, twice as many
-                    // workers as cores woke and stole from each other (1.16–1.24× the
-                    // commands per CPU-second with one, paced global series, 10 and 100 nodes).
+                    // One tokio worker per process by default (1.16–1.24× the commands per
+                    // CPU-second of one per core, paced global series, 10 and 100 nodes).
                     c.env("RUST_LOG", crate::stats::agent_log_filter())
-                        .env("TOKIO_WORKER_THREADS", "1")
+                        .env("TOKIO_WORKER_THREADS", args.node_threads.max(1).to_string())
                         .args(["agent", "debench-nodes"])
                         .args(["--first", &first.to_string()])
                         .args(["--count", &count.to_string()])
                         .args(["--total", &n.to_string()])
                         .args(["--base-port", &args.base_port.to_string()])
                         .args(["--overlay", overlay]);
+                    if let Some(n) = args.active_size {
+                        c.args(["--active-size", &n.to_string()]);
+                    }
                     procs.push(Proc::start(&format!("maquis db{first}.."), c, stderr()?)?);
                     first += count;
                 }

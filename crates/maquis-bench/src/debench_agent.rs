@@ -51,6 +51,9 @@ pub struct DebenchNodesArgs {
     /// The cluster's cookie.
     #[arg(long, default_value = "debench")]
     pub cookie: String,
+    /// HyParView's active view on `peer-to-peer` (default the runtime's).
+    #[arg(long)]
+    pub active_size: Option<usize>,
 }
 
 /// A point-to-point command's argument: the data and the computation on the target.
@@ -115,9 +118,11 @@ async fn start_node(args: &DebenchNodesArgs, i: usize) -> Result<Node, String> {
         // period (1 s) 100 idle nodes open about 100 connections a second, a tenth of the two
         // cores (0.27 → 0.17 of them at rest with one every 10 s, measured).
         "peer-to-peer" => {
+            let default = PeerToPeerOptions::default();
             cfg = cfg.overlay(PeerToPeerOptions {
                 shuffle_period_ms: 10_000,
-                ..PeerToPeerOptions::default()
+                active_size: args.active_size.unwrap_or(default.active_size),
+                ..default
             })
         }
         other => return Err(format!("unknown overlay {other:?}")),

@@ -104,6 +104,12 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     if let Some(rate) = a.rate {
         let _ = write!(cmd, " --rate {rate}");
     }
+    if a.node_threads != 1 {
+        let _ = write!(cmd, " --node-threads {}", a.node_threads);
+    }
+    if let Some(n) = a.active_size {
+        let _ = write!(cmd, " --active-size {n}");
+    }
     let _ = writeln!(r, "Command: `{cmd}`  ");
     r.push_str(&crate::stats::setting_lines());
     let _ = writeln!(
@@ -114,10 +120,13 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
     let _ = writeln!(r, "## Settings\n");
     let _ = writeln!(
         r,
-        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime with one worker thread, as each Erlang VM runs one scheduler; the same number of processes at every size), each node probing a link it wrote nothing to every 3.3 s and declaring a peer down after 10 s of silence (on peer-to-peer, a member heartbeat every 5 s, a member timeout of 15 s and a HyParView shuffle every 10 s); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting, its default net_ticktime: a tick every 15 s, a node down after 60 s), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others and after a warm-up of {} s (see the end).",
+        "- Clusters of {} nodes on 127.0.0.1, one cluster at a time; systems: {}. Maquis runs its nodes in {} processes (each one tokio runtime of {} worker threads, as each Erlang VM runs one scheduler; the same number of processes at every size), each node probing a link it wrote nothing to every 3.3 s and declaring a peer down after 10 s of silence (on peer-to-peer, a member heartbeat every 5 s, a member timeout of 15 s, a HyParView shuffle every 10 s and an active view of {} neighbours); Distributed Erlang one VM per node (OTP {}, `+S 1:1`, no scheduler busy-waiting, its default net_ticktime: a tick every 15 s, a node down after 60 s), connected in its full mesh. Every workload below runs on the same cluster, one after the other, once every node sees all the others and after a warm-up of {} s (see the end).",
         run.sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
         run.systems.join(", "),
         a.procs,
+        a.node_threads.max(1),
+        a.active_size
+            .unwrap_or(maquis::config::PeerToPeerOptions::default().active_size),
         sh("erl -noshell -eval 'io:format(\"~s\", [erlang:system_info(otp_release)]), halt().' 2>/dev/null"),
         a.warmup
     );
