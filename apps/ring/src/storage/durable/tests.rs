@@ -187,8 +187,11 @@ fn the_log_of_an_earlier_version_is_replayed() {
 #[test]
 fn a_full_queue_refuses_at_once_and_the_rest_completes() {
     let dir = tempfile::tempdir().unwrap();
+    // One operation per batch: a writer that woke late would otherwise take the first two
+    // at once and leave room for the third.
     let cfg = DurableConfig {
         queue: 1,
+        max_batch_objects: 1,
         ..DurableConfig::default()
     };
     let s = Durable::open(dir.path(), cfg).unwrap();
