@@ -76,8 +76,8 @@ pub struct DebenchArgs {
     /// Tokio worker threads of each Maquis node process (one, as each Erlang VM runs one
     /// scheduler: with a worker per core in each of two processes, twice as many workers as
     /// cores woke and stole from each other).
-    #[arg(long, default_value_t = 1)]
-    pub node_threads: usize,
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub node_threads: u16,
     /// Neighbours of each node on the peer-to-peer overlay (HyParView's active view; default
     /// the runtime's, 5): more neighbours, fewer hops for a routed command.
     #[arg(long)]
@@ -433,7 +433,7 @@ impl Cluster {
                     // One tokio worker per process by default (1.16–1.24× the commands per
                     // CPU-second of one per core, paced global series, 10 and 100 nodes).
                     c.env("RUST_LOG", crate::stats::agent_log_filter())
-                        .env("TOKIO_WORKER_THREADS", args.node_threads.max(1).to_string())
+                        .env("TOKIO_WORKER_THREADS", args.node_threads.to_string())
                         .args(["agent", "debench-nodes"])
                         .args(["--first", &first.to_string()])
                         .args(["--count", &count.to_string()])

@@ -124,7 +124,7 @@ pub fn write(run: &Run, cells: &[Cell]) -> Result<(), String> {
         run.sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", "),
         run.systems.join(", "),
         a.procs,
-        a.node_threads.max(1),
+        a.node_threads,
         a.active_size
             .unwrap_or(maquis::config::PeerToPeerOptions::default().active_size),
         sh("erl -noshell -eval 'io:format(\"~s\", [erlang:system_info(otp_release)]), halt().' 2>/dev/null"),

@@ -277,8 +277,8 @@ impl Cluster {
         for i in 1..=n {
             let mut cfg = config(i).cookie("maquis-demo");
             cfg.transport.lane_queue_bytes = 32 * 1024 * 1024;
-            // Every node dials from the same address here: up to 16 lanes from each of two
-            // peers at once, beside the other cluster's handshakes.
+            // On loopback every node dials from the same address: up to 16 lanes from each of
+            // two peers at once, beside the other cluster's handshakes.
             cfg.transport.max_pending_handshakes_per_source = cfg.transport.max_pending_handshakes;
             let started = match net {
                 None => Node::start(cfg).await.map_err(|e| e.to_string()),

@@ -320,8 +320,7 @@ impl<M: Message> ActorRef<M> {
             rx.await
                 .map_err(|_| CallError::NoReply("the node stopped".into()))
         };
-        let deadline = tokio::time::Instant::now() + timeout;
-        let ran = rt.deadlines.until(timeout, deadline, exchange).await;
+        let ran = rt.deadlines.until(timeout, exchange).await;
         let outcome = rt.calls.settle(call, ran, CallError::Timeout)?;
         outcome_of(&self.rt, outcome)
     }

@@ -32,9 +32,9 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 /// Distinct timeouts with a queue of their own, per shard.
-pub(crate) const MAX_TIMEOUTS: usize = 16;
+const MAX_TIMEOUTS: usize = 16;
 /// Ended entries a queue may hold beyond twice its waiting calls before it is compacted.
-pub(crate) const SLACK: usize = 64;
+const SLACK: usize = 64;
 /// Tables a node's calls are spread over, one per thread (threads share them round robin): a
 /// call takes and gives back its slot on its thread's shard, so calls on two workers rarely
 /// meet on a lock.
@@ -253,14 +253,14 @@ impl Deadlines {
         n.clamp(1, u128::from(IDLE - 1)) as u64
     }
 
-    /// `fut` until `at` (a deadline `timeout` after the call started): `None` once it passed.
-    pub(crate) fn until<F: Future>(&self, timeout: Duration, at: Instant, fut: F) -> Until<'_, F> {
+    /// `fut` for at most `timeout` from now: `None` once that passed.
+    pub(crate) fn until<F: Future>(&self, timeout: Duration, fut: F) -> Until<'_, F> {
         Until {
             fut,
             wait: Wait {
                 table: self,
                 timeout,
-                at,
+                at: Instant::now() + timeout,
                 state: WaitState::New,
             },
         }
@@ -332,13 +332,10 @@ impl Deadlines {
         for shard in 0..SHARDS {
             let mut t = self.lock(shard);
             t.orphaned = true;
-            for s in &mut t.slots {
-                if matches!(s.state, SlotState::Waiting(_)) {
-                    if let SlotState::Waiting(w) =
-                        std::mem::replace(&mut s.state, SlotState::Passed)
-                    {
-                        woken.push(w);
-                    }
+            for s in t.slots.iter_mut() {
+                if let SlotState::Waiting(w) = &s.state {
+                    woken.push(w.clone());
+                    s.state = SlotState::Passed;
                 }
             }
             for q in &mut t.queues {
@@ -491,7 +488,7 @@ mod tests {
     async fn a_deadline_passes_at_its_time_not_before() {
         let d = Deadlines::start();
         let at = Instant::now() + T;
-        let mut call = Box::pin(d.until(T, at, std::future::pending::<()>()));
+        let mut call = Box::pin(d.until(T, std::future::pending::<()>()));
         assert!(futures::poll!(call.as_mut()).is_pending());
         tokio::time::sleep_until(at - Duration::from_millis(1)).await;
         assert!(futures::poll!(call.as_mut()).is_pending());
@@ -504,7 +501,7 @@ mod tests {
     async fn a_call_that_ends_first_gives_its_output_and_its_slot_back() {
         let d = Deadlines::start();
         let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
-        let mut call = Box::pin(d.until(T, Instant::now() + T, rx));
+        let mut call = Box::pin(d.until(T, rx));
         assert!(futures::poll!(call.as_mut()).is_pending());
         assert_eq!(d.sizes(), (1, 1));
         tx.send(7).unwrap();
@@ -516,9 +513,9 @@ mod tests {
     async fn a_shorter_timeout_after_a_longer_one_passes_first() {
         let d = Deadlines::start();
         let now = Instant::now();
-        let long = d.until(T, now + T, std::future::pending::<()>());
+        let long = d.until(T, std::future::pending::<()>());
         let short_t = Duration::from_millis(5);
-        let short = d.until(short_t, now + short_t, std::future::pending::<()>());
+        let short = d.until(short_t, std::future::pending::<()>());
         let mut long = Box::pin(long);
         assert!(futures::poll!(long.as_mut()).is_pending());
         assert_eq!(short.await, None);
@@ -529,11 +526,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn calls_that_end_behind_a_waiting_one_leave_a_bounded_queue() {
         let d = Deadlines::start();
-        let mut first = Box::pin(d.until(T, Instant::now() + T, std::future::pending::<()>()));
+        let mut first = Box::pin(d.until(T, std::future::pending::<()>()));
         assert!(futures::poll!(first.as_mut()).is_pending());
         for _ in 0..10_000 {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            let mut call = Box::pin(d.until(T, Instant::now() + T, rx));
+            let mut call = Box::pin(d.until(T, rx));
             assert!(futures::poll!(call.as_mut()).is_pending());
             tx.send(()).unwrap();
             assert_eq!(call.await, Some(Ok(())));
@@ -555,7 +552,7 @@ mod tests {
         let mut calls: Vec<_> = (1..=MAX_TIMEOUTS as u64 + 4)
             .map(|ms| {
                 let t = Duration::from_millis(ms);
-                Box::pin(d.until(t, now + t, std::future::pending::<()>()))
+                Box::pin(d.until(t, std::future::pending::<()>()))
             })
             .collect();
         for c in &mut calls {
@@ -580,7 +577,7 @@ mod tests {
         };
         let rt = paused();
         let (d, at) = rt.block_on(async { (Deadlines::start(), Instant::now() + T) });
-        let mut before = Box::pin(d.until(T, at, std::future::pending::<()>()));
+        let mut before = Box::pin(d.until(T, std::future::pending::<()>()));
         rt.block_on(async {
             assert!(futures::poll!(before.as_mut()).is_pending());
         });
@@ -589,7 +586,7 @@ mod tests {
         drop(rt);
         assert_eq!(d.sizes(), (0, 0));
         paused().block_on(async {
-            let after = d.until(T, Instant::now() + T, std::future::pending::<()>());
+            let after = d.until(T, std::future::pending::<()>());
             assert_eq!(before.await, None);
             assert!(Instant::now() >= at);
             assert_eq!(after.await, None);

@@ -175,13 +175,12 @@ impl Node {
         )
         .quiet();
         let msg = make(reply);
-        let deadline = tokio::time::Instant::now() + timeout;
         let exchange = async {
             self.publish(group, &msg).await?;
             drop(msg);
             rx.await.map_err(|_| GroupError::Stopped)
         };
-        let ran = actors.deadlines.until(timeout, deadline, exchange).await;
+        let ran = actors.deadlines.until(timeout, exchange).await;
         let outcome = actors.calls.settle(call, ran, GroupError::Timeout)?;
         crate::actor::outcome_of(&Arc::downgrade(actors), outcome)
             .map_err(|e| GroupError::Failed(e.to_string()))
