@@ -317,6 +317,9 @@ impl<M: Ord + Clone> Replica<M> {
 
     /// What `w` would remove from `key` as this member holds it now.
     fn removed_by(&self, key: &[u8], w: &Write) -> u64 {
+        if !matches!(w, Write::Del | Write::HDel(_)) {
+            return 0;
+        }
         match (w, self.store.get(key)) {
             (Write::Del, Shown::Nothing) => 0,
             (Write::Del, _) => 1,

@@ -157,6 +157,12 @@ impl Entry {
         }
     }
 
+    /// Whether it shows nothing (`shown` would be [`Shown::Nothing`]: no field holds a value),
+    /// found without copying what it shows.
+    fn shows_nothing(&self) -> bool {
+        self.fields.values().all(|(value, _)| value.is_none())
+    }
+
     /// The newest version it holds.
     fn newest(&self) -> Version {
         self.fields
@@ -243,7 +249,7 @@ impl Store {
     fn with_entry(&mut self, key: &Bytes, f: impl FnOnce(&mut Entry)) -> Result<(), Full> {
         let entry = match self.entries.get_mut(key) {
             Some(e) => {
-                if matches!(e.shown(), Shown::Nothing) {
+                if e.shows_nothing() {
                     self.tombstones.remove(&(e.newest(), key.clone()));
                 }
                 e
@@ -256,7 +262,7 @@ impl Store {
             }
         };
         f(entry);
-        if matches!(entry.shown(), Shown::Nothing) {
+        if entry.shows_nothing() {
             self.tombstones.insert((entry.newest(), key.clone()));
         }
         Ok(())
@@ -291,7 +297,7 @@ impl Store {
     pub fn scan(&self, from: &[u8], count: usize) -> Vec<Bytes> {
         self.entries
             .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
-            .filter(|(_, e)| !matches!(e.shown(), Shown::Nothing))
+            .filter(|(_, e)| !e.shows_nothing())
             .map(|(k, _)| k.clone())
             .take(count)
             .collect()
@@ -496,6 +502,10 @@ mod tests {
             prop_assert_eq!(&a.entries, &d.entries);
             for k in &keys {
                 prop_assert_eq!(a.get(k), d.get(k));
+            }
+            // What a key shows and whether it shows nothing agree.
+            for e in a.entries.values() {
+                prop_assert_eq!(e.shows_nothing(), matches!(e.shown(), Shown::Nothing));
             }
             prop_assert_eq!(a.tombstones(), d.tombstones());
         }
