@@ -3,7 +3,7 @@
 //!
 //! A key belongs to group `group_of(key) mod groups`; each request is published to that group
 //! with [`maquis::Node::publish_call`] and the first answer taken. A request with no answer
-//! within `attempt_timeout` (its responsible member died, or a copy was lost) is published
+//! within `attempt_timeout` (the member that answers it died, or a copy was lost) is published
 //! again with the same id and version, up to `attempts` times: requests are idempotent. When
 //! the groups' membership changes while a request waits, it is published again at once (a
 //! few times at most): the member that answers for its key may have changed.
@@ -79,7 +79,7 @@ pub enum PsadbError {
     /// The group's members hold as many keys as they may.
     #[error("the store is full")]
     Full,
-    /// The responsible member waits for as many writes as it may.
+    /// The coordinating member waits for as many writes as it may.
     #[error("the member is busy")]
     Busy,
     /// Not every member confirmed the write in time: it is not acknowledged.
@@ -335,8 +335,8 @@ impl Client {
         self.write(key, Write::Set(value)).await.map(drop)
     }
 
-    /// `DEL` of one key: whether it showed a value just before (in the responsible member's
-    /// copy; one request).
+    /// `DEL` of one key: whether it showed a value just before (in the copy of the member
+    /// that coordinates the write; one request).
     pub async fn del(&self, key: &Bytes) -> Result<bool, PsadbError> {
         self.write(key, Write::Del).await.map(|n| n > 0)
     }
@@ -346,8 +346,8 @@ impl Client {
         self.write(key, Write::HSet(fields)).await.map(drop)
     }
 
-    /// `HDEL`: how many of the fields the key held just before (in the responsible member's
-    /// copy; one request).
+    /// `HDEL`: how many of the fields the key held just before (in the copy of the member
+    /// that coordinates the write; one request).
     pub async fn hdel(&self, key: &Bytes, fields: Vec<Bytes>) -> Result<u64, PsadbError> {
         self.write(key, Write::HDel(fields)).await
     }

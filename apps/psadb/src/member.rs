@@ -177,8 +177,13 @@ impl Driver {
         match msg {
             MemberMsg::Request(req, reply) => {
                 let id = req.id;
+                // The members on the client's node: one of them coordinates a write, so its
+                // answer does not cross to another node.
+                let client = reply.caller_node().name.clone();
                 self.replies.insert(id, reply);
-                self.replica.handle_request(req, std::time::Instant::now());
+                let near = |m: &MemberId| m.node.as_str() == &*client;
+                self.replica
+                    .handle_request(req, near, std::time::Instant::now());
                 self.flush().await;
                 if !self.replica.is_pending(id) {
                     // Answered, or not this member's to answer: a copy dropped unanswered

@@ -11,10 +11,14 @@
 //!
 //! - A **read** is answered by the responsible member from its copy; the others ignore it.
 //! - A **write** is applied by every member (writes carry the client's [`Version`], so the
-//!   order they arrive in does not matter: see [`crate::store`]). A member that is not
-//!   responsible confirms it to the responsible one ([`Out::Confirm`]); the responsible one
-//!   answers the client once every member of the group it knows of has confirmed. So an
-//!   acknowledged write is on every member: one member's death loses none.
+//!   order they arrive in does not matter: see [`crate::store`]). One member **coordinates**
+//!   it ([`Replica::coordinator`]): a ready member on the client's own node when there is one
+//!   (the driver says which members are near the client), else the key's responsible member.
+//!   The others confirm the write to it ([`Out::Confirm`]), and it answers the client once
+//!   every member of the group it knows of has confirmed. So an acknowledged write is on
+//!   every member: one member's death loses none, whichever member coordinated. With the
+//!   client's node's member coordinating, a write takes two hops in sequence (the publish,
+//!   the confirmations) and its answer stays on the client's node.
 //! - A member that has not confirmed within `resend_after` is sent the write again, directly
 //!   ([`Out::Resend`]; a publish is best effort); after `give_up_after` the client is answered
 //!   [`Answer::NotReplicated`] (the write was not acknowledged; it may or may not stay).
@@ -22,7 +26,8 @@
 //!
 //! Members that disagree on the membership for a moment may both answer (the client takes the
 //! first answer) or neither (the client's request times out and it sends it again: requests
-//! are idempotent).
+//! are idempotent). A member that disagrees on who coordinates a write confirms it to a member
+//! that does not wait for it; the coordinator's resend then gets its confirmation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -94,7 +99,7 @@ pub enum Answer {
     Keys(Vec<Bytes>),
     /// The key's newest version.
     Version(Version),
-    /// The write is on every member. The count is what it removed as the responsible member
+    /// The write is on every member. The count is what it removed as the coordinating member
     /// saw the key just before applying it: for `DEL` 1 if the key showed a value, for
     /// `HDEL` the fields it held; 0 for the other writes (and for a retry of a delete that
     /// was already applied).
@@ -279,17 +284,30 @@ impl<M: Ord + Clone> Replica<M> {
         }
     }
 
-    /// A request published to the group.
-    pub fn handle_request(&mut self, req: Request, now: Instant) {
-        let mine = self.responsible(&req.key) == Some(&self.me);
+    /// The member that collects write confirmations and answers the client: the first ready
+    /// member (in the members' order) that `near` accepts — the driver's test of whether a
+    /// member is on the client's node —, else the key's responsible member. Members that see
+    /// the same ready members pick the same one.
+    pub fn coordinator(&self, key: &[u8], near: impl Fn(&M) -> bool) -> Option<&M> {
+        self.ready
+            .iter()
+            .find(|m| near(m))
+            .or_else(|| self.responsible(key))
+    }
+
+    /// A request published to the group; `near` tells the members on the client's node (see
+    /// [`Replica::coordinator`]).
+    pub fn handle_request(&mut self, req: Request, near: impl Fn(&M) -> bool, now: Instant) {
         match &req.op {
             Op::Read(r) => {
-                if mine {
+                if self.responsible(&req.key) == Some(&self.me) {
                     let answer = self.read(&req.key, r);
                     self.out.push(Out::Reply { id: req.id, answer });
                 }
             }
             Op::Write(w, v) => {
+                let coordinator = self.coordinator(&req.key, near).cloned();
+                let mine = coordinator.as_ref() == Some(&self.me);
                 let removed = if mine {
                     self.removed_by(&req.key, w)
                 } else {
@@ -305,8 +323,8 @@ impl<M: Ord + Clone> Replica<M> {
                     return;
                 }
                 if !mine {
-                    if let Some(r) = self.responsible(&req.key).cloned() {
-                        self.out.push(Out::Confirm { to: r, id: req.id });
+                    if let Some(c) = coordinator {
+                        self.out.push(Out::Confirm { to: c, id: req.id });
                     }
                     return;
                 }

@@ -12,7 +12,8 @@ use crate::store::{Version, Write};
 
 #[derive(Debug)]
 enum Msg {
-    Req(Request),
+    /// A published request, and the member on its client's node (if any).
+    Req(Request, Option<u8>),
     Confirm(u8, ReqId),
     Resend(u8, Request),
 }
@@ -23,6 +24,8 @@ struct Net {
     flight: Vec<(u8, Msg)>,
     /// First answer to each request.
     answers: BTreeMap<ReqId, Answer>,
+    /// Who sent that first answer.
+    answered_by: BTreeMap<ReqId, u8>,
     /// Answers sent, all requests together.
     replies: usize,
     now: Instant,
@@ -46,6 +49,7 @@ impl Net {
             replicas,
             flight: Vec::new(),
             answers: BTreeMap::new(),
+            answered_by: BTreeMap::new(),
             replies: 0,
             now: Instant::now(),
         }
@@ -59,7 +63,10 @@ impl Net {
             match o {
                 Out::Reply { id, answer } => {
                     self.replies += 1;
-                    self.answers.entry(id).or_insert(answer);
+                    if let std::collections::btree_map::Entry::Vacant(e) = self.answers.entry(id) {
+                        e.insert(answer);
+                        self.answered_by.insert(id, from);
+                    }
                 }
                 Out::Confirm { to, id } => self.flight.push((to, Msg::Confirm(from, id))),
                 Out::Resend { to, req } => self.flight.push((to, Msg::Resend(from, req))),
@@ -74,7 +81,7 @@ impl Net {
             return;
         };
         match msg {
-            Msg::Req(req) => r.handle_request(req, now),
+            Msg::Req(req, near) => r.handle_request(req, |m| Some(*m) == near, now),
             Msg::Confirm(from, id) => r.handle_confirm(from, id, now),
             Msg::Resend(from, req) => r.handle_resend(from, req),
         }
@@ -110,7 +117,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
     fn acknowledged_writes_survive_loss_reordering_and_a_dead_member(
-        writes in prop::collection::vec((0..4u8, 0..3u8), 1..20),
+        // Key, value, and the member on the writing client's node (3: none, so the key's
+        // responsible member coordinates).
+        writes in prop::collection::vec((0..4u8, 0..3u8, 0..4u8), 1..20),
         drops in prop::collection::vec(any::<bool>(), 60),
         picks in prop::collection::vec(any::<prop::sample::Index>(), 400),
         kill_at in 0..400usize,
@@ -120,7 +129,8 @@ proptest! {
         let mut written: BTreeMap<ReqId, (Bytes, Version)> = BTreeMap::new();
         let mut drop = drops.iter().cycle();
         // Publish every write: each member's copy may be lost.
-        for (seq, (key, val)) in writes.iter().enumerate() {
+        for (seq, (key, val, near)) in writes.iter().enumerate() {
+            let near = (*near < 3).then_some(*near);
             let id = ReqId { client: 1, seq: seq as u64 };
             let key = b(format!("k{key}"));
             let v = Version { clock: seq as u64 + 1, writer: 1 };
@@ -132,7 +142,7 @@ proptest! {
             written.insert(id, (key, v));
             for m in 0..3u8 {
                 if !*drop.next().unwrap() {
-                    net.flight.push((m, Msg::Req(req.clone())));
+                    net.flight.push((m, Msg::Req(req.clone(), near)));
                 }
             }
         }
@@ -187,11 +197,15 @@ fn reads_go_to_the_responsible_member_only() {
     for m in 0..3u8 {
         net.flight.push((
             m,
-            Msg::Req(Request {
-                id,
-                key: key.clone(),
-                op: Op::Read(Read::Get),
-            }),
+            Msg::Req(
+                Request {
+                    id,
+                    key: key.clone(),
+                    op: Op::Read(Read::Get),
+                },
+                // Reads stay with the responsible member, whoever is near the client.
+                Some((m + 1) % 3),
+            ),
         ));
     }
     while !net.flight.is_empty() {
@@ -199,6 +213,110 @@ fn reads_go_to_the_responsible_member_only() {
     }
     assert_eq!(net.answers.get(&id), Some(&Answer::Value(None)));
     assert_eq!(net.replies, 1, "one member answers");
+    let resp = *net.replicas[&0].responsible(&key).unwrap();
+    assert_eq!(net.answered_by.get(&id), Some(&resp));
+}
+
+fn set(seq: u64, key: &Bytes) -> Request {
+    Request {
+        id: ReqId { client: 1, seq },
+        key: key.clone(),
+        op: Op::Write(
+            Write::Set(b("v".into())),
+            Version {
+                clock: seq + 1,
+                writer: 1,
+            },
+        ),
+    }
+}
+
+#[test]
+fn the_member_on_the_clients_node_coordinates_its_writes() {
+    let mut net = Net::new(3);
+    let key = b("near".into());
+    let resp = *net.replicas[&0].responsible(&key).unwrap();
+    // Every member as the client's node's: the responsible one and the two others.
+    for (seq, near) in (0..3u8).enumerate() {
+        let req = set(seq as u64, &key);
+        for m in 0..3u8 {
+            net.flight.push((m, Msg::Req(req.clone(), Some(near))));
+        }
+        while !net.flight.is_empty() {
+            net.deliver(0);
+        }
+        assert_eq!(net.answers.get(&req.id), Some(&Answer::Written(0)));
+        assert_eq!(net.answered_by.get(&req.id), Some(&near), "near {near}");
+    }
+    assert_eq!(net.replies, 3, "one answer a write");
+    // No member on the client's node: the responsible member coordinates.
+    let req = set(3, &key);
+    for m in 0..3u8 {
+        net.flight.push((m, Msg::Req(req.clone(), None)));
+    }
+    while !net.flight.is_empty() {
+        net.deliver(0);
+    }
+    assert_eq!(net.answered_by.get(&req.id), Some(&resp));
+    // A member near the client that is not ready (still joining) does not coordinate.
+    let joining = (resp + 1) % 3;
+    let ready: Vec<u8> = (0..3u8).filter(|m| *m != joining).collect();
+    for r in net.replicas.values_mut() {
+        r.set_members((0..3).collect(), ready.clone());
+    }
+    let req = set(4, &key);
+    for m in 0..3u8 {
+        net.flight.push((m, Msg::Req(req.clone(), Some(joining))));
+    }
+    while !net.flight.is_empty() {
+        net.deliver(0);
+    }
+    assert_eq!(net.answers.get(&req.id), Some(&Answer::Written(0)));
+    assert_ne!(net.answered_by.get(&req.id), Some(&joining));
+    for (m, r) in &net.replicas {
+        assert_eq!(r.store().version(&key), req_version(&req), "member {m}");
+    }
+}
+
+fn req_version(r: &Request) -> crate::store::Version {
+    match &r.op {
+        Op::Write(_, v) => *v,
+        Op::Read(_) => unreachable!("a write"),
+    }
+}
+
+#[test]
+fn members_that_disagree_on_the_coordinator_still_settle_the_write() {
+    let mut net = Net::new(3);
+    let key = b("split".into());
+    let resp = *net.replicas[&0].responsible(&key).unwrap();
+    let near = (resp + 1) % 3;
+    let other = (resp + 2) % 3;
+    // `other` does not see `near` as ready yet: it confirms to the responsible member.
+    net.replicas
+        .get_mut(&other)
+        .unwrap()
+        .set_members((0..3).collect(), vec![resp, other]);
+    let req = set(0, &key);
+    for m in 0..3u8 {
+        net.flight.push((m, Msg::Req(req.clone(), Some(near))));
+    }
+    while !net.flight.is_empty() {
+        net.deliver(0);
+    }
+    assert!(
+        net.answers.is_empty(),
+        "the coordinator still waits for `other`"
+    );
+    // The coordinator's resend reaches `other`, which confirms to the member that asked.
+    for _ in 0..3 {
+        net.tick(Duration::from_millis(100));
+        while !net.flight.is_empty() {
+            net.deliver(0);
+        }
+    }
+    assert_eq!(net.answers.get(&req.id), Some(&Answer::Written(0)));
+    assert_eq!(net.answered_by.get(&req.id), Some(&near));
 }
 
 #[test]
@@ -221,13 +339,13 @@ fn confirmations_that_come_before_their_request_count() {
     // The others apply the write and confirm; their confirmations reach the responsible
     // member before the request does.
     for m in (0..3u8).filter(|m| *m != resp) {
-        net.flight.push((m, Msg::Req(req.clone())));
+        net.flight.push((m, Msg::Req(req.clone(), None)));
     }
     while !net.flight.is_empty() {
         net.deliver(0);
     }
     assert!(net.answers.is_empty());
-    net.flight.push((resp, Msg::Req(req)));
+    net.flight.push((resp, Msg::Req(req, None)));
     net.deliver(0);
     assert_eq!(
         net.answers.get(&id),
