@@ -23,7 +23,7 @@
 //! ([`Full`]). A key that shows nothing stays as a tombstone (so a late, older write cannot
 //! bring it back) until [`Store::prune`] drops the oldest ones beyond `max_tombstones`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -177,7 +177,12 @@ impl Entry {
 /// A copy of a group's keys (see the module's documentation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Store {
-    entries: BTreeMap<Bytes, Entry>,
+    /// Every key's entry: found by hash (a key's bytes compared once), not by a search
+    /// through the ordered keys.
+    entries: HashMap<Bytes, Entry>,
+    /// The same keys in byte order, for scans and snapshot pages (changed only when a key
+    /// comes or goes, not when a key's entry does).
+    order: BTreeSet<Bytes>,
     /// Keys that show nothing, by the newest version they hold (oldest first).
     tombstones: BTreeSet<(Version, Bytes)>,
     max_keys: usize,
@@ -219,7 +224,8 @@ impl Store {
     /// as tombstones after [`Store::prune`].
     pub fn new(max_keys: usize, max_tombstones: usize) -> Self {
         Store {
-            entries: BTreeMap::new(),
+            entries: HashMap::new(),
+            order: BTreeSet::new(),
             tombstones: BTreeSet::new(),
             max_keys,
             max_tombstones,
@@ -258,6 +264,7 @@ impl Store {
                 if self.entries.len() >= self.max_keys {
                     return Err(Full);
                 }
+                self.order.insert(key.clone());
                 self.entries.entry(key.clone()).or_default()
             }
         };
@@ -288,6 +295,7 @@ impl Store {
                 break;
             };
             self.entries.remove(&key);
+            self.order.remove(&key);
             dropped += 1;
         }
         dropped
@@ -295,11 +303,11 @@ impl Store {
 
     /// The keys showing something, in order, from `from` on, at most `count`.
     pub fn scan(&self, from: &[u8], count: usize) -> Vec<Bytes> {
-        self.entries
+        self.order
             .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
-            .filter(|(_, e)| !e.shows_nothing())
-            .map(|(k, _)| k.clone())
+            .filter(|k| self.entries.get(*k).is_some_and(|e| !e.shows_nothing()))
             .take(count)
+            .cloned()
             .collect()
     }
 
@@ -319,10 +327,11 @@ impl Store {
         let mut entries = Vec::new();
         let mut bytes = 0usize;
         let mut more = false;
-        for (k, e) in self
-            .entries
+        let ordered = self
+            .order
             .range::<[u8], _>((start, std::ops::Bound::Unbounded))
-        {
+            .filter_map(|k| self.entries.get(k).map(|e| (k, e)));
+        for (k, e) in ordered {
             let size = k.len() + e.size();
             if !entries.is_empty() && bytes.saturating_add(size) > max_bytes {
                 more = true;
@@ -508,6 +517,21 @@ mod tests {
                 prop_assert_eq!(e.shows_nothing(), matches!(e.shown(), Shown::Nothing));
             }
             prop_assert_eq!(a.tombstones(), d.tombstones());
+            // The ordered keys are the entries' keys, also after pruning every tombstone; a
+            // scan sees the same keys either way.
+            let mut p = Store::new(100, 0);
+            for (k, w, v) in &ws {
+                p.apply(k, w, *v).unwrap();
+            }
+            p.prune();
+            prop_assert_eq!(p.tombstones(), 0);
+            for s in [&a, &c, &d, &p] {
+                let held: BTreeSet<&Bytes> = s.entries.keys().collect();
+                let ordered: BTreeSet<&Bytes> = s.order.iter().collect();
+                prop_assert_eq!(held, ordered);
+            }
+            prop_assert_eq!(a.scan(b"", 10), p.scan(b"", 10));
+            prop_assert_eq!(a.scan(b"y", 10), d.scan(b"y", 10));
         }
     }
 }
