@@ -1,5 +1,5 @@
 //! Refs to local actors that carry their actor's mailbox (from `spawn`, `myself`, `whereis`):
-//! a stopped actor is still `NoProc`, another type still `TypeMismatch`; and local calls whose
+//! a stopped actor is still `NoProc` (waiting or not, acknowledged or not), another type still `TypeMismatch`; and local calls whose
 //! reply handle leaves the node, or is dropped, still end as a call must.
 
 mod common;
@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use maquis::{ActorRef, CallError, Node, ReplyTo, SendError};
+use maquis::{ActorRef, CallError, Node, ReplyTo, SendError, SendOpts};
 use serde::{Deserialize, Serialize};
 
 const LIMIT: Duration = Duration::from_secs(5);
@@ -42,9 +42,16 @@ async fn a_stopped_actor_is_no_proc_through_every_kind_of_local_ref() {
     let down = node.monitor(&spawned);
     spawned.send(Life::Stop).await.unwrap();
     tokio::time::timeout(LIMIT, down).await.unwrap();
+    let acked = SendOpts::default().acked();
     for r in [&spawned, &found, &decoded] {
         assert_eq!(r.send(Life::Ping).await, Err(SendError::NoProc));
         assert_eq!(r.try_send(Life::Ping), Err(SendError::NoProc));
+        // Acknowledged delivery to a local actor is a plain local send: the same answer.
+        assert_eq!(
+            r.send_with(Life::Ping, &acked).await,
+            Err(SendError::NoProc)
+        );
+        assert_eq!(r.try_send_with(Life::Ping, &acked), Err(SendError::NoProc));
     }
     node.shutdown().await;
 }

@@ -333,7 +333,7 @@ impl<M: Message> ActorRef<M> {
         wait: bool,
     ) -> Result<(), SendError> {
         if let Some(tx) = self.cached() {
-            return put(tx, msg, wait).await.map_err(|r| r.error(wait));
+            return put(tx, msg, wait).await.map_err(|r| r.error(false));
         }
         let rt = self.runtime()?;
         if rt.router.is_local(&self.node)? {
@@ -350,7 +350,7 @@ impl<M: Message> ActorRef<M> {
                 Err(Refused::Closed(Delivery::Local(msg))) if offer && wait => {
                     Box::pin(self.offer_unnamed(&rt, &msg, call)).await
                 }
-                r => r.map_err(|r| r.error(wait)),
+                r => r.map_err(|r| r.error(offer)),
             };
         }
         let (header, payload) = self.encode(&msg, call)?;
@@ -432,10 +432,12 @@ enum Refused<M> {
 }
 
 impl<M> Refused<M> {
-    /// What a send that waited (or did not) reports.
-    fn error(self, wait: bool) -> SendError {
+    /// What the send reports. A closed mailbox is `NoProc`, unless the node's sink would take
+    /// a message for the name once asked, which only a send that may wait does: then it is
+    /// `Backpressure`, and a retry (or a send that waits) gets there.
+    fn error(self, sink_would_take: bool) -> SendError {
         match self {
-            Refused::Closed(_) if wait => SendError::NoProc,
+            Refused::Closed(_) if !sink_would_take => SendError::NoProc,
             _ => SendError::Backpressure("mailbox"),
         }
     }
