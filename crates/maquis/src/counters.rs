@@ -94,4 +94,11 @@ counters! {
     broadcast_strangers_ignored: "member heartbeats ignored because they came from a node that is not a broadcast neighbour (its view had not caught up)",
     broadcast_lazy_dropped: "broadcast announcements dropped because the lazy queue was full",
     broadcast_missing_dropped: "broadcast announcements ignored because the table of messages announced and not received was full",
+    membership_sent_overlay: "the overlay's own messages this node sent (joins, neighbour requests, shuffles; copied from the membership machine at every link heartbeat interval, as the other membership_sent counts)",
+    membership_sent_heartbeats: "member heartbeats this node sent along the broadcast tree, its own and those it relayed (peer-to-peer)",
+    membership_sent_notices: "down and leave notices this node sent along the broadcast tree, its own and those it relayed",
+    membership_sent_gossip: "payloads of application broadcast topics this node sent along the broadcast tree",
+    membership_sent_ihave: "batches of lazy broadcast announcements (IHAVE) this node sent",
+    membership_sent_tree: "grafts and prunes this node sent (the broadcast tree's repairs)",
+    membership_sent_bytes: "bytes of every membership_sent message, as encoded (before the frame's head)",
 }

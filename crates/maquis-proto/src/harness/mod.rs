@@ -181,6 +181,9 @@ impl Observer for NoObserver {}
 pub struct NetCounters {
     /// Messages put on a connection.
     pub messages: u64,
+    /// Protocol messages (overlay and broadcast) the machines asked to send, whether or not
+    /// they were put on a connection.
+    pub protocol: u64,
     /// Messages lost to a crash, a partition or a failing connection.
     pub lost: u64,
     /// Messages dropped because their sender had no connection to the receiver.
@@ -898,7 +901,10 @@ impl<O: Observer> Network<O> {
                     to,
                     protocol,
                     payload,
-                } => self.send(i, to.index, Wire::Proto(protocol, payload)),
+                } => {
+                    self.counters.protocol += 1;
+                    self.send(i, to.index, Wire::Proto(protocol, payload))
+                }
                 other => {
                     if let Output::Members(m) = &other {
                         self.nodes[i as usize].services_hear_members(Duration::from_micros(now), m);

@@ -121,6 +121,47 @@ pub struct MembershipStats {
     pub refutations: u64,
 }
 
+/// Messages this machine asked its driver to send ([`Output::Send`]), by kind: what a member's
+/// protocol traffic is made of (at rest, on peer-to-peer, mostly heartbeats relayed along the
+/// broadcast tree and their lazy announcements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SentStats {
+    /// The overlay's own messages (joins, neighbour requests, shuffles, ...).
+    pub overlay: u64,
+    /// Member heartbeats, this node's and those it relays.
+    pub heartbeats: u64,
+    /// Broadcast payloads of the membership's own topics (down and leave notices).
+    pub notices: u64,
+    /// Broadcast payloads of the application's topics.
+    pub gossip: u64,
+    /// Batches of lazy announcements (IHAVE).
+    pub ihave: u64,
+    /// Grafts and prunes: the broadcast tree's repairs.
+    pub tree: u64,
+    /// Bytes of all of them, as encoded (before the frame's head).
+    pub bytes: u64,
+}
+
+impl SentStats {
+    /// Messages of every kind.
+    pub fn messages(&self) -> u64 {
+        self.overlay + self.heartbeats + self.notices + self.gossip + self.ihave + self.tree
+    }
+
+    fn broadcast(&mut self, msg: &PlumtreeMsg<impl PeerId>) {
+        let kind = match msg {
+            PlumtreeMsg::Gossip { topic, .. } if topic.as_str().starts_with(RESERVED_PREFIX) => {
+                &mut self.notices
+            }
+            PlumtreeMsg::Gossip { .. } => &mut self.gossip,
+            PlumtreeMsg::Heartbeat { .. } => &mut self.heartbeats,
+            PlumtreeMsg::IHave(_) => &mut self.ihave,
+            PlumtreeMsg::Graft { .. } | PlumtreeMsg::Prune => &mut self.tree,
+        };
+        *kind += 1;
+    }
+}
+
 /// Which protocol a message on the membership lane belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -273,6 +314,7 @@ pub struct Membership<P: PeerId = NodeId> {
     routes: HashMap<P::Name, (P, P)>,
     timers: Timers<Timer<P>>,
     out: VecDeque<Output<P>>,
+    sent: SentStats,
 }
 
 impl<P: PeerId> std::fmt::Debug for Membership<P> {
@@ -309,6 +351,7 @@ impl<P: PeerId> Membership<P> {
             routes: HashMap::new(),
             timers: Timers::default(),
             out: VecDeque::new(),
+            sent: SentStats::default(),
         }
     }
 
@@ -355,6 +398,11 @@ impl<P: PeerId> Membership<P> {
     /// What this machine counted: accusations, members declared down, refutations.
     pub fn stats(&self) -> MembershipStats {
         self.bcast.stats()
+    }
+
+    /// The messages this machine asked to send, by kind.
+    pub fn sent(&self) -> SentStats {
+        self.sent
     }
 
     /// Whether this peer's membership lane is up.
@@ -566,11 +614,15 @@ impl<P: PeerId> Membership<P> {
                     self.close(id.clone());
                     self.out.push_back(Output::Gone(id));
                 }
-                Effect::Send(to, payload) => self.out.push_back(Output::Send {
-                    to,
-                    protocol: Protocol::Overlay,
-                    payload,
-                }),
+                Effect::Send(to, payload) => {
+                    self.sent.overlay += 1;
+                    self.sent.bytes += payload.len() as u64;
+                    self.out.push_back(Output::Send {
+                        to,
+                        protocol: Protocol::Overlay,
+                        payload,
+                    })
+                }
                 Effect::SetTimer(t, after) => self.timers.set(Timer::Overlay(t), now + after),
                 Effect::Left(id) => {
                     if self.liveness == Liveness::Membership {
@@ -639,11 +691,15 @@ impl<P: PeerId> Membership<P> {
         for e in std::mem::take(&mut self.pt_out) {
             match e {
                 PlumtreeEffect::Send(to, msg) => match crate::encode(&msg) {
-                    Ok(bytes) => self.out.push_back(Output::Send {
-                        to,
-                        protocol: Protocol::Broadcast,
-                        payload: Bytes::from(bytes),
-                    }),
+                    Ok(bytes) => {
+                        self.sent.broadcast(&msg);
+                        self.sent.bytes += bytes.len() as u64;
+                        self.out.push_back(Output::Send {
+                            to,
+                            protocol: Protocol::Broadcast,
+                            payload: Bytes::from(bytes),
+                        })
+                    }
                     Err(e) => tracing::error!(error = %e, "broadcast message does not encode"),
                 },
                 PlumtreeEffect::Deliver {

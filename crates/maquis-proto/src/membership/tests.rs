@@ -429,6 +429,32 @@ mod accusations {
             assert_eq!(net.node(i).machine.members().len(), N as usize);
         }
     }
+
+    #[test]
+    fn the_messages_sent_are_counted_by_kind() {
+        let mut net = network(Duration::from_secs(1));
+        let sent = |net: &Network<Downs>| -> Vec<super::SentStats> {
+            (0..N).map(|i| net.node(i).machine.sent()).collect()
+        };
+        let total = |s: &[super::SentStats]| s.iter().map(|s| s.messages()).sum::<u64>();
+        // Every message a machine asked to send is counted once, in one kind.
+        assert_eq!(total(&sent(&net)), net.counters().protocol);
+        let before = sent(&net);
+        let (sent_before, asked_before) = (total(&before), net.counters().protocol);
+        // At rest for 40 s, a heartbeat every 4 s: ten of each node's own, at least.
+        net.run_for(Duration::from_secs(40));
+        let after = sent(&net);
+        assert_eq!(
+            total(&after) - sent_before,
+            net.counters().protocol - asked_before
+        );
+        for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+            assert!(a.heartbeats - b.heartbeats >= 9, "node {i}: {b:?} -> {a:?}");
+            assert_eq!(a.gossip, b.gossip, "node {i}: no application topic");
+            assert_eq!(a.notices, b.notices, "node {i}: nobody accused at rest");
+            assert!(a.bytes > b.bytes);
+        }
+    }
 }
 
 #[test]

@@ -388,6 +388,14 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
     c.members_accused.raise_to(ms.accusations);
     c.members_declared_down.raise_to(ms.declared_down);
     c.accusations_refuted.raise_to(ms.refutations);
+    let sent = m.sent();
+    c.membership_sent_overlay.raise_to(sent.overlay);
+    c.membership_sent_heartbeats.raise_to(sent.heartbeats);
+    c.membership_sent_notices.raise_to(sent.notices);
+    c.membership_sent_gossip.raise_to(sent.gossip);
+    c.membership_sent_ihave.raise_to(sent.ihave);
+    c.membership_sent_tree.raise_to(sent.tree);
+    c.membership_sent_bytes.raise_to(sent.bytes);
     d.seq += 1;
     let now = inner.router.now_us();
     let timeout = inner.config.transport.heartbeat_timeout_ms * 1000;
