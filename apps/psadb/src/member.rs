@@ -179,11 +179,11 @@ impl Driver {
                 let id = req.id;
                 // The members on the client's node: one of them coordinates a write, so its
                 // answer does not cross to another node.
-                let client = reply.caller_node().name.clone();
-                self.replies.insert(id, reply);
-                let near = |m: &MemberId| m.node.as_str() == &*client;
+                let client = &reply.caller_node().name;
+                let near = |m: &MemberId| m.node.as_str() == &**client;
                 self.replica
                     .handle_request(req, near, std::time::Instant::now());
+                self.replies.insert(id, reply);
                 self.flush().await;
                 if !self.replica.is_pending(id) {
                     // Answered, or not this member's to answer: a copy dropped unanswered

@@ -324,18 +324,8 @@ fn confirmations_that_come_before_their_request_count() {
     let mut net = Net::new(3);
     let key = b("some key".into());
     let resp = *net.replicas[&0].responsible(&key).unwrap();
-    let id = ReqId { client: 1, seq: 0 };
-    let req = Request {
-        id,
-        key,
-        op: Op::Write(
-            Write::Set(b("v".into())),
-            Version {
-                clock: 1,
-                writer: 1,
-            },
-        ),
-    };
+    let req = set(0, &key);
+    let id = req.id;
     // The others apply the write and confirm; their confirmations reach the responsible
     // member before the request does.
     for m in (0..3u8).filter(|m| *m != resp) {
@@ -387,18 +377,9 @@ fn a_direct_read_is_answered_by_the_responsible_member_only() {
     }
     // A write sent to one member alone is refused: writes are published to every member.
     let r = net.replicas.get_mut(&resp).unwrap();
-    let id = ReqId { client: 1, seq: 9 };
-    r.handle_direct(Request {
-        id,
-        key: key.clone(),
-        op: Op::Write(
-            Write::Set(b("v".into())),
-            Version {
-                clock: 1,
-                writer: 1,
-            },
-        ),
-    });
+    let write = set(9, &key);
+    let id = write.id;
+    r.handle_direct(write);
     let outs: Vec<_> = r.drain_out().collect();
     assert_eq!(
         outs,

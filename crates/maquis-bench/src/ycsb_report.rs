@@ -267,10 +267,10 @@ fn targets(
     };
     for w in workloads {
         if let Some((redis, psadb, at_most)) = ratio(w, most) {
-            // The loads run at the most threads only; the workloads at every count.
+            // At the other counts (the loads run at the most only: nothing to show for them).
             let fewer: Vec<String> = counts
                 .iter()
-                .filter(|&&t| t != most && *w != "load")
+                .filter(|&&t| t != most)
                 .filter_map(|&t| ratio(w, t).map(|(_, _, q)| format!("{q:.2}× at {t}")))
                 .collect();
             let _ = writeln!(
