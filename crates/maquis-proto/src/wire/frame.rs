@@ -12,7 +12,7 @@
 //! zero-copy slice of the read buffer.
 
 use super::parts::Reassembly;
-use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError};
+use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError, MIN_BUFFER};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
@@ -367,8 +367,9 @@ pub fn encode_frame(
 ///
 /// A frame longer than `max_frame` is refused as soon as its length field arrives, before any
 /// memory is reserved for it; otherwise the decoder makes room for the rest of the current frame
-/// only (in a buffer of at least 8 KiB unless `max_frame` is smaller), so the read buffer never
-/// grows past `max_frame + 4` bytes on the decoder's account. Frames sent in parts
+/// only (in a buffer of at least 8 KiB, or [`FrameDecoder::read_buffer`], unless `max_frame` is
+/// smaller), so the read buffer never grows past `max_frame + 4` bytes on the decoder's
+/// account. Frames sent in parts
 /// ([`super::parts`]) come out whole, with their last part; the one frame in parts a stream
 /// may have open at a time holds at most another `max_frame + 4` bytes. Any error means the
 /// stream is corrupt or hostile and should be closed.
@@ -381,6 +382,8 @@ pub struct FrameDecoder {
     /// own.
     piece_left: usize,
     piece_last: bool,
+    /// The smallest buffer a partial frame moves into: the reads that follow fill it.
+    min_buffer: usize,
 }
 
 impl FrameDecoder {
@@ -391,7 +394,17 @@ impl FrameDecoder {
             parts: Reassembly::new(),
             piece_left: 0,
             piece_last: false,
+            min_buffer: MIN_BUFFER,
         }
+    }
+
+    /// Makes the buffer a frame that has not fully arrived moves into at least `bytes` long
+    /// (still at most `max_frame + 4`): the reads that follow fill it, so a stream of small
+    /// frames is read in reads of about this size. Give it the size the read buffer starts
+    /// with (8 KiB unless set).
+    pub fn read_buffer(mut self, bytes: usize) -> Self {
+        self.min_buffer = bytes;
+        self
     }
 
     /// Bytes of a frame sent in parts held until its last part arrives (at most the frame
@@ -508,7 +521,7 @@ impl FrameDecoder {
                 )));
             }
         }
-        let Some(frame) = split_frame(src, len, self.max_frame) else {
+        let Some(frame) = split_frame(src, len, self.max_frame, self.min_buffer) else {
             return Ok(None);
         };
         decode_whole(frame.freeze()).map(Some)
@@ -894,6 +907,16 @@ mod tests {
         // ... but never more than a maximal frame.
         let mut buf = BytesMut::from(&wire[..PREFIX]);
         assert_eq!(FrameDecoder::new(200).decode(&mut buf).unwrap(), None);
+        assert_eq!(buf.capacity(), 204);
+        // A reader that reads 64 KiB at a time keeps reading that much.
+        let mut buf = BytesMut::from(&wire[..PREFIX]);
+        let mut dec = FrameDecoder::default().read_buffer(64 * 1024);
+        assert_eq!(dec.decode(&mut buf).unwrap(), None);
+        assert_eq!(buf.capacity(), 64 * 1024);
+        assert_eq!(&buf[..], &wire[..PREFIX]);
+        let mut buf = BytesMut::from(&wire[..PREFIX]);
+        let mut dec = FrameDecoder::new(200).read_buffer(64 * 1024);
+        assert_eq!(dec.decode(&mut buf).unwrap(), None);
         assert_eq!(buf.capacity(), 204);
     }
 

@@ -19,7 +19,7 @@
 //! Each side announces the largest frame it accepts (`max_frame`); a node sends a peer nothing
 //! larger than the peer's limit, so a message too large for its receiver fails at its sender.
 
-use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError};
+use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError, MIN_BUFFER};
 use crate::id::{LaneId, NodeId};
 use bytes::{BufMut, BytesMut};
 use hmac::{Hmac, Mac};
@@ -254,7 +254,7 @@ impl StreamDecoder for HandshakeDecoder {
                 max: MAX_HANDSHAKE_FRAME,
             });
         }
-        match split_frame(src, len, MAX_HANDSHAKE_FRAME) {
+        match split_frame(src, len, MAX_HANDSHAKE_FRAME, MIN_BUFFER) {
             None => Ok(None),
             Some(frame) => decode_exact(&frame[4..]).map(Some),
         }

@@ -128,23 +128,25 @@ fn peek_len(src: &[u8]) -> Option<usize> {
 }
 
 /// The smallest buffer worth allocating for a partial message (unless the largest message
-/// allowed is smaller): the reads that follow go into it. `FramedRead` starts with this size.
+/// allowed is smaller), unless the decoder is told another: the reads that follow go into it.
+/// `FramedRead` starts with this size.
 const MIN_BUFFER: usize = 8 * 1024;
 
 /// Splits one complete length-prefixed message (its four-byte prefix included) off `src`, whose
 /// prefix announced `len <= max` bytes. If the message has not fully arrived, makes room for the
-/// rest of it and returns `None`.
+/// rest of it (in a buffer of at least `min_buffer` bytes, or `max + 4` if that is smaller) and
+/// returns `None`.
 ///
 /// Room is made by moving the partial message into a buffer of exactly the size it needs rather
 /// than with `BytesMut::reserve`, whose amortized growth may double the buffer: this way a
 /// decode never grows the buffer past one maximal message plus its prefix.
-fn split_frame(src: &mut BytesMut, len: usize, max: usize) -> Option<BytesMut> {
+fn split_frame(src: &mut BytesMut, len: usize, max: usize, min_buffer: usize) -> Option<BytesMut> {
     let total = 4 + len;
     if src.len() >= total {
         return Some(src.split_to(total));
     }
     if src.capacity() < total {
-        let mut buf = BytesMut::with_capacity(total.max(MIN_BUFFER.min(4 + max)));
+        let mut buf = BytesMut::with_capacity(total.max(min_buffer.min(4 + max)));
         buf.extend_from_slice(src);
         *src = buf;
     }

@@ -81,7 +81,9 @@ use crate::wire::{Held, OrderingQueue};
 /// Why a reader ended when the other end closed its side cleanly.
 const END_OF_STREAM: &str = "end of stream";
 
-/// Read buffer of a lane's reader (grows for large frames, up to the frame limit).
+/// Read buffer of a lane's reader (grows for large frames, up to the frame limit), and the
+/// smallest buffer a frame that has not fully arrived moves into: reads of small frames stay
+/// this large rather than shrinking to the decoder's 8 KiB (eight times the reads).
 const READ_BUFFER: usize = 64 * 1024;
 
 /// Sets a lane's TCP options: no Nagle delay, and `TCP_NOTSENT_LOWAT` (Linux) of `unsent`
@@ -492,7 +494,8 @@ async fn read_loop<H: Host>(
     info: ConnInfo,
 ) {
     let lane = peer.lanes[slot].clone();
-    let decoder = FrameDecoder::new(inner.config().transport.max_frame_bytes);
+    let decoder =
+        FrameDecoder::new(inner.config().transport.max_frame_bytes).read_buffer(READ_BUFFER);
     let counted = Counted {
         inner: read,
         lane: lane.clone(),
