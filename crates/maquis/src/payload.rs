@@ -7,7 +7,8 @@
 //! `Vec<u8>`), so the two are interchangeable between versions of a message type.
 //!
 //! Payloads smaller than [`SHARE_FROM`] are still copied: a small frame shares its read
-//! buffer with its neighbours, and a tiny slice should not keep a whole buffer alive.
+//! buffer (up to 64 KiB) with its neighbours, and a tiny slice should not keep a whole buffer
+//! alive.
 //!
 //! Sending is the mirror image: a payload of at least [`LEND_FROM`] bytes is not copied into
 //! the encoded message; the message is encoded around it (the bytes before it, the payload's
