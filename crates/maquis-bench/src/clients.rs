@@ -16,6 +16,10 @@ use crate::clients_agent::{ServerStats, SwarmStats};
 use crate::micro_report::machine;
 use crate::ring_proc::Proc;
 
+/// What a lane reads at a time, KiB: a frame that has not fully arrived waits in a buffer at
+/// least this large (the runtime's lane read buffer).
+const READ_BUFFER_KIB: f64 = 64.0;
+
 /// Options of `maquis-bench clients`.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]
 pub struct ClientsArgs {
@@ -553,11 +557,12 @@ fn report(o: &Outcome) -> (String, bool) {
 
     // The bound of docs/client-server-memory.md, with the
     // per-client state measured above: idle + clients × per-client + transport.node_queue_bytes +
-    // a frame in assembly on each client's two connections + a full sink mailbox.
+    // a frame in assembly on each client's two connections (in a buffer of at least a lane's
+    // 64 KiB of reads) + a full sink mailbox.
     let frame_kib = (a.state_bytes as f64 + 64.0) / 1024.0;
     let mailbox_kib = maquis::Config::new("x").node.mailbox_capacity as f64 * frame_kib;
     let bound_kib = o.idle.rss_kib as f64
-        + a.clients as f64 * (per_client_kib + 2.0 * frame_kib)
+        + a.clients as f64 * (per_client_kib + 2.0 * frame_kib.max(READ_BUFFER_KIB))
         + (a.node_queue_mib * 1024) as f64
         + mailbox_kib;
     let peak_kib = load.iter().map(|s| s.server.rss_kib).max().unwrap_or(0);
@@ -580,10 +585,12 @@ fn report(o: &Outcome) -> (String, bool) {
         r,
         "Bound (docs/client-server-memory.md): the server alone \
          ({:.1} MiB) + {} clients × ({per_client_kib:.1} KiB measured per client + 2 frames \
-         in assembly of {frame_kib:.1} KiB) + `transport.node_queue_bytes` ({} MiB) + a full sink \
-         mailbox ({:.1} MiB) = **{:.1} MiB**.\n",
+         in assembly of {frame_kib:.1} KiB, each in a read buffer of at least {READ_BUFFER_KIB} \
+         KiB: {:.1} KiB) + `transport.node_queue_bytes` ({} MiB) + a full sink mailbox \
+         ({:.1} MiB) = **{:.1} MiB**.\n",
         mib(o.idle.rss_kib),
         a.clients,
+        2.0 * frame_kib.max(READ_BUFFER_KIB),
         a.node_queue_mib,
         mailbox_kib / 1024.0,
         bound_kib / 1024.0
