@@ -384,7 +384,13 @@ impl Actors {
                 }
                 return ReplyStatus::TypeMismatch;
             }
-            match mb.push_remote(msg).await {
+            // Most pushes find room: taken at once, without the boxed future of a push that
+            // waits in line (which a full mailbox, or one that has senders waiting, needs).
+            let pushed = match mb.try_push_remote(msg) {
+                Ok(()) => Ok(()),
+                Err(back) => mb.push_remote(back).await,
+            };
+            match pushed {
                 Ok(()) => return ReplyStatus::Ok,
                 Err(back) => {
                     // Closed. A virtual actor's name goes before its mailbox closes: offered
