@@ -369,10 +369,9 @@ pub fn encode_frame(
 /// memory is reserved for it; otherwise the decoder makes room for the rest of the current frame
 /// only (in a buffer of at least 8 KiB, or [`FrameDecoder::read_buffer`], unless `max_frame` is
 /// smaller), so the read buffer never grows past `max_frame + 4` bytes on the decoder's
-/// account. Frames sent in parts
-/// ([`super::parts`]) come out whole, with their last part; the one frame in parts a stream
-/// may have open at a time holds at most another `max_frame + 4` bytes. Any error means the
-/// stream is corrupt or hostile and should be closed.
+/// account. Frames sent in parts ([`super::parts`]) come out whole, with their last part; the
+/// one frame in parts a stream may have open at a time holds at most another `max_frame + 4`
+/// bytes. Any error means the stream is corrupt or hostile and should be closed.
 #[derive(Clone, Debug)]
 pub struct FrameDecoder {
     max_frame: usize,

@@ -137,9 +137,9 @@ const MIN_BUFFER: usize = 8 * 1024;
 /// rest of it (in a buffer of at least `min_buffer` bytes, or `max + 4` if that is smaller) and
 /// returns `None`.
 ///
-/// Room is made by moving the partial message into a buffer of exactly the size it needs rather
-/// than with `BytesMut::reserve`, whose amortized growth may double the buffer: this way a
-/// decode never grows the buffer past one maximal message plus its prefix.
+/// Room is made by moving the partial message into a buffer of the size it needs (or
+/// `min_buffer`) rather than with `BytesMut::reserve`, whose amortized growth may double the
+/// buffer: this way a decode never grows the buffer past one maximal message plus its prefix.
 fn split_frame(src: &mut BytesMut, len: usize, max: usize, min_buffer: usize) -> Option<BytesMut> {
     let total = 4 + len;
     if src.len() >= total {
