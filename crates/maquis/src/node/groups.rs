@@ -1,6 +1,5 @@
 //! `Node`'s process groups (see [`crate::groups`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,13 +123,13 @@ impl Node {
         let payload =
             Bytes::from(crate::encode(msg).map_err(|e| GroupError::Encode(e.to_string()))?);
         let ty = fingerprint::<M>();
-        let mut per_node: BTreeMap<NodeId, usize> = BTreeMap::new();
-        for (n, _) in &members {
-            *per_node.entry(n.clone()).or_default() += 1;
-        }
+        // Each node with members once, in order.
+        let mut nodes: Vec<&NodeId> = members.iter().map(|(n, _)| n).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
         let me = &self.inner.router.id;
         let rt = Arc::downgrade(&self.inner.actors);
-        for node in per_node.keys() {
+        for node in nodes {
             if node == me {
                 // This node's members: straight into their mailboxes.
                 let local = members.iter().filter(|(n, _)| n == me).map(|(_, id)| *id);
