@@ -17,8 +17,8 @@ use crate::micro_report::machine;
 use crate::ring_proc::Proc;
 
 /// What a lane reads at a time, KiB: a frame that has not fully arrived waits in a buffer at
-/// least this large (the runtime's lane read buffer).
-const READ_BUFFER_KIB: f64 = 64.0;
+/// least this large.
+const READ_BUFFER_KIB: f64 = (maquis::payload::READ_BUFFER / 1024) as f64;
 
 /// Options of `maquis-bench clients`.
 #[derive(Args, Debug, Clone, Serialize, Deserialize)]

@@ -7,8 +7,8 @@
 //! `Vec<u8>`), so the two are interchangeable between versions of a message type.
 //!
 //! Payloads smaller than [`SHARE_FROM`] are still copied: a small frame shares its read
-//! buffer (up to 64 KiB) with its neighbours, and a tiny slice should not keep a whole buffer
-//! alive.
+//! buffer (up to [`READ_BUFFER`] bytes) with its neighbours, and a tiny slice should not keep a
+//! whole buffer alive.
 //!
 //! Sending is the mirror image: a payload of at least [`LEND_FROM`] bytes is not copied into
 //! the encoded message; the message is encoded around it (the bytes before it, the payload's
@@ -24,6 +24,11 @@ use serde::{Deserialize, Serialize, Serializer};
 
 /// Payloads at least this long are shared with the frame they arrived in instead of copied.
 pub const SHARE_FROM: usize = 4096;
+
+/// Bytes a lane reads at a time: the buffer small frames arrive in (a larger frame gets one of
+/// its own size), and the least a frame that has not fully arrived waits in. A frame, or a
+/// payload shared with it, keeps the buffer it arrived in alive.
+pub const READ_BUFFER: usize = 64 * 1024;
 
 /// Payloads at least this long are sent from their own buffer instead of copied into the
 /// encoded message.

@@ -81,10 +81,10 @@ use crate::wire::{Held, OrderingQueue};
 /// Why a reader ended when the other end closed its side cleanly.
 const END_OF_STREAM: &str = "end of stream";
 
-/// Read buffer of a lane's reader (grows for large frames, up to the frame limit), and the
-/// smallest buffer a frame that has not fully arrived moves into: reads of small frames stay
-/// this large rather than shrinking to the decoder's 8 KiB (eight times the reads).
-const READ_BUFFER: usize = 64 * 1024;
+// A lane's read buffer (grows for large frames, up to the frame limit), and the smallest buffer
+// a frame that has not fully arrived moves into: reads of small frames stay this large rather
+// than shrinking to the decoder's 8 KiB (eight times the reads).
+use crate::payload::READ_BUFFER;
 
 /// Sets a lane's TCP options: no Nagle delay, and `TCP_NOTSENT_LOWAT` (Linux) of `unsent`
 /// bytes (`transport.unsent_bytes`; 0 leaves the kernel's default). What the kernel has queued
