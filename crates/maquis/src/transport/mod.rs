@@ -13,7 +13,11 @@
 //! a time (plain or TLS, `stream::Stream`), used in both directions; its outbound queue and writer task outlive connections, so
 //! frames queued while it is down wait for the next connection. The writer (`lane::run_writer`)
 //! takes up to 256 frames at once and writes them with vectored writes: headers and payloads up to
-//! 16 KiB are copied into one buffer, larger payloads are written from their own. While it waits
+//! 16 KiB are copied into one buffer, larger payloads are written from their own. A write with
+//! large buffers in it is paced: while the socket takes everything at once (loopback, a fast
+//! link), the writer hands it at most 256 KiB a call and lets the other tasks of its thread run
+//! after each 256 KiB, so that a lane moving megabytes does not hold a worker thread for
+//! milliseconds while the small frames of other lanes and the actors wait. While it waits
 //! with nothing queued, it lends the write half to senders, who write a small frame themselves
 //! unless frames come in bursts ([`direct`]): one frame at a time costs no hand-off to the
 //! writer task. With striping
