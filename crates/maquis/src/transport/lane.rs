@@ -1001,10 +1001,9 @@ async fn write_round<W: AsyncWrite + Unpin>(
 
 /// Writes all of `chunks`, paced by `pace` if there is one: then at most [`YIELD_AFTER`] bytes
 /// a call while the socket keeps up (up to a quarter more when that finishes the write),
-/// letting the
-/// other tasks run each time that many have been written since the writer last did. The time
-/// spent waiting for the socket to take bytes (a write that did not complete at once) is added
-/// to `waited` in nanoseconds.
+/// letting the other tasks run each time that many have been written since the writer last
+/// did. The time spent waiting for the socket to take bytes (a write that did not complete at
+/// once) is added to `waited` in nanoseconds.
 async fn write_all_vectored<W: AsyncWrite + Unpin>(
     w: &mut W,
     chunks: &mut [Bytes],
@@ -1012,20 +1011,16 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
     mut pace: Option<&mut Pace>,
 ) -> std::io::Result<()> {
     let mut first = 0;
+    // Bytes still to write.
+    let mut left: usize = chunks.iter().map(Bytes::len).sum();
     while first < chunks.len() {
         let mut slices = [IoSlice::new(&[]); MAX_IOVECS];
         let mut n = 0;
         // A short rest goes with the quantum: cut off, it would be a call (and a packet) of
         // its own, as the head of a frame just over a quantum would.
-        let quantum = pace.as_ref().is_some_and(|p| {
-            p.keeps_up
-                && chunks[first..]
-                    .iter()
-                    .take(MAX_IOVECS)
-                    .map(Bytes::len)
-                    .sum::<usize>()
-                    > YIELD_AFTER + YIELD_AFTER / 4
-        });
+        let quantum = pace
+            .as_ref()
+            .is_some_and(|p| p.keeps_up && left > YIELD_AFTER + YIELD_AFTER / 4);
         let mut room = if quantum { YIELD_AFTER } else { usize::MAX };
         let mut offered = 0;
         for (slot, c) in slices.iter_mut().zip(&chunks[first..]) {
@@ -1055,6 +1050,7 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
+        left = left.saturating_sub(n);
         let mut yields = false;
         if let Some(p) = pace.as_deref_mut() {
             p.keeps_up = at_once && n == offered;
