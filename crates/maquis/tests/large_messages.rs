@@ -20,8 +20,13 @@ enum Msg {
     /// byte, which takes long enough on a worker thread to hold up the nodes' heartbeats when
     /// tests run side by side. The frame is as large either way.
     Big(u32, maquis::Payload),
+    /// The first [`MID`] bytes of the pattern: above the striping threshold, under a part.
+    Mid(u32, maquis::Payload),
     Small(u32),
 }
+
+/// A message striped in one piece (the default `transport.stripe_bytes` is 256 KiB).
+const MID: usize = 300 << 10;
 
 /// The large message's bytes, made once (for the same reason as `Msg::Big` is a `Payload`).
 fn pattern() -> &'static [u8] {
@@ -57,6 +62,7 @@ async fn setup_lanes(
         while let Some(m) = inbox.recv().await {
             let entry = match m {
                 Msg::Big(id, data) => (id, data.as_ref() == pattern()),
+                Msg::Mid(id, data) => (id, data.as_ref() == &pattern()[..MID]),
                 Msg::Small(id) => (id, true),
             };
             let _ = log.send(entry);
@@ -203,6 +209,34 @@ async fn a_small_message_overtakes_a_striped_one() {
     // a small message of another key does not wait behind it.
     let order = send_large_then_small(&r, &mut seen).await;
     assert_eq!(order, vec![(2, true), (1, true)]);
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}
+
+/// Far more striped messages than a receiver's window (64) from one sender: the receiver
+/// announces a larger window as it hands them on, and they all arrive, in order, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn striped_messages_past_the_window_keep_coming() {
+    let (nodes, r, mut seen) = setup_lanes("lmwindow", 1 << 20, 4, 4 << 20).await;
+    let opts = SendOpts::default().partition(1);
+    const N: u32 = 300;
+    let sent = tokio::time::timeout(Duration::from_secs(60), async {
+        for id in 0..N {
+            let m = Msg::Mid(id, pattern()[..MID].to_vec().into());
+            r.send_with(m, &opts).await.unwrap();
+        }
+    })
+    .await;
+    assert!(sent.is_ok(), "sent in 60 s");
+    let got = arrivals(&mut seen, N as usize).await;
+    assert_eq!(got, (0..N).map(|id| (id, true)).collect::<Vec<_>>());
+    let dropped: u64 = nodes[0].status().peers[0]
+        .lanes
+        .iter()
+        .map(|l| l.dropped)
+        .sum();
+    assert_eq!(dropped, 0);
     for n in &nodes {
         n.shutdown().await;
     }

@@ -159,10 +159,6 @@ pub enum Header {
         id: u64,
         /// False when a piece of it was lost on the sender's side: the receiver drops it.
         ok: bool,
-        /// Every striped frame with a smaller id may have pieces written before the last piece
-        /// of this one: the receiver takes them in even when its table is full, or it could
-        /// wait forever for this one.
-        horizon: u64,
         /// The striped frame's hold key ([`super::stripes::hold_key`]): while it waits for its
         /// pieces, the frames behind it with another key go on. `None`: all wait.
         hold: Option<u64>,
@@ -176,6 +172,14 @@ pub enum Header {
         epoch: u64,
         /// How many lanes of the channel, from its first, the barrier is written on.
         lanes: u16,
+    },
+    /// The receiver of striped frames lets their sender number them up to `limit` (excluded):
+    /// its window (see [`super::stripes`]). Sent when frames are handed on or dropped, and
+    /// again now and then, since it may be lost with a connection; only a larger limit than
+    /// the last counts. No payload.
+    StripeWindow {
+        /// Striped frames with a smaller id may be sent.
+        limit: u64,
     },
 }
 
@@ -677,20 +681,11 @@ mod tests {
                 routed,
                 (any::<u64>(), any::<u64>(), any::<u64>())
                     .prop_map(|(id, offset, total)| { Header::Stripe { id, offset, total } }),
-                (
-                    any::<u64>(),
-                    any::<bool>(),
-                    any::<u64>(),
-                    any::<Option<u64>>()
-                )
-                    .prop_map(|(id, ok, horizon, hold)| Header::Commit {
-                        id,
-                        ok,
-                        horizon,
-                        hold
-                    }),
+                (any::<u64>(), any::<bool>(), any::<Option<u64>>())
+                    .prop_map(|(id, ok, hold)| Header::Commit { id, ok, hold }),
                 (any::<u64>(), any::<u16>())
                     .prop_map(|(epoch, lanes)| Header::Barrier { epoch, lanes }),
+                any::<u64>().prop_map(|limit| Header::StripeWindow { limit }),
             ]
             .boxed()
         }

@@ -30,7 +30,7 @@ use sha2::Sha256;
 /// The magic bytes opening every `Hello`.
 pub const MAGIC: [u8; 4] = *b"MAQS";
 /// The protocol version this node speaks.
-pub const VERSION: u16 = 8;
+pub const VERSION: u16 = 9;
 /// The bound on one handshake message (its length field excluded): 16 KiB.
 pub const MAX_HANDSHAKE_FRAME: usize = 16 * 1024;
 

@@ -401,6 +401,15 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
     let timeout = inner.config.transport.heartbeat_timeout_ms * 1000;
     let measure_rtt = d.seq.is_multiple_of(RTT_EVERY_TICKS);
     for p in inner.router.peers() {
+        // Striped frames lost with a connection, and the window's limit again.
+        let (dropped, window) = p.stripes_in.tick(now, timeout);
+        if dropped {
+            inner.router.counters.stripes_dropped.inc();
+        }
+        if let Some(limit) = window {
+            let slot = inner.router.dispatch.membership_slot();
+            crate::transport::stripe::announce(&p, slot, limit, c);
+        }
         if !p.is_up() {
             continue;
         }

@@ -185,7 +185,8 @@ impl Inner {
             Header::Part { .. }
             | Header::Stripe { .. }
             | Header::Commit { .. }
-            | Header::Barrier { .. } => {}
+            | Header::Barrier { .. }
+            | Header::StripeWindow { .. } => {}
         }
     }
 }

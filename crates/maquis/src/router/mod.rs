@@ -88,7 +88,7 @@ use crate::id::{LaneId, NodeId};
 use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
 use crate::transport::lane::{run_writer, Lane, Unsent, UnsentSink};
-use crate::transport::stripe::{self, Role, StripesIn};
+use crate::transport::stripe::{self, Role, StripesIn, StripesOut};
 use crate::transport::widen::{Driver, Place, Widen};
 use crate::transport::{Peer, PeerRefused, QueueBudget};
 use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
@@ -498,7 +498,7 @@ impl Router {
             rtt_us,
             written_at_tick: Default::default(),
             max_frame: AtomicU64::new(u64::MAX),
-            stripes_out: Default::default(),
+            stripes_out: StripesOut::new(abort.clone()),
             stripes_in: StripesIn::new(self.limits.max_frame_bytes),
             widths,
             barriers_in: Default::default(),

@@ -568,15 +568,16 @@ async fn read_loop<H: Host>(
         }
         match next {
             Some(Ok(frame)) => {
+                // Pieces and windows are the transport's own, and pass barriers.
                 if let Header::Stripe { id, offset, total } = frame.header {
-                    let taken = tokio::select! {
-                        _ = &mut cancelled => break "closed".to_string(),
-                        r = peer.stripes_in.part(id, offset, total, frame.payload) => r,
-                    };
-                    match taken {
+                    match peer.stripes_in.part(id, offset, total, frame.payload) {
                         Ok(()) => continue,
                         Err(e) => break bad_frame(&*inner, &peer, &lane, e),
                     }
+                }
+                if let Header::StripeWindow { limit } = frame.header {
+                    peer.stripes_out.grant(limit);
+                    continue;
                 }
                 if barrier.is_some() {
                     kept = Some(frame);
@@ -626,6 +627,7 @@ async fn read_loop<H: Host>(
     if reason != END_OF_STREAM {
         // Pieces of striped frames may have been lost with it.
         peer.stripes_in.lane_lost();
+        announce_window(&*inner, &peer);
     }
     if reason == END_OF_STREAM {
         // The other end closed its side on purpose: the write in progress here still goes out
@@ -739,7 +741,7 @@ async fn hand_on_front<H: Host>(
     patience: Duration,
 ) -> Result<(), WireError> {
     loop {
-        let (id, ok, horizon) = match ordering.front() {
+        let (id, ok) = match ordering.front() {
             None => {
                 front.deadline = None;
                 return Ok(());
@@ -750,12 +752,14 @@ async fn hand_on_front<H: Host>(
                 }
                 continue;
             }
-            Some(&Held::Commit {
-                id, ok, horizon, ..
-            }) => (id, ok, horizon),
+            Some(&Held::Commit { id, ok, .. }) => (id, ok),
         };
         front.seen = peer.stripes_in.generation();
-        match peer.stripes_in.try_commit(id, ok, horizon)? {
+        let tried = peer.stripes_in.try_commit(id, ok)?;
+        if !matches!(tried, Tried::Pending) {
+            announce_window(inner, peer);
+        }
+        match tried {
             Tried::Pending => {
                 front
                     .deadline
@@ -782,8 +786,21 @@ fn give_up_front<H: Host>(inner: &H, peer: &Peer, ordering: &mut OrderingQueue, 
     if let Some(Held::Commit { id, .. }) = ordering.pop() {
         peer.stripes_in.give_up(id);
         inner.counters().stripes_dropped.inc();
+        announce_window(inner, peer);
     }
     front.deadline = None;
+}
+
+/// Tells the peer how far its striped frames may go now, when that has moved enough.
+fn announce_window<H: Host>(inner: &H, peer: &Peer) {
+    if let Some(limit) = peer.stripes_in.take_window() {
+        super::stripe::announce(
+            peer,
+            inner.dispatch().membership_slot(),
+            limit,
+            inner.counters(),
+        );
+    }
 }
 
 /// Counts and logs a frame that closes its connection; the reason.

@@ -408,7 +408,6 @@ mod tests {
                 Header::Commit {
                     id: 7,
                     ok,
-                    horizon: 9,
                     hold: None
                 }
             );

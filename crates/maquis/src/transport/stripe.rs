@@ -12,13 +12,15 @@
 //! commit and its pieces the wrong way: the receiver's ordering lane cannot pass a barrier
 //! before the commit ahead of it is handed on, and would wait for ever for pieces queued
 //! behind the same barrier on another lane (whose reader stops there).
-//! At most [`MAX_UNCOMMITTED`] striped frames per peer have their commit unwritten; more
-//! senders wait (or get `Backpressure`).
+//! At most [`MAX_UNCOMMITTED`] striped frames per peer have their commit unwritten, and at
+//! most [`WINDOW`] are out, numbered below the limit the receiver last announced (its
+//! [window](maquis_proto::wire::stripes#the-window)); more senders wait (or get
+//! `Backpressure`).
 //!
-//! The receiver ([`StripesIn`]) keeps the pieces per peer; a reader that must wait (a piece of
-//! a new frame while the table is full, a commit whose pieces are not all in) waits for the
-//! table to change, for its connection to end, or, for a commit, at most the heartbeat
-//! timeout.
+//! The receiver ([`StripesIn`]) keeps the pieces per peer, every one that arrives (the window
+//! bounds them), and announces the window as frames are handed on ([`announce`]) and on every
+//! heartbeat tick ([`StripesIn::tick`]). A reader whose commit's pieces are not all in waits
+//! for the table to change, for its connection to end, or at most the heartbeat timeout.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,15 +32,20 @@ use maquis_proto::wire::{
     WireError,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use super::lane::Lane;
+use super::peer::Peer;
 use super::widen::Place;
+use crate::counters::Counters;
 use crate::error::SendError;
 
 /// Striped frames per peer whose commit is not written yet; more wait.
 pub(crate) const MAX_UNCOMMITTED: usize = 16;
-/// Open striped frames per peer before a piece of a new one waits at the receiver.
-const SOFT_OPEN: usize = 16;
+/// Striped frames per peer sent and not yet handed on or dropped by the receiver; more wait
+/// for it to announce a larger window. So a receiver holds at most this many frames of at most
+/// `transport.max_frame_bytes` per peer.
+pub(crate) const WINDOW: u64 = 64;
 
 /// What a queued frame is to striping and to the lanes' width ([`super::widen`]).
 #[derive(Default)]
@@ -68,7 +75,6 @@ pub(crate) struct Gate {
     /// them all.
     left: AtomicUsize,
     failed: AtomicBool,
-    horizon: AtomicU64,
     hold: Option<u64>,
     /// The lane of the commit, woken when the gate opens (set once the commit is queued,
     /// before the gate can open).
@@ -97,7 +103,6 @@ impl Gate {
         let header = Header::Commit {
             id: self.id,
             ok: !self.failed.load(Ordering::Acquire),
-            horizon: self.horizon.load(Ordering::Acquire),
             hold: self.hold,
         };
         let mut buf = BytesMut::with_capacity(32);
@@ -129,17 +134,64 @@ impl Drop for PartGuard {
 
 /// The sender's striping state for one peer.
 pub(crate) struct StripesOut {
+    /// The next frame's id.
     next: AtomicU64,
+    /// Ids below this may be sent (the receiver's window).
+    limit: AtomicU64,
+    /// Woken when `limit` grows.
+    granted: Notify,
+    /// Cancelled when the peer is dropped: senders waiting for the window give up.
+    closed: CancellationToken,
     uncommitted: Arc<Semaphore>,
     turn: AtomicUsize,
 }
 
-impl Default for StripesOut {
-    fn default() -> Self {
+impl StripesOut {
+    /// The state for a peer whose dropping cancels `closed`.
+    pub(crate) fn new(closed: CancellationToken) -> Self {
         StripesOut {
             next: AtomicU64::new(0),
+            limit: AtomicU64::new(WINDOW),
+            granted: Notify::new(),
+            closed,
             uncommitted: Arc::new(Semaphore::new(MAX_UNCOMMITTED)),
             turn: AtomicUsize::new(0),
+        }
+    }
+
+    /// The receiver announced `limit` ([`Header::StripeWindow`]); a smaller one than before
+    /// (late, or repeated) changes nothing.
+    pub(crate) fn grant(&self, limit: u64) {
+        if self.limit.fetch_max(limit, Ordering::AcqRel) < limit {
+            self.granted.notify_waiters();
+        }
+    }
+
+    /// The next frame's id, once the window has room for it (`Backpressure` without `wait`).
+    async fn take_id(&self, wait: bool) -> Result<u64, SendError> {
+        loop {
+            let granted = self.granted.notified();
+            tokio::pin!(granted);
+            granted.as_mut().enable();
+            let next = self.next.load(Ordering::Acquire);
+            if next < self.limit.load(Ordering::Acquire) {
+                let taken =
+                    self.next
+                        .compare_exchange(next, next + 1, Ordering::AcqRel, Ordering::Acquire);
+                if taken.is_ok() {
+                    return Ok(next);
+                }
+                continue;
+            }
+            if !wait {
+                return Err(SendError::Backpressure("striped frames"));
+            }
+            tokio::select! {
+                _ = granted => {}
+                _ = self.closed.cancelled() => {
+                    return Err(SendError::Unreachable("peer closed".into()));
+                }
+            }
         }
     }
 }
@@ -171,19 +223,18 @@ pub(crate) async fn send(
             .try_acquire_owned()
             .map_err(|_| SendError::Backpressure("striped frames"))?
     };
+    let id = out.take_id(wait).await?;
     let total = head.len() + payload.len();
     let piece = piece.max(head.len() + 1);
     let n = total.div_ceil(piece);
-    let id = out.next.fetch_add(1, Ordering::Relaxed);
     let gate = Arc::new(Gate {
         id,
         left: AtomicUsize::new(n + 1),
         failed: AtomicBool::new(false),
-        horizon: AtomicU64::new(0),
         hold,
         lane: OnceLock::new(),
     });
-    // The sender's own hold: the gate cannot open before the horizon is known.
+    // The sender's own hold: the gate cannot open before every piece is queued.
     let mine = PartGuard {
         gate: gate.clone(),
         written: true,
@@ -234,8 +285,6 @@ pub(crate) async fn send(
     }
     // Pieces never queued count as dropped (their guards go now): the commit then says so.
     drop(guards);
-    gate.horizon
-        .store(out.next.load(Ordering::Relaxed), Ordering::Release);
     // The commit goes after every piece is queued, whatever the room (its permit bounds
     // them): a barrier queued before it is then queued before its pieces too.
     let commit = Role::Commit {
@@ -300,8 +349,7 @@ impl StripesIn {
         StripesIn {
             table: Mutex::new(Stripes::new(StripeLimits {
                 max_frame,
-                soft: SOFT_OPEN,
-                hard: SOFT_OPEN + MAX_UNCOMMITTED + 1,
+                window: WINDOW,
             })),
             generation: AtomicU64::new(0),
             changed: Notify::new(),
@@ -336,59 +384,34 @@ impl StripesIn {
         }
     }
 
-    /// Takes in a piece, waiting while the table is full.
-    pub(crate) async fn part(
+    /// Takes in a piece (the window bounds what a sender may have open: it never waits).
+    pub(crate) fn part(
         &self,
         id: u64,
         offset: u64,
         total: u64,
         piece: Bytes,
     ) -> Result<(), WireError> {
-        loop {
-            let seen = self.generation();
-            let out = self.table().part(id, offset, total, piece.clone())?;
-            match out {
-                PartOutcome::Wait => self.changed_since(seen).await,
-                PartOutcome::Complete => {
-                    self.bump();
-                    return Ok(());
-                }
-                PartOutcome::Kept | PartOutcome::Dropped => return Ok(()),
-            }
+        let out = self.table().part(id, offset, total, piece)?;
+        if out == PartOutcome::Complete {
+            self.bump();
         }
+        Ok(())
     }
 
     /// Tries a commit now (see [`Tried`]).
-    pub(crate) fn try_commit(&self, id: u64, ok: bool, horizon: u64) -> Result<Tried, WireError> {
-        let (out, waiting_before) = {
-            let mut t = self.table();
-            let before = t.is_waiting(id);
-            (t.commit(id, ok, horizon)?, before)
-        };
+    pub(crate) fn try_commit(&self, id: u64, ok: bool) -> Result<Tried, WireError> {
+        let out = self.table().commit(id, ok)?;
         Ok(match out {
-            CommitOutcome::Deliver(a) => {
-                self.bump();
-                Tried::Ready(a)
-            }
-            CommitOutcome::Dropped => {
-                self.bump();
-                Tried::Dropped
-            }
-            CommitOutcome::Pending => {
-                // A commit that starts waiting may let readers of new frames' pieces in (below
-                // its horizon).
-                if !waiting_before {
-                    self.bump();
-                }
-                Tried::Pending
-            }
+            CommitOutcome::Deliver(a) => Tried::Ready(a),
+            CommitOutcome::Dropped => Tried::Dropped,
+            CommitOutcome::Pending => Tried::Pending,
         })
     }
 
     /// The wait for frame `id`'s pieces is over: it is dropped.
     pub(crate) fn give_up(&self, id: u64) {
         self.table().give_up(id);
-        self.bump();
         tracing::debug!(id, "striped frame dropped: its pieces did not come");
     }
 
@@ -398,6 +421,41 @@ impl StripesIn {
         self.table().lane_lost();
         self.bump();
     }
+
+    /// The window's limit, when it has moved enough to be announced.
+    pub(crate) fn take_window(&self) -> Option<u64> {
+        self.table().take_window()
+    }
+
+    /// A heartbeat tick at `now_us`: drops a frame that has held the window for
+    /// `patience_us` after a lost connection (see [`Stripes::tick`]); returns whether one with
+    /// pieces was (a dropped frame to count), and the window's limit to announce again (an
+    /// announcement may have been lost), if it ever moved.
+    pub(crate) fn tick(&self, now_us: u64, patience_us: u64) -> (bool, Option<u64>) {
+        let mut t = self.table();
+        let dropped = t.tick(now_us, patience_us);
+        let limit = t.window();
+        drop(t);
+        if dropped {
+            self.bump();
+        }
+        (dropped, (limit > WINDOW).then_some(limit))
+    }
+}
+
+/// Announces the window's `limit` to `peer` on its lane `slot`, without waiting: an
+/// announcement that finds no room is dropped and counted (`control_drops`), and the next
+/// heartbeat tick announces it again.
+pub(crate) fn announce(peer: &Peer, slot: usize, limit: u64, counters: &Counters) {
+    let mut head = BytesMut::with_capacity(16);
+    // A few integers and no payload: it always encodes.
+    let _ = encode_head(&Header::StripeWindow { limit }, 0, usize::MAX, &mut head);
+    if peer.lanes[slot]
+        .try_enqueue(head.freeze(), Bytes::new(), None)
+        .is_err()
+    {
+        counters.control_drops.inc();
+    }
 }
 
 /// Gates and commits for the tests of the lane's schedule.
@@ -405,14 +463,12 @@ impl StripesIn {
 pub(crate) mod testing {
     use super::*;
 
-    /// A gate of `pieces` pieces for the ordering lane `lane` (horizon 9), and the pieces'
-    /// guards.
+    /// A gate of `pieces` pieces for the ordering lane `lane`, and the pieces' guards.
     pub(crate) fn gate(id: u64, pieces: usize, lane: &Arc<Lane>) -> (Arc<Gate>, Vec<PartGuard>) {
         let gate = Arc::new(Gate {
             id,
             left: AtomicUsize::new(pieces),
             failed: AtomicBool::new(false),
-            horizon: AtomicU64::new(9),
             hold: None,
             lane: OnceLock::from(lane.clone()),
         });
@@ -460,7 +516,7 @@ mod tests {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let seen = s.generation();
-            match s.try_commit(id, true, id + 1).unwrap() {
+            match s.try_commit(id, true).unwrap() {
                 Tried::Ready(a) => return Some(assemble(a).await.unwrap()),
                 Tried::Dropped => return None,
                 Tried::Pending => {}
@@ -491,7 +547,7 @@ mod tests {
                 .unwrap();
         }
         let widen = Widen::new(2);
-        let out = StripesOut::default();
+        let out = StripesOut::new(CancellationToken::new());
         let place = Place::Widened {
             widen: &widen,
             lanes: &lanes,
@@ -547,14 +603,14 @@ mod tests {
         let s = Arc::new(StripesIn::new(1 << 20));
         let whole = frame(1000);
         let total = whole.len() as u64;
-        s.part(1, 0, total, whole.slice(..100)).await.unwrap();
+        s.part(1, 0, total, whole.slice(..100)).unwrap();
         let waiting = tokio::spawn({
             let s = s.clone();
             async move { commit(&s, 1, Duration::from_secs(60)).await }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        s.part(1, 100, total, whole.slice(100..)).await.unwrap();
+        s.part(1, 100, total, whole.slice(100..)).unwrap();
         let f = waiting.await.unwrap().expect("delivered");
         assert_eq!(f.payload.len(), 1000);
     }
@@ -567,15 +623,50 @@ mod tests {
         let s = StripesIn::new(1 << 20);
         let whole = frame(1000);
         s.part(4, 0, whole.len() as u64, whole.slice(..100))
-            .await
             .unwrap();
         let started = tokio::time::Instant::now();
         assert!(commit(&s, 4, Duration::from_secs(3)).await.is_none());
         assert_eq!(started.elapsed(), Duration::from_secs(3));
         // Its late piece is dropped, and the table is empty.
         s.part(4, 100, whole.len() as u64, whole.slice(100..))
-            .await
             .unwrap();
         assert_eq!(s.table().open(), 0);
+    }
+
+    /// A sender numbers its striped frames within the receiver's window: past it, a send
+    /// that may wait waits for a larger one (or for its peer to be dropped), one that may
+    /// not fails.
+    #[tokio::test]
+    async fn senders_keep_to_the_window() {
+        let closed = CancellationToken::new();
+        let out = Arc::new(StripesOut::new(closed.clone()));
+        for id in 0..WINDOW {
+            assert_eq!(out.take_id(false).await.unwrap(), id);
+        }
+        assert!(matches!(
+            out.take_id(false).await,
+            Err(SendError::Backpressure(_))
+        ));
+        let waiting = tokio::spawn({
+            let out = out.clone();
+            async move { out.take_id(true).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        out.grant(WINDOW - 1);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "a smaller limit changes nothing");
+        out.grant(WINDOW + 1);
+        assert_eq!(waiting.await.unwrap().unwrap(), WINDOW);
+        let waiting = tokio::spawn({
+            let out = out.clone();
+            async move { out.take_id(true).await }
+        });
+        tokio::task::yield_now().await;
+        closed.cancel();
+        assert!(matches!(
+            waiting.await.unwrap(),
+            Err(SendError::Unreachable(_))
+        ));
     }
 }
