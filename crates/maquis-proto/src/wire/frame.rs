@@ -144,6 +144,8 @@ pub enum Header {
     /// [`super::stripes`]); the payload is the piece, the bytes of the striped frame (its
     /// length prefix included) from `offset` on.
     Stripe {
+        /// The receiver's table the frame was numbered for (see [`Header::StripeWindow`]).
+        session: u64,
         /// The striped frame, numbered by its sender (per peer).
         id: u64,
         /// Where the piece goes in the striped frame's bytes.
@@ -155,6 +157,8 @@ pub enum Header {
     /// written once every piece of it has been written: the receiver hands the frame on here.
     /// No payload.
     Commit {
+        /// The receiver's table the frame was numbered for (see [`Header::StripeWindow`]).
+        session: u64,
         /// The striped frame.
         id: u64,
         /// False when a piece of it was lost on the sender's side: the receiver drops it.
@@ -174,10 +178,18 @@ pub enum Header {
         lanes: u16,
     },
     /// The receiver of striped frames lets their sender number them up to `limit` (excluded):
-    /// its window (see [`super::stripes`]). Sent when frames are handed on or dropped, and
-    /// again now and then, since it may be lost with a connection; only a larger limit than
-    /// the last counts. No payload.
+    /// its window (see [`super::stripes`]). Sent when the receiver's first lane of the peer
+    /// connects, when frames are handed on or dropped, and again on the next ticks, since it may
+    /// be lost; only a larger limit than the last counts, within a session. No payload. See
+    /// [`super::stripes::Window`].
     StripeWindow {
+        /// The receiver's table (chosen at random when it is made): a sender that hears of a
+        /// new one numbers its frames from 0 again, and the frames numbered for another are
+        /// dropped.
+        session: u64,
+        /// Every frame below it was handed on or dropped: where a sender that hears of the
+        /// session for the first time starts numbering.
+        low: u64,
         /// Striped frames with a smaller id may be sent.
         limit: u64,
     },
@@ -679,13 +691,35 @@ mod tests {
                 Just(Header::Bye),
                 Just(Header::Broadcast),
                 routed,
-                (any::<u64>(), any::<u64>(), any::<u64>())
-                    .prop_map(|(id, offset, total)| { Header::Stripe { id, offset, total } }),
-                (any::<u64>(), any::<bool>(), any::<Option<u64>>())
-                    .prop_map(|(id, ok, hold)| Header::Commit { id, ok, hold }),
+                (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+                    |(session, id, offset, total)| Header::Stripe {
+                        session,
+                        id,
+                        offset,
+                        total
+                    }
+                ),
+                (
+                    any::<u64>(),
+                    any::<u64>(),
+                    any::<bool>(),
+                    any::<Option<u64>>()
+                )
+                    .prop_map(|(session, id, ok, hold)| Header::Commit {
+                        session,
+                        id,
+                        ok,
+                        hold
+                    }),
                 (any::<u64>(), any::<u16>())
                     .prop_map(|(epoch, lanes)| Header::Barrier { epoch, lanes }),
-                any::<u64>().prop_map(|limit| Header::StripeWindow { limit }),
+                (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(session, low, limit)| {
+                    Header::StripeWindow {
+                        session,
+                        low,
+                        limit,
+                    }
+                }),
             ]
             .boxed()
         }

@@ -28,9 +28,16 @@
 //! past that limit as hostile or corrupt. So at most `window` frames are open at once however
 //! the sender's lanes lag behind one another (a commit written long ago may still sit unread
 //! on a slow ordering lane while others go on), every piece that arrives can be kept, and no
-//! reader ever waits for room in the table. The table announces a new limit
-//! ([`Stripes::take_window`]) once it has moved by a quarter of the window, and again on
-//! every [`Stripes::tick`], since an announcement may be lost with a connection.
+//! reader ever waits for room in the table. The transport announces the window when the
+//! peer's first lane connects, and the table a new limit ([`Stripes::take_window`]) once it
+//! has moved by a quarter of the window, and again on the next few [`Stripes::tick`]s, since
+//! an announcement may be dropped (a full queue) or lost with a connection.
+//!
+//! Each table has a *session*, a number the transport picks at random when it makes it (when
+//! the peer is first connected, or again after it was dropped). The window names it, and so do
+//! the sender's pieces and commits: a sender that hears of a new session numbers its frames
+//! from 0 again, and a receiver drops what was numbered for another session. So the two ends
+//! agree again when only one of them forgot the other.
 //!
 //! # Bounds
 //!
@@ -160,6 +167,7 @@ struct Open {
 #[derive(Debug)]
 pub struct Stripes {
     limits: StripeLimits,
+    session: u64,
     open: HashMap<u64, Open>,
     /// Every frame numbered below this was handed on or dropped.
     low: u64,
@@ -175,13 +183,51 @@ pub struct Stripes {
     suspect_below: u64,
     /// `low` when a tick last saw it move, and when.
     stuck: Option<(u64, u64)>,
+    /// The limit at the last tick, and the ticks since it last changed.
+    ticked: (u64, u32),
+}
+
+/// A receiver's window, as announced ([`Header::StripeWindow`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// The receiver's table.
+    pub session: u64,
+    /// Every frame below it was handed on or dropped.
+    pub low: u64,
+    /// Frames below it may be sent.
+    pub limit: u64,
+}
+
+impl Window {
+    /// Its frame's header.
+    pub fn header(&self) -> Header {
+        Header::StripeWindow {
+            session: self.session,
+            low: self.low,
+            limit: self.limit,
+        }
+    }
+}
+
+/// Ticks after a change of the window during which it is announced again.
+pub const ANNOUNCE_TICKS: u32 = 4;
+
+/// What a [`Stripes::tick`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Tick {
+    /// A frame with pieces was dropped (for the caller to count; one without is counted when
+    /// its commit arrives, if ever).
+    pub dropped: bool,
+    /// The window, to announce again.
+    pub announce: Option<Window>,
 }
 
 impl Stripes {
-    /// An empty table; its first window is implied (`limits.window`), not announced.
-    pub fn new(limits: StripeLimits) -> Self {
+    /// An empty table of session `session` (a random number: see the module's doc).
+    pub fn new(limits: StripeLimits, session: u64) -> Self {
         Stripes {
             limits,
+            session,
             open: HashMap::new(),
             low: 0,
             done: BTreeSet::new(),
@@ -190,7 +236,13 @@ impl Stripes {
             waiting: Vec::new(),
             suspect_below: 0,
             stuck: None,
+            ticked: (limits.window, 0),
         }
+    }
+
+    /// The table's session.
+    pub fn session(&self) -> u64 {
+        self.session
     }
 
     /// Frames open now.
@@ -225,15 +277,17 @@ impl Stripes {
         }
     }
 
-    /// Takes in the piece of frame `id` (of `total` bytes) at `offset`.
+    /// Takes in the piece of frame `id` (of `total` bytes) at `offset`, numbered for
+    /// `session`.
     pub fn part(
         &mut self,
+        session: u64,
         id: u64,
         offset: u64,
         total: u64,
         piece: Bytes,
     ) -> Result<PartOutcome, WireError> {
-        if self.finished(id) {
+        if session != self.session || self.finished(id) {
             return Ok(PartOutcome::Dropped);
         }
         self.in_window(id)?;
@@ -284,8 +338,12 @@ impl Stripes {
         })
     }
 
-    /// Takes in the commit of frame `id`: the frame to hand on, or why not yet.
-    pub fn commit(&mut self, id: u64, ok: bool) -> Result<CommitOutcome, WireError> {
+    /// Takes in the commit of frame `id`, numbered for `session`: the frame to hand on, or
+    /// why not yet.
+    pub fn commit(&mut self, session: u64, id: u64, ok: bool) -> Result<CommitOutcome, WireError> {
+        if session != self.session {
+            return Ok(CommitOutcome::Dropped);
+        }
         if self.finished(id) {
             self.stop_waiting(id);
             return Ok(CommitOutcome::Dropped);
@@ -352,32 +410,46 @@ impl Stripes {
         n
     }
 
-    /// The limit to announce to the sender ([`Header::StripeWindow`]), when it has moved by a
-    /// quarter of the window since the last announcement.
-    pub fn take_window(&mut self) -> Option<u64> {
-        let limit = self.low.saturating_add(self.limits.window);
-        if limit
-            >= self
-                .announced
-                .saturating_add((self.limits.window / 4).max(1))
-        {
-            self.announced = limit;
-            return Some(limit);
+    /// The window to announce to the sender ([`Header::StripeWindow`]), when its limit has
+    /// moved by a quarter of the window since the last announcement.
+    pub fn take_window(&mut self) -> Option<Window> {
+        let now = self.window();
+        let step = (self.limits.window / 4).max(1);
+        if now.limit >= self.announced.saturating_add(step) {
+            self.announced = now.limit;
+            return Some(now);
         }
         None
     }
 
-    /// The limit now, to announce again (an announcement may have been lost).
-    pub fn window(&self) -> u64 {
-        self.low.saturating_add(self.limits.window)
+    /// The window now.
+    pub fn window(&self) -> Window {
+        Window {
+            session: self.session,
+            low: self.low,
+            limit: self.low.saturating_add(self.limits.window),
+        }
     }
 
     /// Time passes (`now_us`, any clock that only moves forward): a frame numbered below the
     /// window after a lost connection that has held `low` for `patience_us` without its commit
     /// waiting for it is dropped (its commit, or everything of it, was lost with the
-    /// connection). Returns whether it had pieces (counted by the caller as a dropped frame;
-    /// one without is counted when its commit arrives, if ever).
-    pub fn tick(&mut self, now_us: u64, patience_us: u64) -> bool {
+    /// connection); the window is to be announced again for [`ANNOUNCE_TICKS`] ticks after it
+    /// moved.
+    pub fn tick(&mut self, now_us: u64, patience_us: u64) -> Tick {
+        let dropped = self.drop_stuck(now_us, patience_us);
+        let now = self.window();
+        if now.limit != self.ticked.0 {
+            self.ticked = (now.limit, 0);
+        }
+        let announce = (self.ticked.1 < ANNOUNCE_TICKS).then_some(now);
+        self.ticked.1 = self.ticked.1.saturating_add(1);
+        Tick { dropped, announce }
+    }
+
+    /// The frame holding `low` after a lost connection, if it has for the patience: dropped;
+    /// whether it had pieces.
+    fn drop_stuck(&mut self, now_us: u64, patience_us: u64) -> bool {
         let low = self.low;
         // Nothing seen at `low` or past it: the sender may not have sent it yet.
         if low >= self.seen || low >= self.suspect_below || self.waiting.contains(&low) {
@@ -444,6 +516,8 @@ fn fnv(kind: u8, bytes: &[u8]) -> u64 {
 pub enum Held {
     /// A striped frame's commit.
     Commit {
+        /// The session it was numbered for.
+        session: u64,
         /// The striped frame.
         id: u64,
         /// False when its sender lost a piece.
@@ -502,7 +576,20 @@ impl OrderingQueue {
     /// is; the reader then looks at [`OrderingQueue::front`]).
     pub fn admit(&mut self, frame: Frame) -> Option<Frame> {
         let (key, held) = match frame.header {
-            Header::Commit { id, ok, hold } => (hold, Held::Commit { id, ok, hold }),
+            Header::Commit {
+                session,
+                id,
+                ok,
+                hold,
+            } => (
+                hold,
+                Held::Commit {
+                    session,
+                    id,
+                    ok,
+                    hold,
+                },
+            ),
             _ if self.queue.is_empty() => return Some(frame),
             _ => {
                 let key = hold_key(&frame.header);
@@ -562,6 +649,9 @@ mod tests {
     use crate::wire::frame::{encode_frame, ActorHeader, Dest};
     use proptest::prelude::*;
 
+    /// The tables' session.
+    const S: u64 = 0x5e55;
+
     fn limits() -> StripeLimits {
         window(4)
     }
@@ -589,7 +679,7 @@ mod tests {
     }
 
     fn deliver(s: &mut Stripes, id: u64) -> Frame {
-        match s.commit(id, true).unwrap() {
+        match s.commit(S, id, true).unwrap() {
             CommitOutcome::Deliver(a) => a.into_frame().unwrap(),
             other => panic!("not delivered: {other:?}"),
         }
@@ -612,13 +702,13 @@ mod tests {
                 x ^= x << 13; x ^= x >> 7; x ^= x << 17;
                 pieces.swap(i, (x % (i as u64 + 1)) as usize);
             }
-            let mut s = Stripes::new(limits());
+            let mut s = Stripes::new(limits(), S);
             let last = pieces.len() - 1;
             for (i, (o, p)) in pieces.into_iter().enumerate() {
                 if i == last {
-                    prop_assert_eq!(s.commit(2, true).unwrap(), CommitOutcome::Pending);
+                    prop_assert_eq!(s.commit(S, 2, true).unwrap(), CommitOutcome::Pending);
                 }
-                let out = s.part(2, o as u64, total, p).unwrap();
+                let out = s.part(S, 2, o as u64, total, p).unwrap();
                 prop_assert_eq!(out, if i == last { PartOutcome::Complete } else { PartOutcome::Kept });
             }
             let f = deliver(&mut s, 2);
@@ -632,13 +722,13 @@ mod tests {
         fn hostile_input_is_refused_not_obeyed(
             ops in proptest::collection::vec((0u64..8, any::<u64>(), any::<u64>(), 0usize..64, any::<bool>()), 0..64)
         ) {
-            let mut s = Stripes::new(limits());
+            let mut s = Stripes::new(limits(), S);
             for (id, offset, total, len, commit) in ops {
                 let total = total % (2 << 20);
                 let _ = if commit {
-                    s.commit(id, offset % 2 == 0).map(|_| ())
+                    s.commit(S, id, offset % 2 == 0).map(|_| ())
                 } else {
-                    s.part(id, offset % (2 << 20), total, Bytes::from(vec![0u8; len])).map(|_| ())
+                    s.part(S, id, offset % (2 << 20), total, Bytes::from(vec![0u8; len])).map(|_| ())
                 };
                 prop_assert!(s.open() as u64 <= limits().window);
             }
@@ -647,28 +737,32 @@ mod tests {
 
     #[test]
     fn ids_past_the_window_are_refused_and_the_window_moves_as_frames_finish() {
-        let mut s = Stripes::new(limits());
+        let mut s = Stripes::new(limits(), S);
         let whole = frame(100);
         let total = whole.len() as u64;
-        assert!(s.part(4, 0, total, whole.clone()).is_err(), "past 0 + 4");
-        assert!(s.commit(4, true).is_err(), "past 0 + 4");
+        assert!(s.part(S, 4, 0, total, whole.clone()).is_err(), "past 0 + 4");
+        assert!(s.commit(S, 4, true).is_err(), "past 0 + 4");
         for id in 0..4 {
-            s.part(id, 0, total, whole.clone()).unwrap();
+            s.part(S, id, 0, total, whole.clone()).unwrap();
         }
         assert_eq!(s.take_window(), None, "the first window is implied");
         // Handed on out of order: the window moves with the lowest.
         deliver(&mut s, 2);
-        assert_eq!((s.take_window(), s.window()), (None, 4));
+        assert_eq!((s.take_window(), s.window().limit), (None, 4));
         deliver(&mut s, 0);
-        assert_eq!(s.take_window(), Some(5));
+        assert_eq!(s.take_window().map(|w| (w.low, w.limit)), Some((1, 5)));
         assert_eq!(s.take_window(), None, "announced once");
         deliver(&mut s, 1);
-        assert_eq!(s.take_window(), Some(7), "2 was done already");
-        s.part(6, 0, total, whole.clone()).unwrap();
-        assert!(s.part(7, 0, total, whole.clone()).is_err());
+        assert_eq!(
+            s.take_window().map(|w| w.limit),
+            Some(7),
+            "2 was done already"
+        );
+        s.part(S, 6, 0, total, whole.clone()).unwrap();
+        assert!(s.part(S, 7, 0, total, whole.clone()).is_err());
         // A late piece of a frame handed on is dropped, not refused.
         assert_eq!(
-            s.part(2, 0, total, whole.clone()).unwrap(),
+            s.part(S, 2, 0, total, whole.clone()).unwrap(),
             PartOutcome::Dropped
         );
     }
@@ -679,7 +773,7 @@ mod tests {
     /// the receiver never holds more than a window, and refuses nothing.
     #[test]
     fn a_lagging_ordering_lane_holds_the_sender_not_the_receiver() {
-        let mut s = Stripes::new(window(8));
+        let mut s = Stripes::new(window(8), S);
         let whole = frame(100);
         let total = whole.len() as u64;
         let mut granted = 8;
@@ -690,24 +784,24 @@ mod tests {
                 let id = next;
                 next += 1;
                 if id % 2 == 0 {
-                    s.part(id, 0, total, whole.clone()).unwrap();
+                    s.part(S, id, 0, total, whole.clone()).unwrap();
                     lagging.push(id);
                 } else {
-                    assert_eq!(s.commit(id, true).unwrap(), CommitOutcome::Pending);
-                    s.part(id, 0, total, whole.clone()).unwrap();
+                    assert_eq!(s.commit(S, id, true).unwrap(), CommitOutcome::Pending);
+                    s.part(S, id, 0, total, whole.clone()).unwrap();
                     deliver(&mut s, id);
                 }
                 assert!(s.open() <= 8);
-                if let Some(limit) = s.take_window() {
-                    granted = limit;
+                if let Some(w) = s.take_window() {
+                    granted = w.limit;
                 }
             }
             // The lagging lane catches up with one commit.
             if let Some(id) = (!lagging.is_empty()).then(|| lagging.remove(0)) {
                 deliver(&mut s, id);
             }
-            if let Some(limit) = s.take_window() {
-                granted = limit;
+            if let Some(w) = s.take_window() {
+                granted = w.limit;
             }
         }
         assert!(next > 100, "the sender went on: {next}");
@@ -734,7 +828,7 @@ mod tests {
             const DATA: usize = 3;
             let whole = frame(300);
             let total = whole.len() as u64;
-            let mut s = Stripes::new(window(WINDOW));
+            let mut s = Stripes::new(window(WINDOW), S);
             let mut lanes: Vec<VecDeque<Item>> = (0..ORDERING + DATA).map(|_| VecDeque::new()).collect();
             let mut announced: VecDeque<u64> = VecDeque::new();
             let (mut next, mut granted) = (0u64, WINDOW);
@@ -768,11 +862,11 @@ mod tests {
                         match lane.front() {
                             Some(&Item::Piece(id, o)) => {
                                 let piece = whole.slice(o..(o + cut).min(whole.len()));
-                                let out = s.part(id, o as u64, total, piece).unwrap();
+                                let out = s.part(S, id, o as u64, total, piece).unwrap();
                                 prop_assert!(out != PartOutcome::Dropped);
                                 lane.pop_front();
                             }
-                            Some(&Item::Commit(id)) => match s.commit(id, true).unwrap() {
+                            Some(&Item::Commit(id)) => match s.commit(S, id, true).unwrap() {
                                 CommitOutcome::Deliver(a) => {
                                     prop_assert_eq!(a.into_frame().unwrap().payload.len(), 300);
                                     handed_on[id as usize] += 1;
@@ -784,7 +878,7 @@ mod tests {
                             },
                             None => {}
                         }
-                        announced.extend(s.take_window());
+                        announced.extend(s.take_window().map(|w| w.limit));
                     }
                 }
                 prop_assert!(s.open() as u64 <= WINDOW);
@@ -793,80 +887,118 @@ mod tests {
         }
     }
 
+    /// A sender that still numbers its frames for a table the receiver no longer has (it
+    /// dropped the peer and made a new one) has them dropped, not refused, until it hears of
+    /// the new session and starts again from 0.
+    #[test]
+    fn frames_of_another_session_are_dropped() {
+        let mut s = Stripes::new(limits(), S);
+        let whole = frame(100);
+        let total = whole.len() as u64;
+        assert_eq!(
+            s.part(S + 1, 900, 0, total, whole.clone()).unwrap(),
+            PartOutcome::Dropped
+        );
+        assert_eq!(s.commit(S + 1, 900, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!((s.open(), s.session(), s.window().limit), (0, S, 4));
+        s.part(S, 0, 0, total, whole).unwrap();
+        assert_eq!(deliver(&mut s, 0).payload.len(), 100);
+    }
+
+    /// The window is announced again on the ticks after it moved, and then no more.
+    #[test]
+    fn ticks_announce_the_window_again_for_a_while_after_it_moved() {
+        let mut s = Stripes::new(limits(), S);
+        let announced = |s: &mut Stripes| -> Vec<Option<u64>> {
+            (0..ANNOUNCE_TICKS + 2)
+                .map(|_| s.tick(0, 1).announce.map(|w| w.limit))
+                .collect()
+        };
+        let mut first = vec![Some(4); ANNOUNCE_TICKS as usize];
+        first.extend([None, None]);
+        assert_eq!(announced(&mut s), first, "the first, sent on connecting");
+        let whole = frame(10);
+        s.part(S, 0, 0, whole.len() as u64, whole).unwrap();
+        deliver(&mut s, 0);
+        let mut then = vec![Some(5); ANNOUNCE_TICKS as usize];
+        then.extend([None, None]);
+        assert_eq!(announced(&mut s), then);
+    }
+
     #[test]
     fn after_a_lost_connection_a_frame_that_holds_the_window_is_dropped_after_the_patience() {
-        let mut s = Stripes::new(window(16));
+        let mut s = Stripes::new(window(16), S);
         let whole = frame(100);
         let total = whole.len() as u64;
         // Without a loss, a frame whose commit lags is waited for however long.
-        s.part(0, 0, total, whole.clone()).unwrap();
-        s.part(1, 0, total, whole.clone()).unwrap();
+        s.part(S, 0, 0, total, whole.clone()).unwrap();
+        s.part(S, 1, 0, total, whole.clone()).unwrap();
         for t in 0..10 {
-            assert!(!s.tick(t * 1_000_000, 1_000));
+            assert!(!s.tick(t * 1_000_000, 1_000).dropped);
         }
         deliver(&mut s, 0);
         deliver(&mut s, 1);
         // Lost: frame 2 sent before it (seen: 2), frame 3 after (its commit went with the
         // connection), frame 4 lost whole, frame 5 fine.
-        s.part(2, 0, total, whole.slice(..10)).unwrap();
+        s.part(S, 2, 0, total, whole.slice(..10)).unwrap();
         s.lane_lost();
-        s.part(3, 0, total, whole.clone()).unwrap();
-        s.part(5, 0, total, whole.clone()).unwrap();
-        assert_eq!(s.window(), 3 + 16);
-        assert!(!s.tick(0, 1_000), "starts the clock");
-        assert!(!s.tick(999, 1_000));
-        assert!(s.tick(1_000, 1_000), "frame 3, with pieces");
-        assert!(!s.tick(1_500, 1_000));
+        s.part(S, 3, 0, total, whole.clone()).unwrap();
+        s.part(S, 5, 0, total, whole.clone()).unwrap();
+        assert_eq!(s.window().limit, 3 + 16);
+        assert!(!s.tick(0, 1_000).dropped, "starts the clock");
+        assert!(!s.tick(999, 1_000).dropped);
+        assert!(s.tick(1_000, 1_000).dropped, "frame 3, with pieces");
+        assert!(!s.tick(1_500, 1_000).dropped);
         assert!(
-            !s.tick(2_000, 1_000),
+            !s.tick(2_000, 1_000).dropped,
             "frame 4, a hole: counted when its commit comes"
         );
-        assert_eq!(s.commit(4, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 4, true).unwrap(), CommitOutcome::Dropped);
         assert_eq!(deliver(&mut s, 5).payload.len(), 100);
-        assert_eq!(s.window(), 6 + 16);
+        assert_eq!(s.window().limit, 6 + 16);
         // Nothing seen past `low`: the sender has not sent it yet.
         for t in 3..10 {
-            assert!(!s.tick(t * 1_000, 1_000));
+            assert!(!s.tick(t * 1_000, 1_000).dropped);
         }
-        s.part(6, 0, total, whole.clone()).unwrap();
+        s.part(S, 6, 0, total, whole.clone()).unwrap();
         assert_eq!(deliver(&mut s, 6).payload.len(), 100);
         // A commit waiting for its pieces is the reader's to give up on, not the tick's.
-        s.part(7, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(7, true).unwrap(), CommitOutcome::Pending);
+        s.part(S, 7, 0, total, whole.slice(..10)).unwrap();
+        assert_eq!(s.commit(S, 7, true).unwrap(), CommitOutcome::Pending);
         for t in 10..20 {
-            assert!(!s.tick(t * 1_000, 1_000));
+            assert!(!s.tick(t * 1_000, 1_000).dropped);
         }
         assert!(s.is_waiting(7));
     }
 
     #[test]
     fn lost_and_aborted_frames_are_dropped_with_their_late_pieces() {
-        let mut s = Stripes::new(window(16));
+        let mut s = Stripes::new(window(16), S);
         let whole = frame(100);
         let total = whole.len() as u64;
-        s.part(3, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(3, false).unwrap(), CommitOutcome::Dropped);
+        s.part(S, 3, 0, total, whole.slice(..10)).unwrap();
+        assert_eq!(s.commit(S, 3, false).unwrap(), CommitOutcome::Dropped);
         assert_eq!(
-            s.part(3, 10, total, whole.slice(10..)).unwrap(),
+            s.part(S, 3, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
         assert_eq!(s.open(), 0);
-        s.part(4, 0, total, whole.slice(..10)).unwrap();
+        s.part(S, 4, 0, total, whole.slice(..10)).unwrap();
         assert_eq!(s.lane_lost(), 1);
         assert_eq!(
-            s.part(4, 10, total, whole.slice(10..)).unwrap(),
+            s.part(S, 4, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
-        assert_eq!(s.commit(4, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 4, true).unwrap(), CommitOutcome::Dropped);
         // A frame sent after the loss goes through.
-        s.part(9, 0, total, whole.clone()).unwrap();
+        s.part(S, 9, 0, total, whole.clone()).unwrap();
         assert_eq!(deliver(&mut s, 9).payload.len(), 100);
         // Given up on: its late piece is dropped.
-        s.part(10, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(10, true).unwrap(), CommitOutcome::Pending);
+        s.part(S, 10, 0, total, whole.slice(..10)).unwrap();
+        assert_eq!(s.commit(S, 10, true).unwrap(), CommitOutcome::Pending);
         assert!(s.give_up(10));
         assert_eq!(
-            s.part(10, 10, total, whole.slice(10..)).unwrap(),
+            s.part(S, 10, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
     }
@@ -885,7 +1017,12 @@ mod tests {
 
     fn commit_for(id: u64, hold: Option<u64>) -> Frame {
         Frame {
-            header: Header::Commit { id, ok: true, hold },
+            header: Header::Commit {
+                session: S,
+                id,
+                ok: true,
+                hold,
+            },
             payload: Bytes::new(),
         }
     }
@@ -972,28 +1109,32 @@ mod tests {
 
     #[test]
     fn bad_pieces_are_errors() {
-        let mut s = Stripes::new(limits());
+        let mut s = Stripes::new(limits(), S);
         let whole = frame(100);
         let total = whole.len() as u64;
         assert!(
-            s.part(1, 0, (2 << 20) + 8, whole.clone()).is_err(),
+            s.part(S, 1, 0, (2 << 20) + 8, whole.clone()).is_err(),
             "too large"
         );
-        assert!(s.part(1, 50, total, whole.clone()).is_err(), "past the end");
-        assert!(s.part(1, 0, total, Bytes::new()).is_err(), "empty");
-        s.part(1, 0, total, whole.slice(..20)).unwrap();
         assert!(
-            s.part(1, 10, total, whole.slice(10..30)).is_err(),
+            s.part(S, 1, 50, total, whole.clone()).is_err(),
+            "past the end"
+        );
+        assert!(s.part(S, 1, 0, total, Bytes::new()).is_err(), "empty");
+        s.part(S, 1, 0, total, whole.slice(..20)).unwrap();
+        assert!(
+            s.part(S, 1, 10, total, whole.slice(10..30)).is_err(),
             "overlap"
         );
         assert!(
-            s.part(1, 20, total + 1, whole.slice(20..)).is_err(),
+            s.part(S, 1, 20, total + 1, whole.slice(20..)).is_err(),
             "another total"
         );
         // A commit of a frame whose bytes are a commit.
-        let mut s = Stripes::new(limits());
+        let mut s = Stripes::new(limits(), S);
         let inner = encode_frame(
             &Header::Commit {
+                session: S,
                 id: 1,
                 ok: true,
                 hold: None,
@@ -1003,8 +1144,8 @@ mod tests {
         )
         .unwrap();
         let inner = Bytes::from(inner.to_vec());
-        s.part(2, 0, inner.len() as u64, inner).unwrap();
-        let CommitOutcome::Deliver(a) = s.commit(2, true).unwrap() else {
+        s.part(S, 2, 0, inner.len() as u64, inner).unwrap();
+        let CommitOutcome::Deliver(a) = s.commit(S, 2, true).unwrap() else {
             panic!("complete");
         };
         assert!(a.into_frame().is_err());

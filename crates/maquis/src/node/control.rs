@@ -402,13 +402,13 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
     let measure_rtt = d.seq.is_multiple_of(RTT_EVERY_TICKS);
     for p in inner.router.peers() {
         // Striped frames lost with a connection, and the window's limit again.
-        let (dropped, window) = p.stripes_in.tick(now, timeout);
-        if dropped {
+        let tick = p.stripes_in.tick(now, timeout);
+        if tick.dropped {
             inner.router.counters.stripes_dropped.inc();
         }
-        if let Some(limit) = window {
+        if let Some(window) = tick.announce {
             let slot = inner.router.dispatch.membership_slot();
-            crate::transport::stripe::announce(&p, slot, limit, c);
+            crate::transport::stripe::announce(&p, slot, window, c);
         }
         if !p.is_up() {
             continue;

@@ -76,7 +76,7 @@ use crate::wire::frame::{Frame, FrameDecoder, Header};
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
 use crate::wire::WireError;
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
-use crate::wire::{Held, OrderingQueue};
+use crate::wire::{Held, OrderingQueue, Window};
 
 /// Why a reader ended when the other end closed its side cleanly.
 const END_OF_STREAM: &str = "end of stream";
@@ -517,6 +517,12 @@ async fn read_loop<H: Host>(
     // a barrier waits for a piece behind one: the sender queues a commit after its pieces.
     let place = lane_place(inner.dispatch(), slot);
     let mut barrier: Option<AtBarrier> = None;
+    // The peer learns of this node's window for its striped frames (and of a new table, after
+    // this node dropped it) as soon as it can send them.
+    if slot == inner.dispatch().membership_slot() {
+        let window = peer.stripes_in.window();
+        super::stripe::announce(&peer, slot, window, inner.counters());
+    }
     let mut kept: Option<Frame> = None;
     let reason = loop {
         // Most of the time nothing waits: no per-frame work then.
@@ -569,14 +575,32 @@ async fn read_loop<H: Host>(
         match next {
             Some(Ok(frame)) => {
                 // Pieces and windows are the transport's own, and pass barriers.
-                if let Header::Stripe { id, offset, total } = frame.header {
-                    match peer.stripes_in.part(id, offset, total, frame.payload) {
+                if let Header::Stripe {
+                    session,
+                    id,
+                    offset,
+                    total,
+                } = frame.header
+                {
+                    match peer
+                        .stripes_in
+                        .part(session, id, offset, total, frame.payload)
+                    {
                         Ok(()) => continue,
                         Err(e) => break bad_frame(&*inner, &peer, &lane, e),
                     }
                 }
-                if let Header::StripeWindow { limit } = frame.header {
-                    peer.stripes_out.grant(limit);
+                if let Header::StripeWindow {
+                    session,
+                    low,
+                    limit,
+                } = frame.header
+                {
+                    peer.stripes_out.grant(Window {
+                        session,
+                        low,
+                        limit,
+                    });
                     continue;
                 }
                 if barrier.is_some() {
@@ -741,7 +765,7 @@ async fn hand_on_front<H: Host>(
     patience: Duration,
 ) -> Result<(), WireError> {
     loop {
-        let (id, ok) = match ordering.front() {
+        let (session, id, ok) = match ordering.front() {
             None => {
                 front.deadline = None;
                 return Ok(());
@@ -752,10 +776,12 @@ async fn hand_on_front<H: Host>(
                 }
                 continue;
             }
-            Some(&Held::Commit { id, ok, .. }) => (id, ok),
+            Some(&Held::Commit {
+                session, id, ok, ..
+            }) => (session, id, ok),
         };
         front.seen = peer.stripes_in.generation();
-        let tried = peer.stripes_in.try_commit(id, ok)?;
+        let tried = peer.stripes_in.try_commit(session, id, ok)?;
         if !matches!(tried, Tried::Pending) {
             announce_window(inner, peer);
         }
@@ -793,11 +819,11 @@ fn give_up_front<H: Host>(inner: &H, peer: &Peer, ordering: &mut OrderingQueue, 
 
 /// Tells the peer how far its striped frames may go now, when that has moved enough.
 fn announce_window<H: Host>(inner: &H, peer: &Peer) {
-    if let Some(limit) = peer.stripes_in.take_window() {
+    if let Some(window) = peer.stripes_in.take_window() {
         super::stripe::announce(
             peer,
             inner.dispatch().membership_slot(),
-            limit,
+            window,
             inner.counters(),
         );
     }

@@ -406,6 +406,7 @@ mod tests {
             assert_eq!(
                 header,
                 Header::Commit {
+                    session: 0,
                     id: 7,
                     ok,
                     hold: None

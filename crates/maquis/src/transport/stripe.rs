@@ -29,7 +29,7 @@ use bytes::{Bytes, BytesMut};
 use maquis_proto::wire::stripes::decode_striped;
 use maquis_proto::wire::{
     encode_head, Assembled, Body, CommitOutcome, Frame, Header, PartOutcome, StripeLimits, Stripes,
-    WireError,
+    Tick, Window, WireError,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -70,6 +70,7 @@ pub(crate) enum Role {
 
 /// Opens when every piece of a striped frame has been written or dropped.
 pub(crate) struct Gate {
+    session: u64,
     id: u64,
     /// Pieces not yet written or dropped, plus one held by the sender until it has queued
     /// them all.
@@ -101,6 +102,7 @@ impl Gate {
     /// The commit's frame head, once the gate is open: `ok` unless a piece was dropped.
     pub(crate) fn commit_head(&self) -> Bytes {
         let header = Header::Commit {
+            session: self.session,
             id: self.id,
             ok: !self.failed.load(Ordering::Acquire),
             hold: self.hold,
@@ -132,13 +134,21 @@ impl Drop for PartGuard {
     }
 }
 
+/// Where a sender is in its peer's window.
+#[derive(Default)]
+struct OutWindow {
+    /// The receiver's table, once it has announced it.
+    session: Option<u64>,
+    /// The next frame's id.
+    next: u64,
+    /// Ids below this may be sent.
+    limit: u64,
+}
+
 /// The sender's striping state for one peer.
 pub(crate) struct StripesOut {
-    /// The next frame's id.
-    next: AtomicU64,
-    /// Ids below this may be sent (the receiver's window).
-    limit: AtomicU64,
-    /// Woken when `limit` grows.
+    window: Mutex<OutWindow>,
+    /// Woken when the window grows.
     granted: Notify,
     /// Cancelled when the peer is dropped: senders waiting for the window give up.
     closed: CancellationToken,
@@ -150,8 +160,7 @@ impl StripesOut {
     /// The state for a peer whose dropping cancels `closed`.
     pub(crate) fn new(closed: CancellationToken) -> Self {
         StripesOut {
-            next: AtomicU64::new(0),
-            limit: AtomicU64::new(WINDOW),
+            window: Mutex::default(),
             granted: Notify::new(),
             closed,
             uncommitted: Arc::new(Semaphore::new(MAX_UNCOMMITTED)),
@@ -159,29 +168,51 @@ impl StripesOut {
         }
     }
 
-    /// The receiver announced `limit` ([`Header::StripeWindow`]); a smaller one than before
-    /// (late, or repeated) changes nothing.
-    pub(crate) fn grant(&self, limit: u64) {
-        if self.limit.fetch_max(limit, Ordering::AcqRel) < limit {
+    fn window(&self) -> std::sync::MutexGuard<'_, OutWindow> {
+        self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the receiver has announced its window: until then, frames go whole.
+    pub(crate) fn knows_window(&self) -> bool {
+        self.window().session.is_some()
+    }
+
+    /// The receiver announced its window ([`Header::StripeWindow`]): a smaller limit than
+    /// before (late, or repeated) changes nothing; a new session (the receiver made a new
+    /// table, or this is the first) starts the numbering again at its `low`.
+    pub(crate) fn grant(&self, window: Window) {
+        let mut w = self.window();
+        let grew = if w.session == Some(window.session) {
+            let grew = window.limit > w.limit;
+            w.limit = w.limit.max(window.limit);
+            grew
+        } else {
+            *w = OutWindow {
+                session: Some(window.session),
+                next: window.low,
+                limit: window.limit,
+            };
+            true
+        };
+        drop(w);
+        if grew {
             self.granted.notify_waiters();
         }
     }
 
-    /// The next frame's id, once the window has room for it (`Backpressure` without `wait`).
-    async fn take_id(&self, wait: bool) -> Result<u64, SendError> {
+    /// The session and id of the next frame, once the window has room for it
+    /// (`Backpressure` without `wait`).
+    async fn take_id(&self, wait: bool) -> Result<(u64, u64), SendError> {
         loop {
             let granted = self.granted.notified();
             tokio::pin!(granted);
             granted.as_mut().enable();
-            let next = self.next.load(Ordering::Acquire);
-            if next < self.limit.load(Ordering::Acquire) {
-                let taken =
-                    self.next
-                        .compare_exchange(next, next + 1, Ordering::AcqRel, Ordering::Acquire);
-                if taken.is_ok() {
-                    return Ok(next);
+            {
+                let mut w = self.window();
+                if let Some(session) = w.session.filter(|_| w.next < w.limit) {
+                    w.next += 1;
+                    return Ok((session, w.next - 1));
                 }
-                continue;
             }
             if !wait {
                 return Err(SendError::Backpressure("striped frames"));
@@ -223,11 +254,12 @@ pub(crate) async fn send(
             .try_acquire_owned()
             .map_err(|_| SendError::Backpressure("striped frames"))?
     };
-    let id = out.take_id(wait).await?;
+    let (session, id) = out.take_id(wait).await?;
     let total = head.len() + payload.len();
     let piece = piece.max(head.len() + 1);
     let n = total.div_ceil(piece);
     let gate = Arc::new(Gate {
+        session,
         id,
         left: AtomicUsize::new(n + 1),
         failed: AtomicBool::new(false),
@@ -261,6 +293,7 @@ pub(crate) async fn send(
             )
         };
         let header = Header::Stripe {
+            session,
             id,
             offset: start as u64,
             total: total64,
@@ -344,18 +377,18 @@ pub(crate) enum Tried {
 }
 
 impl StripesIn {
-    /// A table for frames of at most `max_frame` bytes.
+    /// A table for frames of at most `max_frame` bytes, of a session picked at random.
     pub(crate) fn new(max_frame: usize) -> Self {
+        let limits = StripeLimits {
+            max_frame,
+            window: WINDOW,
+        };
         StripesIn {
-            table: Mutex::new(Stripes::new(StripeLimits {
-                max_frame,
-                window: WINDOW,
-            })),
+            table: Mutex::new(Stripes::new(limits, rand::random())),
             generation: AtomicU64::new(0),
             changed: Notify::new(),
         }
     }
-
     fn table(&self) -> std::sync::MutexGuard<'_, Stripes> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -387,12 +420,13 @@ impl StripesIn {
     /// Takes in a piece (the window bounds what a sender may have open: it never waits).
     pub(crate) fn part(
         &self,
+        session: u64,
         id: u64,
         offset: u64,
         total: u64,
         piece: Bytes,
     ) -> Result<(), WireError> {
-        let out = self.table().part(id, offset, total, piece)?;
+        let out = self.table().part(session, id, offset, total, piece)?;
         if out == PartOutcome::Complete {
             self.bump();
         }
@@ -400,8 +434,8 @@ impl StripesIn {
     }
 
     /// Tries a commit now (see [`Tried`]).
-    pub(crate) fn try_commit(&self, id: u64, ok: bool) -> Result<Tried, WireError> {
-        let out = self.table().commit(id, ok)?;
+    pub(crate) fn try_commit(&self, session: u64, id: u64, ok: bool) -> Result<Tried, WireError> {
+        let out = self.table().commit(session, id, ok)?;
         Ok(match out {
             CommitOutcome::Deliver(a) => Tried::Ready(a),
             CommitOutcome::Dropped => Tried::Dropped,
@@ -422,34 +456,36 @@ impl StripesIn {
         self.bump();
     }
 
-    /// The window's limit, when it has moved enough to be announced.
-    pub(crate) fn take_window(&self) -> Option<u64> {
+    /// The window, when it has moved enough to be announced.
+    pub(crate) fn take_window(&self) -> Option<Window> {
         self.table().take_window()
+    }
+
+    /// The window now (announced when the peer's membership lane connects).
+    pub(crate) fn window(&self) -> Window {
+        self.table().window()
     }
 
     /// A heartbeat tick at `now_us`: drops a frame that has held the window for
     /// `patience_us` after a lost connection (see [`Stripes::tick`]); returns whether one with
-    /// pieces was (a dropped frame to count), and the window's limit to announce again (an
-    /// announcement may have been lost), if it ever moved.
-    pub(crate) fn tick(&self, now_us: u64, patience_us: u64) -> (bool, Option<u64>) {
-        let mut t = self.table();
-        let dropped = t.tick(now_us, patience_us);
-        let limit = t.window();
-        drop(t);
-        if dropped {
+    /// pieces was (a dropped frame to count), and the window to announce again (an
+    /// announcement may have been dropped or lost) on the ticks after it moved.
+    pub(crate) fn tick(&self, now_us: u64, patience_us: u64) -> Tick {
+        let tick = self.table().tick(now_us, patience_us);
+        if tick.dropped {
             self.bump();
         }
-        (dropped, (limit > WINDOW).then_some(limit))
+        tick
     }
 }
 
-/// Announces the window's `limit` to `peer` on its lane `slot`, without waiting: an
-/// announcement that finds no room is dropped and counted (`control_drops`), and the next
-/// heartbeat tick announces it again.
-pub(crate) fn announce(peer: &Peer, slot: usize, limit: u64, counters: &Counters) {
-    let mut head = BytesMut::with_capacity(16);
+/// Announces `window` to `peer` on its lane `slot`, without waiting: an announcement that
+/// finds no room is dropped and counted (`control_drops`), and the next heartbeat ticks
+/// announce it again.
+pub(crate) fn announce(peer: &Peer, slot: usize, window: Window, counters: &Counters) {
+    let mut head = BytesMut::with_capacity(32);
     // A few integers and no payload: it always encodes.
-    let _ = encode_head(&Header::StripeWindow { limit }, 0, usize::MAX, &mut head);
+    let _ = encode_head(&window.header(), 0, usize::MAX, &mut head);
     if peer.lanes[slot]
         .try_enqueue(head.freeze(), Bytes::new(), None)
         .is_err()
@@ -466,6 +502,7 @@ pub(crate) mod testing {
     /// A gate of `pieces` pieces for the ordering lane `lane`, and the pieces' guards.
     pub(crate) fn gate(id: u64, pieces: usize, lane: &Arc<Lane>) -> (Arc<Gate>, Vec<PartGuard>) {
         let gate = Arc::new(Gate {
+            session: 0,
             id,
             left: AtomicUsize::new(pieces),
             failed: AtomicBool::new(false),
@@ -516,7 +553,7 @@ mod tests {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let seen = s.generation();
-            match s.try_commit(id, true).unwrap() {
+            match s.try_commit(s.window().session, id, true).unwrap() {
                 Tried::Ready(a) => return Some(assemble(a).await.unwrap()),
                 Tried::Dropped => return None,
                 Tried::Pending => {}
@@ -548,6 +585,7 @@ mod tests {
         }
         let widen = Widen::new(2);
         let out = StripesOut::new(CancellationToken::new());
+        out.grant(window(1, 0, WINDOW));
         let place = Place::Widened {
             widen: &widen,
             lanes: &lanes,
@@ -603,14 +641,16 @@ mod tests {
         let s = Arc::new(StripesIn::new(1 << 20));
         let whole = frame(1000);
         let total = whole.len() as u64;
-        s.part(1, 0, total, whole.slice(..100)).unwrap();
+        s.part(s.window().session, 1, 0, total, whole.slice(..100))
+            .unwrap();
         let waiting = tokio::spawn({
             let s = s.clone();
             async move { commit(&s, 1, Duration::from_secs(60)).await }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        s.part(1, 100, total, whole.slice(100..)).unwrap();
+        s.part(s.window().session, 1, 100, total, whole.slice(100..))
+            .unwrap();
         let f = waiting.await.unwrap().expect("delivered");
         assert_eq!(f.payload.len(), 1000);
     }
@@ -622,15 +662,35 @@ mod tests {
     async fn a_commit_gives_up_on_pieces_that_never_come() {
         let s = StripesIn::new(1 << 20);
         let whole = frame(1000);
-        s.part(4, 0, whole.len() as u64, whole.slice(..100))
-            .unwrap();
+        s.part(
+            s.window().session,
+            4,
+            0,
+            whole.len() as u64,
+            whole.slice(..100),
+        )
+        .unwrap();
         let started = tokio::time::Instant::now();
         assert!(commit(&s, 4, Duration::from_secs(3)).await.is_none());
         assert_eq!(started.elapsed(), Duration::from_secs(3));
         // Its late piece is dropped, and the table is empty.
-        s.part(4, 100, whole.len() as u64, whole.slice(100..))
-            .unwrap();
+        s.part(
+            s.window().session,
+            4,
+            100,
+            whole.len() as u64,
+            whole.slice(100..),
+        )
+        .unwrap();
         assert_eq!(s.table().open(), 0);
+    }
+
+    fn window(session: u64, low: u64, limit: u64) -> Window {
+        Window {
+            session,
+            low,
+            limit,
+        }
     }
 
     /// A sender numbers its striped frames within the receiver's window: past it, a send
@@ -640,8 +700,15 @@ mod tests {
     async fn senders_keep_to_the_window() {
         let closed = CancellationToken::new();
         let out = Arc::new(StripesOut::new(closed.clone()));
+        assert!(!out.knows_window());
+        assert!(matches!(
+            out.take_id(false).await,
+            Err(SendError::Backpressure(_))
+        ));
+        out.grant(window(5, 0, WINDOW));
+        assert!(out.knows_window());
         for id in 0..WINDOW {
-            assert_eq!(out.take_id(false).await.unwrap(), id);
+            assert_eq!(out.take_id(false).await.unwrap(), (5, id));
         }
         assert!(matches!(
             out.take_id(false).await,
@@ -653,11 +720,18 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        out.grant(WINDOW - 1);
+        out.grant(window(5, 0, WINDOW - 1));
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "a smaller limit changes nothing");
-        out.grant(WINDOW + 1);
-        assert_eq!(waiting.await.unwrap().unwrap(), WINDOW);
+        out.grant(window(5, 0, WINDOW + 1));
+        assert_eq!(waiting.await.unwrap().unwrap(), (5, WINDOW));
+        // Another table (the receiver dropped the peer and made a new one, or this end did and
+        // hears of the receiver's for the first time): numbering starts again at its `low`.
+        out.grant(window(6, 10, 10 + WINDOW));
+        assert_eq!(out.take_id(false).await.unwrap(), (6, 10));
+        for _ in 1..WINDOW {
+            out.take_id(false).await.unwrap();
+        }
         let waiting = tokio::spawn({
             let out = out.clone();
             async move { out.take_id(true).await }
