@@ -20,13 +20,13 @@ enum Msg {
     /// byte, which takes long enough on a worker thread to hold up the nodes' heartbeats when
     /// tests run side by side. The frame is as large either way.
     Big(u32, maquis::Payload),
-    /// The first [`MID`] bytes of the pattern: above the striping threshold, under a part.
+    /// The first [`MID`] bytes of the pattern.
     Mid(u32, maquis::Payload),
     Small(u32),
 }
 
-/// A message striped in one piece (the default `transport.stripe_bytes` is 256 KiB).
-const MID: usize = 300 << 10;
+/// A message striped in two parts of 1 MiB.
+const MID: usize = 2 << 20;
 
 /// The large message's bytes, made once (for the same reason as `Msg::Big` is a `Payload`).
 fn pattern() -> &'static [u8] {
@@ -214,13 +214,14 @@ async fn a_small_message_overtakes_a_striped_one() {
     }
 }
 
-/// Far more striped messages than a receiver's window (64) from one sender: the receiver
-/// announces a larger window as it hands them on, and they all arrive, in order, whole.
+/// More striped messages than a receiver's window holds (128 MiB) from one sender: the
+/// receiver announces a larger window as it hands them on, and they all arrive, in order,
+/// whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn striped_messages_past_the_window_keep_coming() {
     let (nodes, r, mut seen) = setup_lanes("lmwindow", 1 << 20, 4, 4 << 20).await;
     let opts = SendOpts::default().partition(1);
-    const N: u32 = 300;
+    const N: u32 = 100;
     let sent = tokio::time::timeout(Duration::from_secs(60), async {
         for id in 0..N {
             let m = Msg::Mid(id, pattern()[..MID].to_vec().into());
@@ -231,6 +232,8 @@ async fn striped_messages_past_the_window_keep_coming() {
     assert!(sent.is_ok(), "sent in 60 s");
     let got = arrivals(&mut seen, N as usize).await;
     assert_eq!(got, (0..N).map(|id| (id, true)).collect::<Vec<_>>());
+    let bytes = default_lanes_bytes(&nodes[0]);
+    assert!(bytes[0] < 1 << 20, "striped, not whole: {bytes:?}");
     let dropped: u64 = nodes[0].status().peers[0]
         .lanes
         .iter()

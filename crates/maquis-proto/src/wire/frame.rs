@@ -192,6 +192,9 @@ pub enum Header {
         low: u64,
         /// Striped frames with a smaller id may be sent.
         limit: u64,
+        /// The frames from `low` on may hold this many bytes together (as their lengths
+        /// count them).
+        bytes: u64,
     },
 }
 
@@ -713,13 +716,14 @@ mod tests {
                     }),
                 (any::<u64>(), any::<u16>())
                     .prop_map(|(epoch, lanes)| Header::Barrier { epoch, lanes }),
-                (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(session, low, limit)| {
-                    Header::StripeWindow {
+                (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+                    |(session, low, limit, bytes)| Header::StripeWindow {
                         session,
                         low,
                         limit,
+                        bytes,
                     }
-                }),
+                ),
             ]
             .boxed()
         }

@@ -25,7 +25,9 @@
 //! numbers its striped frames 0, 1, 2, … and may use an id only below the limit the receiver
 //! last announced ([`Header::StripeWindow`]); the receiver announces `low + window`, where
 //! every frame below `low` has been handed on or dropped, and refuses a piece or a commit at or
-//! past that limit as hostile or corrupt. So at most `window` frames are open at once however
+//! past that limit as hostile or corrupt; the frames from `low` on may also announce at most
+//! `bytes` together (the sender counts them from the announced `low`). So at most `window`
+//! frames and `bytes` bytes are open at once however
 //! the sender's lanes lag behind one another (a commit written long ago may still sit unread
 //! on a slow ordering lane while others go on), every piece that arrives can be kept, and no
 //! reader ever waits for room in the table. The transport announces the window when the
@@ -45,7 +47,7 @@
 //! kept), its pieces may not overlap or run past `total`, and memory grows only with the bytes
 //! that arrived (pieces are kept as they were read and joined once, at the end, by the caller
 //! and outside its lock on the table; a frame of one piece is never copied): at most `window`
-//! frames of at most `max_frame` bytes. The ids handed on or dropped above `low` are kept
+//! frames of at most `max_frame` bytes, and `bytes` together. The ids handed on or dropped above `low` are kept
 //! until `low` passes them: at most `window` of them.
 //!
 //! # Losses
@@ -75,6 +77,10 @@ pub struct StripeLimits {
     pub max_frame: usize,
     /// Frames the sender may have sent and not seen handed on or dropped (at least 4).
     pub window: u64,
+    /// Bytes (as their frames announce them) the frames the sender may have sent and not seen
+    /// handed on or dropped may hold together: at least twice `max_frame`, so that any frame
+    /// fits.
+    pub bytes: usize,
 }
 
 /// What became of a piece.
@@ -169,6 +175,8 @@ pub struct Stripes {
     limits: StripeLimits,
     session: u64,
     open: HashMap<u64, Open>,
+    /// The bytes the open frames announce.
+    open_bytes: usize,
     /// Every frame numbered below this was handed on or dropped.
     low: u64,
     /// Frames numbered `low` or more that were handed on or dropped.
@@ -196,6 +204,8 @@ pub struct Window {
     pub low: u64,
     /// Frames below it may be sent.
     pub limit: u64,
+    /// The frames from `low` on may hold this many bytes together.
+    pub bytes: u64,
 }
 
 impl Window {
@@ -205,6 +215,7 @@ impl Window {
             session: self.session,
             low: self.low,
             limit: self.limit,
+            bytes: self.bytes,
         }
     }
 }
@@ -229,6 +240,7 @@ impl Stripes {
             limits,
             session,
             open: HashMap::new(),
+            open_bytes: 0,
             low: 0,
             done: BTreeSet::new(),
             seen: 0,
@@ -265,9 +277,16 @@ impl Stripes {
         Ok(())
     }
 
+    /// Takes frame `id` out of the open ones.
+    fn close(&mut self, id: u64) -> Option<Open> {
+        let open = self.open.remove(&id)?;
+        self.open_bytes -= open.total;
+        Some(open)
+    }
+
     /// Frame `id` is handed on or dropped.
     fn finish(&mut self, id: u64) {
-        self.open.remove(&id);
+        self.close(id);
         if id < self.low {
             return;
         }
@@ -309,6 +328,15 @@ impl Stripes {
         };
         if piece.is_empty() {
             return Err(WireError::BadHeader("an empty piece".into()));
+        }
+        if !self.open.contains_key(&id) {
+            if self.open_bytes.saturating_add(total) > self.limits.bytes {
+                return Err(WireError::BadHeader(format!(
+                    "striped frames past the window's {} bytes",
+                    self.limits.bytes
+                )));
+            }
+            self.open_bytes += total;
         }
         self.seen = self.seen.max(id + 1);
         let open = self.open.entry(id).or_insert(Open {
@@ -366,7 +394,7 @@ impl Stripes {
             return Ok(CommitOutcome::Pending);
         }
         self.stop_waiting(id);
-        let open = self.open.remove(&id).expect("complete above");
+        let open = self.close(id).expect("complete above");
         self.finish(id);
         Ok(CommitOutcome::Deliver(Assembled {
             total: open.total,
@@ -399,6 +427,7 @@ impl Stripes {
     pub fn lane_lost(&mut self) -> usize {
         let n = self.open.len();
         self.open.clear();
+        self.open_bytes = 0;
         self.low = self.low.max(self.seen);
         let low = self.low;
         self.done.retain(|&d| d >= low);
@@ -428,6 +457,7 @@ impl Stripes {
             session: self.session,
             low: self.low,
             limit: self.low.saturating_add(self.limits.window),
+            bytes: self.limits.bytes as u64,
         }
     }
 
@@ -660,6 +690,7 @@ mod tests {
         StripeLimits {
             max_frame: 1 << 20,
             window,
+            bytes: 4 << 20,
         }
     }
 
@@ -765,6 +796,26 @@ mod tests {
             s.part(S, 2, 0, total, whole.clone()).unwrap(),
             PartOutcome::Dropped
         );
+    }
+
+    /// The window bounds bytes too: frames that announce more than its bytes together are
+    /// refused until some are handed on.
+    #[test]
+    fn frames_past_the_windows_bytes_are_refused() {
+        let mut s = Stripes::new(window(16), S);
+        let mb = 1u64 << 20;
+        let piece = Bytes::from(vec![0u8; 10]);
+        for id in 0..4 {
+            s.part(S, id, 0, mb, piece.clone()).unwrap();
+        }
+        assert!(s.part(S, 4, 0, mb, piece.clone()).is_err(), "5 MiB open");
+        assert!(
+            s.part(S, 4, 0, 10, piece.clone()).is_err(),
+            "4 MiB and 10 bytes"
+        );
+        assert_eq!(s.window().bytes, 4 << 20);
+        assert_eq!(s.commit(S, 0, false).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.part(S, 4, 0, mb, piece).unwrap(), PartOutcome::Kept);
     }
 
     /// The case the window is for: the commits of every other frame sit unread on an ordering

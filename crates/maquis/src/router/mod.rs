@@ -739,9 +739,9 @@ impl Router {
     }
 
     /// Where to stripe a frame with `len` bytes of payload, when it is to be striped: large
-    /// enough, on a channel that stripes, to a peer directly that has announced its window (a
-    /// frame forwarded through other nodes goes whole, and so does one sent before the peer's
-    /// window arrives, a moment after its first lane connects).
+    /// enough, on a channel that stripes, to a peer directly that has announced a window it
+    /// fits in (a frame forwarded through other nodes goes whole, and so does one sent before
+    /// the peer's window arrives, a moment after its first lane connects).
     fn stripe_peer(
         &self,
         hop: &Hop,
@@ -754,7 +754,7 @@ impl Router {
             Hop::Direct(peer)
                 if self.limits.stripe_bytes > 0
                     && len >= self.limits.stripe_bytes
-                    && peer.stripes_out.knows_window() =>
+                    && peer.stripes_out.fits(len) =>
             {
                 Some(Striped {
                     peer: peer.clone(),

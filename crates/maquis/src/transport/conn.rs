@@ -594,12 +594,14 @@ async fn read_loop<H: Host>(
                     session,
                     low,
                     limit,
+                    bytes,
                 } = frame.header
                 {
                     peer.stripes_out.grant(Window {
                         session,
                         low,
                         limit,
+                        bytes,
                     });
                     continue;
                 }

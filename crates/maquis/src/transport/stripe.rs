@@ -13,7 +13,8 @@
 //! before the commit ahead of it is handed on, and would wait for ever for pieces queued
 //! behind the same barrier on another lane (whose reader stops there).
 //! At most [`MAX_UNCOMMITTED`] striped frames per peer have their commit unwritten, and at
-//! most [`WINDOW`] are out, numbered below the limit the receiver last announced (its
+//! most [`WINDOW`] frames and [`WINDOW_BYTES`] are out, numbered below the limit the receiver
+//! last announced (its
 //! [window](maquis_proto::wire::stripes#the-window)); more senders wait (or get
 //! `Backpressure`).
 //!
@@ -22,6 +23,7 @@
 //! heartbeat tick ([`StripesIn::tick`]). A reader whose commit's pieces are not all in waits
 //! for the table to change, for its connection to end, or at most the heartbeat timeout.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -43,9 +45,12 @@ use crate::error::SendError;
 /// Striped frames per peer whose commit is not written yet; more wait.
 pub(crate) const MAX_UNCOMMITTED: usize = 16;
 /// Striped frames per peer sent and not yet handed on or dropped by the receiver; more wait
-/// for it to announce a larger window. So a receiver holds at most this many frames of at most
-/// `transport.max_frame_bytes` per peer.
-pub(crate) const WINDOW: u64 = 64;
+/// for it to announce a larger window.
+pub(crate) const WINDOW: u64 = 4096;
+/// The bytes those frames may hold together (at least twice `transport.max_frame_bytes`, so
+/// that any frame fits): what a receiver holds at most per peer. A window must cover what is
+/// in flight in a round trip: 128 MiB is 1.3 GB/s at 100 ms.
+pub(crate) const WINDOW_BYTES: usize = 128 << 20;
 
 /// What a queued frame is to striping and to the lanes' width ([`super::widen`]).
 #[derive(Default)]
@@ -143,6 +148,39 @@ struct OutWindow {
     next: u64,
     /// Ids below this may be sent.
     limit: u64,
+    /// The frames from the announced `low` on may hold this many bytes.
+    bytes: u64,
+    /// The frames sent from the announced `low` on: id and length.
+    out: VecDeque<(u64, u64)>,
+    /// Their lengths together.
+    out_bytes: u64,
+}
+
+impl OutWindow {
+    /// Takes the next id for a frame of `total` bytes, if the window has room for it.
+    fn take(&mut self, total: u64) -> Option<(u64, u64)> {
+        let session = self.session?;
+        let fits = self.out_bytes.saturating_add(total) <= self.bytes;
+        if self.next >= self.limit || !fits {
+            return None;
+        }
+        let id = self.next;
+        self.next += 1;
+        self.out.push_back((id, total));
+        self.out_bytes += total;
+        Some((session, id))
+    }
+
+    /// The receiver has handed on or dropped every frame below `low`.
+    fn release(&mut self, low: u64) {
+        while let Some(&(id, total)) = self.out.front() {
+            if id >= low {
+                break;
+            }
+            self.out.pop_front();
+            self.out_bytes -= total;
+        }
+    }
 }
 
 /// The sender's striping state for one peer.
@@ -172,9 +210,11 @@ impl StripesOut {
         self.window.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the receiver has announced its window: until then, frames go whole.
-    pub(crate) fn knows_window(&self) -> bool {
-        self.window().session.is_some()
+    /// Whether a frame of `len` bytes may be striped: once the receiver has announced its
+    /// window (until then frames go whole), and if it is not larger than the window's bytes.
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        let w = self.window();
+        w.session.is_some() && (len as u64) < w.bytes
     }
 
     /// The receiver announced its window ([`Header::StripeWindow`]): a smaller limit than
@@ -183,14 +223,18 @@ impl StripesOut {
     pub(crate) fn grant(&self, window: Window) {
         let mut w = self.window();
         let grew = if w.session == Some(window.session) {
-            let grew = window.limit > w.limit;
+            let before = (w.limit, w.out_bytes);
             w.limit = w.limit.max(window.limit);
-            grew
+            w.release(window.low);
+            (w.limit, w.out_bytes) != before
         } else {
             *w = OutWindow {
                 session: Some(window.session),
                 next: window.low,
                 limit: window.limit,
+                bytes: window.bytes,
+                out: VecDeque::new(),
+                out_bytes: 0,
             };
             true
         };
@@ -200,19 +244,15 @@ impl StripesOut {
         }
     }
 
-    /// The session and id of the next frame, once the window has room for it
-    /// (`Backpressure` without `wait`).
-    async fn take_id(&self, wait: bool) -> Result<(u64, u64), SendError> {
+    /// The session and id of the next frame, of `total` bytes, once the window has room for
+    /// it (`Backpressure` without `wait`).
+    async fn take_id(&self, total: usize, wait: bool) -> Result<(u64, u64), SendError> {
         loop {
             let granted = self.granted.notified();
             tokio::pin!(granted);
             granted.as_mut().enable();
-            {
-                let mut w = self.window();
-                if let Some(session) = w.session.filter(|_| w.next < w.limit) {
-                    w.next += 1;
-                    return Ok((session, w.next - 1));
-                }
+            if let Some(taken) = self.window().take(total as u64) {
+                return Ok(taken);
             }
             if !wait {
                 return Err(SendError::Backpressure("striped frames"));
@@ -254,8 +294,8 @@ pub(crate) async fn send(
             .try_acquire_owned()
             .map_err(|_| SendError::Backpressure("striped frames"))?
     };
-    let (session, id) = out.take_id(wait).await?;
     let total = head.len() + payload.len();
+    let (session, id) = out.take_id(total, wait).await?;
     let piece = piece.max(head.len() + 1);
     let n = total.div_ceil(piece);
     let gate = Arc::new(Gate {
@@ -382,6 +422,7 @@ impl StripesIn {
         let limits = StripeLimits {
             max_frame,
             window: WINDOW,
+            bytes: WINDOW_BYTES.max(max_frame.saturating_mul(2)),
         };
         StripesIn {
             table: Mutex::new(Stripes::new(limits, rand::random())),
@@ -690,6 +731,7 @@ mod tests {
             session,
             low,
             limit,
+            bytes: 1 << 20,
         }
     }
 
@@ -700,23 +742,23 @@ mod tests {
     async fn senders_keep_to_the_window() {
         let closed = CancellationToken::new();
         let out = Arc::new(StripesOut::new(closed.clone()));
-        assert!(!out.knows_window());
+        assert!(!out.fits(10));
         assert!(matches!(
-            out.take_id(false).await,
+            out.take_id(10, false).await,
             Err(SendError::Backpressure(_))
         ));
         out.grant(window(5, 0, WINDOW));
-        assert!(out.knows_window());
+        assert!(out.fits(10) && !out.fits(1 << 20));
         for id in 0..WINDOW {
-            assert_eq!(out.take_id(false).await.unwrap(), (5, id));
+            assert_eq!(out.take_id(10, false).await.unwrap(), (5, id));
         }
         assert!(matches!(
-            out.take_id(false).await,
+            out.take_id(10, false).await,
             Err(SendError::Backpressure(_))
         ));
         let waiting = tokio::spawn({
             let out = out.clone();
-            async move { out.take_id(true).await }
+            async move { out.take_id(10, true).await }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
@@ -728,13 +770,13 @@ mod tests {
         // Another table (the receiver dropped the peer and made a new one, or this end did and
         // hears of the receiver's for the first time): numbering starts again at its `low`.
         out.grant(window(6, 10, 10 + WINDOW));
-        assert_eq!(out.take_id(false).await.unwrap(), (6, 10));
+        assert_eq!(out.take_id(10, false).await.unwrap(), (6, 10));
         for _ in 1..WINDOW {
-            out.take_id(false).await.unwrap();
+            out.take_id(10, false).await.unwrap();
         }
         let waiting = tokio::spawn({
             let out = out.clone();
-            async move { out.take_id(true).await }
+            async move { out.take_id(10, true).await }
         });
         tokio::task::yield_now().await;
         closed.cancel();
@@ -742,5 +784,22 @@ mod tests {
             waiting.await.unwrap(),
             Err(SendError::Unreachable(_))
         ));
+    }
+
+    /// The window bounds the bytes out too: a frame that would pass them waits until the
+    /// receiver says it has handed on enough.
+    #[tokio::test]
+    async fn senders_keep_to_the_windows_bytes() {
+        let out = StripesOut::new(CancellationToken::new());
+        out.grant(window(1, 0, WINDOW));
+        assert_eq!(out.take_id(600 << 10, false).await.unwrap(), (1, 0));
+        assert!(matches!(
+            out.take_id(500 << 10, false).await,
+            Err(SendError::Backpressure(_))
+        ));
+        assert_eq!(out.take_id(400 << 10, false).await.unwrap(), (1, 1));
+        // Frame 0 handed on: its bytes are free again.
+        out.grant(window(1, 1, WINDOW + 1));
+        assert_eq!(out.take_id(500 << 10, false).await.unwrap(), (1, 2));
     }
 }
