@@ -185,6 +185,8 @@ pub struct Stripes {
     seen: u64,
     /// The limit last announced.
     announced: u64,
+    /// The bytes of the frames handed on or dropped since then.
+    freed: usize,
     /// The commits waiting for pieces.
     waiting: Vec<u64>,
     /// Frames below this may have lost their commit, or everything, with a connection.
@@ -245,6 +247,7 @@ impl Stripes {
             done: BTreeSet::new(),
             seen: 0,
             announced: limits.window,
+            freed: 0,
             waiting: Vec::new(),
             suspect_below: 0,
             stuck: None,
@@ -281,6 +284,7 @@ impl Stripes {
     fn close(&mut self, id: u64) -> Option<Open> {
         let open = self.open.remove(&id)?;
         self.open_bytes -= open.total;
+        self.freed += open.total;
         Some(open)
     }
 
@@ -427,6 +431,7 @@ impl Stripes {
     pub fn lane_lost(&mut self) -> usize {
         let n = self.open.len();
         self.open.clear();
+        self.freed += self.open_bytes;
         self.open_bytes = 0;
         self.low = self.low.max(self.seen);
         let low = self.low;
@@ -440,12 +445,16 @@ impl Stripes {
     }
 
     /// The window to announce to the sender ([`Header::StripeWindow`]), when its limit has
-    /// moved by a quarter of the window since the last announcement.
+    /// moved by a quarter of its frames, or has moved and a quarter of its bytes were freed,
+    /// since the last announcement.
     pub fn take_window(&mut self) -> Option<Window> {
         let now = self.window();
         let step = (self.limits.window / 4).max(1);
-        if now.limit >= self.announced.saturating_add(step) {
+        let moved = now.limit > self.announced;
+        let freed = self.freed >= self.limits.bytes / 4;
+        if now.limit >= self.announced.saturating_add(step) || (moved && freed) {
             self.announced = now.limit;
+            self.freed = 0;
             return Some(now);
         }
         None
@@ -816,6 +825,23 @@ mod tests {
         assert_eq!(s.window().bytes, 4 << 20);
         assert_eq!(s.commit(S, 0, false).unwrap(), CommitOutcome::Dropped);
         assert_eq!(s.part(S, 4, 0, mb, piece).unwrap(), PartOutcome::Kept);
+    }
+
+    /// A window of few large frames is announced again once a quarter of its bytes are free,
+    /// long before a quarter of its ids are.
+    #[test]
+    fn the_window_is_announced_as_its_bytes_free() {
+        let mut s = Stripes::new(window(1000), S);
+        let mb = 1u64 << 20;
+        let whole = frame(100);
+        s.part(S, 0, 0, mb, whole.slice(..10)).unwrap();
+        s.part(S, 1, 0, whole.len() as u64, whole.clone()).unwrap();
+        deliver(&mut s, 1);
+        assert_eq!(s.take_window(), None, "nothing below 1 is done");
+        assert_eq!(s.commit(S, 0, false).unwrap(), CommitOutcome::Dropped);
+        let w = s.take_window().expect("1 MiB of 4 freed");
+        assert_eq!((w.low, w.limit), (2, 1002));
+        assert_eq!(s.take_window(), None);
     }
 
     /// The case the window is for: the commits of every other frame sit unread on an ordering
