@@ -20,7 +20,7 @@ enum Msg {
     /// byte, which takes long enough on a worker thread to hold up the nodes' heartbeats when
     /// tests run side by side. The frame is as large either way.
     Big(u32, maquis::Payload),
-    /// The first [`MID`] bytes of the pattern.
+    /// A prefix of the pattern ([`MID`] bytes, or fewer).
     Mid(u32, maquis::Payload),
     Small(u32),
 }
@@ -62,7 +62,7 @@ async fn setup_lanes(
         while let Some(m) = inbox.recv().await {
             let entry = match m {
                 Msg::Big(id, data) => (id, data.as_ref() == pattern()),
-                Msg::Mid(id, data) => (id, data.as_ref() == &pattern()[..MID]),
+                Msg::Mid(id, data) => (id, data.as_ref() == &pattern()[..data.len()]),
                 Msg::Small(id) => (id, true),
             };
             let _ = log.send(entry);
@@ -240,6 +240,32 @@ async fn striped_messages_past_the_window_keep_coming() {
         .map(|l| l.dropped)
         .sum();
     assert_eq!(dropped, 0);
+    for n in &nodes {
+        n.shutdown().await;
+    }
+}
+
+/// A message of one part (256 KiB to `part_bytes`) goes whole on the channel's first lane while
+/// that lane's socket takes its writes at once (a fresh connection does); one of several parts
+/// is striped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_part_message_goes_whole_while_the_first_lane_keeps_up() {
+    let (nodes, r, mut seen) = setup_lanes("lmonepart", 1 << 20, 4, 8 << 20).await;
+    let opts = SendOpts::default().partition(1);
+    let one_part = pattern()[..300 << 10].to_vec();
+    r.send_with(Msg::Mid(1, one_part.into()), &opts)
+        .await
+        .unwrap();
+    assert_eq!(arrivals(&mut seen, 1).await, vec![(1, true)]);
+    let bytes = default_lanes_bytes(&nodes[0]);
+    assert!(bytes[0] > 300 << 10, "whole on the first lane: {bytes:?}");
+    assert!(bytes[1..].iter().sum::<u64>() < 4096, "{bytes:?}");
+    r.send_with(Msg::Mid(2, pattern()[..MID].to_vec().into()), &opts)
+        .await
+        .unwrap();
+    assert_eq!(arrivals(&mut seen, 1).await, vec![(2, true)]);
+    let after = default_lanes_bytes(&nodes[0]);
+    assert!(after[0] - bytes[0] < 4096, "striped: {after:?}");
     for n in &nodes {
         n.shutdown().await;
     }

@@ -161,6 +161,9 @@ pub(crate) struct LaneMetrics {
     pub dropped: AtomicU64,
     /// Nanoseconds writes waited for the socket to take bytes (its window full).
     pub waited_ns: AtomicU64,
+    /// Whether the socket did not take the last write whole at once (it made the writer wait,
+    /// or took part of it): the connection, not the CPU, is what holds the lane's bytes up.
+    pub behind: AtomicBool,
 }
 
 /// The connection that serves a lane now.
@@ -803,7 +806,7 @@ pub(crate) async fn run_writer(
         let n = round.frames.len() as u64;
         let written = tokio::select! {
             biased;
-            r = write_round(writer, &round, &mut bufs, &lane.metrics.waited_ns) => r,
+            r = write_round(writer, &round, &mut bufs, &lane.metrics) => r,
             _ = watch.raised(CANCELLED) => {
                 Err(std::io::Error::other("connection closed or peer dropped"))
             }
@@ -888,7 +891,7 @@ async fn write_rest(
     let bytes: usize = rest.chunks.iter().map(Bytes::len).sum();
     tokio::select! {
         biased;
-        r = write_all_vectored(w, &mut rest.chunks, &metrics.waited_ns, None) => r?,
+        r = write_all_vectored(w, &mut rest.chunks, metrics, None) => r?,
         _ = watch.raised(CANCELLED) => {
             return Err(std::io::Error::other("connection closed or peer dropped"));
         }
@@ -955,7 +958,7 @@ async fn write_round<W: AsyncWrite + Unpin>(
     w: &mut W,
     round: &Round,
     bufs: &mut WriteBufs,
-    waited: &AtomicU64,
+    metrics: &LaneMetrics,
 ) -> std::io::Result<usize> {
     let WriteBufs {
         chunks,
@@ -989,7 +992,7 @@ async fn write_round<W: AsyncWrite + Unpin>(
         chunks.push(small.split().freeze());
     }
     let pace = if large { Some(pace) } else { None };
-    let written = write_all_vectored(w, chunks, waited, pace).await;
+    let written = write_all_vectored(w, chunks, metrics, pace).await;
     // The chunks go, so the block they shared is this writer's alone again and is reused.
     chunks.clear();
     written?;
@@ -1003,11 +1006,12 @@ async fn write_round<W: AsyncWrite + Unpin>(
 /// a call while the socket keeps up (up to a quarter more when that finishes the write),
 /// letting the other tasks run each time that many have been written since the writer last
 /// did. The time spent waiting for the socket to take bytes (a write that did not complete at
-/// once) is added to `waited` in nanoseconds.
+/// once) is added to the lane's `waited_ns`, and whether the last call was taken whole at
+/// once is its `behind`.
 async fn write_all_vectored<W: AsyncWrite + Unpin>(
     w: &mut W,
     chunks: &mut [Bytes],
-    waited: &AtomicU64,
+    metrics: &LaneMetrics,
     mut pace: Option<&mut Pace>,
 ) -> std::io::Result<()> {
     let mut first = 0;
@@ -1043,7 +1047,7 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
                 let since = std::time::Instant::now();
                 let r = write.await;
                 let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                waited.fetch_add(ns, Ordering::Relaxed);
+                metrics.waited_ns.fetch_add(ns, Ordering::Relaxed);
                 r?
             }
         };
@@ -1051,6 +1055,9 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         left = left.saturating_sub(n);
+        metrics
+            .behind
+            .store(!(at_once && n == offered), Ordering::Relaxed);
         let mut yields = false;
         if let Some(p) = pace.as_deref_mut() {
             p.keeps_up = at_once && n == offered;
@@ -1108,10 +1115,12 @@ mod tests {
     use std::task::{Context, Poll};
 
     /// A socket that takes at most `takes` bytes a call (all it is handed if `None`) at once,
-    /// and keeps them, and what each call offered and it took.
+    /// after making the first `waits` calls wait, and keeps them, and what each call offered
+    /// and it took.
     #[derive(Default)]
     struct Socket {
         takes: Option<usize>,
+        waits: usize,
         data: Vec<u8>,
         calls: Vec<(usize, usize)>,
     }
@@ -1127,9 +1136,14 @@ mod tests {
 
         fn poll_write_vectored(
             mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
+            cx: &mut Context<'_>,
             bufs: &[IoSlice<'_>],
         ) -> Poll<std::io::Result<usize>> {
+            if self.waits > 0 {
+                self.waits -= 1;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             let offered = bufs.iter().map(|b| b.len()).sum();
             let mut left = self.takes.unwrap_or(usize::MAX).min(offered);
             let taken = left;
@@ -1158,7 +1172,9 @@ mod tests {
     /// Writes 8 MiB of large payloads between small frames (as a round of the writer hands
     /// them) to `socket`; returns the bytes in order and how often the write let other tasks
     /// run (answered `Pending` with the socket still taking bytes).
-    fn write_paced(socket: &mut Socket) -> (Vec<u8>, usize) {
+    /// The bytes offered, the turns the writer gave the other tasks, and whether the lane was
+    /// left `behind`.
+    fn write_paced(socket: &mut Socket) -> (Vec<u8>, usize, bool) {
         let mut chunks = Vec::new();
         let mut expected = Vec::new();
         for i in 0..8u8 {
@@ -1169,12 +1185,12 @@ mod tests {
             chunks.push(small);
             chunks.push(large);
         }
-        let waited = AtomicU64::new(0);
+        let waited = LaneMetrics::default();
         let mut pace = Pace::default();
         let write = write_all_vectored(socket, &mut chunks, &waited, Some(&mut pace));
         let (written, yields) = poll_counting(write);
         written.expect("the socket takes every byte");
-        (expected, yields)
+        (expected, yields, waited.behind.load(Ordering::Relaxed))
     }
 
     /// Polls `f` to its end with a waker that does nothing; returns its output and how often
@@ -1199,7 +1215,7 @@ mod tests {
         for i in 0..600 {
             round.frames.push(testing::frame(i as u8, None, 1024));
         }
-        let waited = AtomicU64::new(0);
+        let waited = LaneMetrics::default();
         let mut bufs = WriteBufs::default();
         let mut socket = Socket::default();
         let (written, yields) = poll_counting(write_round(&mut socket, &round, &mut bufs, &waited));
@@ -1218,8 +1234,9 @@ mod tests {
     #[test]
     fn a_writer_over_a_socket_that_keeps_up_lets_other_tasks_run() {
         let mut socket = Socket::default();
-        let (expected, yields) = write_paced(&mut socket);
+        let (expected, yields, behind) = write_paced(&mut socket);
         assert_eq!(socket.data, expected, "every byte, in order");
+        assert!(!behind, "every call was taken whole at once");
         assert!(
             socket
                 .calls
@@ -1237,13 +1254,35 @@ mod tests {
             takes: Some(64 * 1024),
             ..Socket::default()
         };
-        let (expected, yields) = write_paced(&mut socket);
+        let (expected, yields, _) = write_paced(&mut socket);
         assert_eq!(socket.data, expected, "every byte, in order");
         // The first call is a quantum; the socket took less, so the next offers all the rest.
         assert_eq!(socket.calls[0], (YIELD_AFTER, 64 * 1024));
         assert_eq!(socket.calls[1].0, expected.len() - 64 * 1024);
         // The writer still lets the others run after each quantum written.
         assert_eq!(yields, expected.len() / YIELD_AFTER);
+    }
+
+    /// A lane is `behind` after a write its socket made wait or took in part, and no longer
+    /// after one it took whole at once.
+    #[test]
+    fn a_lane_is_behind_while_its_socket_makes_writes_wait() {
+        let metrics = LaneMetrics::default();
+        let write = |socket: &mut Socket| {
+            let mut chunks = vec![Bytes::from(vec![1u8; 1000])];
+            let (r, _) = poll_counting(write_all_vectored(socket, &mut chunks, &metrics, None));
+            r.expect("written");
+            metrics.behind.load(Ordering::Relaxed)
+        };
+        let waits = |waits, takes| Socket {
+            waits,
+            takes,
+            ..Socket::default()
+        };
+        assert!(write(&mut waits(1, None)), "made to wait");
+        assert!(!write(&mut waits(0, None)), "taken at once");
+        // Taken in part, the rest at once: the last call was whole.
+        assert!(!write(&mut waits(0, Some(600))));
     }
 
     #[tokio::test]
