@@ -109,11 +109,7 @@ async fn large_then_small(prefix: &str, part_bytes: usize) -> (Vec<(u32, bool)>,
     // The lane's queue (1 MiB) is full of the large message until its first parts are
     // written; the small message's send waits for that, not for the whole message.
     let order = send_large_then_small(&r, &mut seen).await;
-    let dropped = nodes[0].status().peers[0]
-        .lanes
-        .iter()
-        .map(|l| l.dropped)
-        .sum();
+    let dropped = dropped(&nodes[0]);
     for n in &nodes {
         n.shutdown().await;
     }
@@ -164,6 +160,11 @@ async fn the_part_size_is_a_setting() {
     assert_eq!(order, vec![(1, true), (2, true)]);
 }
 
+/// Frames the node's lanes to its first peer discarded.
+fn dropped(node: &Node) -> u64 {
+    node.status().peers[0].lanes.iter().map(|l| l.dropped).sum()
+}
+
 /// Bytes written on each lane of the default channel (the first is its ordering lane).
 fn default_lanes_bytes(node: &Node) -> Vec<u64> {
     node.status().peers[0]
@@ -190,12 +191,7 @@ async fn striped_messages_keep_their_order_and_spread_over_the_lanes() {
             "lane {i} carried a share of the parts: {bytes:?}"
         );
     }
-    let dropped: u64 = nodes[0].status().peers[0]
-        .lanes
-        .iter()
-        .map(|l| l.dropped)
-        .sum();
-    assert_eq!(dropped, 0);
+    assert_eq!(dropped(&nodes[0]), 0);
     for n in &nodes {
         n.shutdown().await;
     }
@@ -234,12 +230,7 @@ async fn striped_messages_past_the_window_keep_coming() {
     assert_eq!(got, (0..N).map(|id| (id, true)).collect::<Vec<_>>());
     let bytes = default_lanes_bytes(&nodes[0]);
     assert!(bytes[0] < 1 << 20, "striped, not whole: {bytes:?}");
-    let dropped: u64 = nodes[0].status().peers[0]
-        .lanes
-        .iter()
-        .map(|l| l.dropped)
-        .sum();
-    assert_eq!(dropped, 0);
+    assert_eq!(dropped(&nodes[0]), 0);
     for n in &nodes {
         n.shutdown().await;
     }
