@@ -210,14 +210,14 @@ async fn a_small_message_overtakes_a_striped_one() {
     }
 }
 
-/// More striped messages than a receiver's window holds (128 MiB) from one sender: the
+/// More striped messages than a receiver's window holds (256 MiB) from one sender: the
 /// receiver announces a larger window as it hands them on, and they all arrive, in order,
 /// whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn striped_messages_past_the_window_keep_coming() {
     let (nodes, r, mut seen) = setup_lanes("lmwindow", 1 << 20, 4, 4 << 20).await;
     let opts = SendOpts::default().partition(1);
-    const N: u32 = 100;
+    const N: u32 = 160;
     let sent = tokio::time::timeout(Duration::from_secs(60), async {
         for id in 0..N {
             let m = Msg::Mid(id, pattern()[..MID].to_vec().into());

@@ -49,8 +49,10 @@ pub(crate) const MAX_UNCOMMITTED: usize = 16;
 pub(crate) const WINDOW: u64 = 4096;
 /// The bytes those frames may hold together (at least twice `transport.max_frame_bytes`, so
 /// that any frame fits): what a receiver holds at most per peer. A window must cover what is
-/// in flight in a round trip: 128 MiB is 1.3 GB/s at 100 ms.
-pub(crate) const WINDOW_BYTES: usize = 128 << 20;
+/// in flight in a round trip, and the sender sees it free only an announcement later: with
+/// 128 MiB, 16 actors echoing 8 MiB over a 100 ms link did 48–50 round trips a second against
+/// 55 without a window.
+pub(crate) const WINDOW_BYTES: usize = 256 << 20;
 
 /// What a queued frame is to striping and to the lanes' width ([`super::widen`]).
 #[derive(Default)]
