@@ -251,7 +251,8 @@ impl Stripes {
             waiting: Vec::new(),
             suspect_below: 0,
             stuck: None,
-            ticked: (limits.window, 0),
+            // The first window is announced when the peer connects, not on ticks.
+            ticked: (limits.window, ANNOUNCE_TICKS),
         }
     }
 
@@ -982,7 +983,9 @@ mod tests {
         assert_eq!(deliver(&mut s, 0).payload.len(), 100);
     }
 
-    /// The window is announced again on the ticks after it moved, and then no more.
+    /// The window is announced again on the ticks after it moved, and then no more; the first
+    /// is not (the transport announces it when the peer connects), so that an idle peer's
+    /// ticks carry heartbeats, not windows.
     #[test]
     fn ticks_announce_the_window_again_for_a_while_after_it_moved() {
         let mut s = Stripes::new(limits(), S);
@@ -991,8 +994,7 @@ mod tests {
                 .map(|_| s.tick(0, 1).announce.map(|w| w.limit))
                 .collect()
         };
-        let mut first = vec![Some(4); ANNOUNCE_TICKS as usize];
-        first.extend([None, None]);
+        let first = vec![None; ANNOUNCE_TICKS as usize + 2];
         assert_eq!(announced(&mut s), first, "the first, sent on connecting");
         let whole = frame(10);
         s.part(S, 0, 0, whole.len() as u64, whole).unwrap();
