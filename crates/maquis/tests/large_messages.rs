@@ -51,12 +51,20 @@ async fn setup_lanes(
     lanes: u16,
     queue: usize,
 ) -> (Vec<Node>, ActorRef<Msg>, Arrivals) {
-    let nodes = cluster(prefix, 2, |mut c| {
+    setup_config(prefix, |mut c| {
         c.transport.lane_queue_bytes = queue;
         c.transport.part_bytes = part_bytes;
         c.parallelism(lanes)
     })
-    .await;
+    .await
+}
+
+/// As [`setup`], with the nodes' configuration made by `cfg`.
+async fn setup_config(
+    prefix: &str,
+    cfg: impl Fn(maquis::Config) -> maquis::Config,
+) -> (Vec<Node>, ActorRef<Msg>, Arrivals) {
+    let nodes = cluster(prefix, 2, cfg).await;
     let (log, seen) = mpsc::unbounded_channel();
     let sink = nodes[1].spawn_fn(move |mut inbox: maquis::Inbox<Msg>| async move {
         while let Some(m) = inbox.recv().await {
@@ -210,14 +218,21 @@ async fn a_small_message_overtakes_a_striped_one() {
     }
 }
 
-/// More striped messages than a receiver's window holds (256 MiB) from one sender: the
-/// receiver announces a larger window as it hands them on, and they all arrive, in order,
-/// whole.
+/// More striped messages than a receiver's window holds (`transport.stripe_window_bytes`, 8 MiB
+/// here) from one sender: the receiver announces a larger window as it hands them on, and
+/// they all arrive, in order, whole; the sender shows the window the receiver announced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn striped_messages_past_the_window_keep_coming() {
-    let (nodes, r, mut seen) = setup_lanes("lmwindow", 1 << 20, 4, 4 << 20).await;
+    let (nodes, r, mut seen) = setup_config("lmwindow", |mut c| {
+        c.transport.lane_queue_bytes = 4 << 20;
+        c.transport.part_bytes = 1 << 20;
+        c.transport.max_frame_bytes = 4 << 20;
+        c.transport.stripe_window_bytes = 8 << 20;
+        c.parallelism(4)
+    })
+    .await;
     let opts = SendOpts::default().partition(1);
-    const N: u32 = 160;
+    const N: u32 = 40;
     let sent = tokio::time::timeout(Duration::from_secs(60), async {
         for id in 0..N {
             let m = Msg::Mid(id, pattern()[..MID].to_vec().into());
@@ -231,6 +246,11 @@ async fn striped_messages_past_the_window_keep_coming() {
     let bytes = default_lanes_bytes(&nodes[0]);
     assert!(bytes[0] < 1 << 20, "striped, not whole: {bytes:?}");
     assert_eq!(dropped(&nodes[0]), 0);
+    assert_eq!(
+        nodes[0].status().peers[0].stripe_window_bytes,
+        Some(8 << 20),
+        "the receiver's window"
+    );
     for n in &nodes {
         n.shutdown().await;
     }

@@ -29,6 +29,7 @@ fn sample_status() -> Status {
                 incarnation: 3,
                 up: true,
                 rtt_us: Some(1_250),
+                stripe_window_bytes: Some(256 << 20),
                 lanes: vec![
                     LaneStatus {
                         channel: "vnode".into(),
@@ -62,6 +63,7 @@ fn sample_status() -> Status {
                 incarnation: 1,
                 up: false,
                 rtt_us: None,
+                stripe_window_bytes: None,
                 lanes: vec![],
             },
         ],

@@ -265,6 +265,12 @@ pub struct TransportConfig {
     /// for every frame, as PARTISAN does (else at least 4 KiB). Only the sender's setting
     /// counts.
     pub stripe_bytes: usize,
+    /// Bytes of striped frames a peer may have sent to this node and not yet had handed on
+    /// (this node's window, which it announces to every peer): the most this node holds of a
+    /// peer's striped frames. It must cover what one round trip keeps in flight to a peer, or
+    /// large messages wait for it (at least twice `max_frame_bytes`, at most 8 GiB). Only the
+    /// receiver's setting counts.
+    pub stripe_window_bytes: usize,
     /// How many bytes written to a lane's socket but not yet sent the kernel holds before the
     /// lane's writer waits (`TCP_NOTSENT_LOWAT`, Linux; 0 leaves the kernel's default, which
     /// holds up to the whole send buffer). Less lets a small frame wait less behind a large
@@ -325,6 +331,7 @@ impl Default for TransportConfig {
             max_frame_bytes: crate::wire::frame::DEFAULT_MAX_FRAME,
             part_bytes: crate::wire::PART_BYTES,
             stripe_bytes: 256 * 1024,
+            stripe_window_bytes: 256 * 1024 * 1024,
             unsent_bytes: 1024 * 1024,
             heartbeat_interval_ms: 500,
             heartbeat_timeout_ms: 3000,
@@ -384,6 +391,14 @@ impl TransportConfig {
             return Err(invalid(
                 "transport.stripe_bytes",
                 "must be 0 (no striping) or at least 4 KiB",
+            ));
+        }
+        if self.stripe_window_bytes < self.max_frame_bytes.saturating_mul(2)
+            || self.stripe_window_bytes as u64 > 8 << 30
+        {
+            return Err(invalid(
+                "transport.stripe_window_bytes",
+                "must be at least twice transport.max_frame_bytes (so that any frame fits) and at most 8 GiB",
             ));
         }
         if self.unsent_bytes > i32::MAX as usize {

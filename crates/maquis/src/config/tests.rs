@@ -676,3 +676,27 @@ fn stripe_size_is_read_and_checked() {
     let err = c.validate().unwrap_err().to_string();
     assert!(err.starts_with("transport.stripe_bytes:"), "{err}");
 }
+
+#[test]
+fn stripe_window_is_read_and_checked() {
+    let c = Config::default()
+        .apply_vars(vars(&[(
+            "MAQUIS_TRANSPORT_STRIPE_WINDOW_BYTES",
+            "67108864",
+        )]))
+        .unwrap();
+    assert_eq!(c.transport.stripe_window_bytes, 64 << 20);
+    c.validate().unwrap();
+    let mut c = Config::new("n");
+    assert_eq!(c.transport.stripe_window_bytes, 256 << 20);
+    // Less than twice the largest frame: a frame might not fit.
+    c.transport.stripe_window_bytes = 2 * c.transport.max_frame_bytes - 1;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.starts_with("transport.stripe_window_bytes:"), "{err}");
+    c.transport.max_frame_bytes = 1 << 20;
+    c.transport.stripe_window_bytes = 2 << 20;
+    c.validate().unwrap();
+    c.transport.stripe_window_bytes = (8 << 30) + 1;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.starts_with("transport.stripe_window_bytes:"), "{err}");
+}

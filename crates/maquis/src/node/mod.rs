@@ -174,6 +174,7 @@ impl Node {
                 node_queue_bytes: config.transport.node_queue_bytes,
                 part_bytes: config.transport.part_bytes,
                 stripe_bytes: config.transport.stripe_bytes,
+                stripe_window_bytes: config.transport.stripe_window_bytes,
                 hop_limit: config.broadcast.hop_limit,
             },
         );

@@ -38,6 +38,7 @@ impl Node {
                     0 => None,
                     v => Some(v),
                 },
+                stripe_window_bytes: p.stripes_out.window_bytes(),
                 lanes: p
                     .lanes
                     .iter()

@@ -160,6 +160,8 @@ pub(crate) struct RouterLimits {
     pub(crate) part_bytes: usize,
     /// Frames of at least this size are striped over their channel's lanes (0: never).
     pub(crate) stripe_bytes: usize,
+    /// Bytes of a peer's striped frames this node holds at most (its window).
+    pub(crate) stripe_window_bytes: usize,
     /// Hops after which a routed frame is dropped.
     pub(crate) hop_limit: u16,
 }
@@ -174,6 +176,7 @@ impl RouterLimits {
             node_queue_bytes: 1 << 24,
             part_bytes: crate::wire::PART_BYTES,
             stripe_bytes: 0,
+            stripe_window_bytes: 2 << 20,
             hop_limit: 16,
         }
     }
@@ -499,7 +502,10 @@ impl Router {
             written_at_tick: Default::default(),
             max_frame: AtomicU64::new(u64::MAX),
             stripes_out: StripesOut::new(abort.clone()),
-            stripes_in: StripesIn::new(self.limits.max_frame_bytes),
+            stripes_in: StripesIn::new(
+                self.limits.max_frame_bytes,
+                self.limits.stripe_window_bytes,
+            ),
             widths,
             barriers_in: Default::default(),
             abort: abort.clone(),

@@ -13,7 +13,8 @@
 //! before the commit ahead of it is handed on, and would wait for ever for pieces queued
 //! behind the same barrier on another lane (whose reader stops there).
 //! At most [`MAX_UNCOMMITTED`] striped frames per peer have their commit unwritten, and at
-//! most [`WINDOW`] frames and [`WINDOW_BYTES`] are out, numbered below the limit the receiver
+//! most [`WINDOW`] frames and the bytes the receiver allows (its
+//! `transport.stripe_window_bytes`) are out, numbered below the limit the receiver
 //! last announced (its
 //! [window](maquis_proto::wire::stripes#the-window)); more senders wait (or get
 //! `Backpressure`).
@@ -47,12 +48,6 @@ pub(crate) const MAX_UNCOMMITTED: usize = 16;
 /// Striped frames per peer sent and not yet handed on or dropped by the receiver; more wait
 /// for it to announce a larger window.
 pub(crate) const WINDOW: u64 = 4096;
-/// The bytes those frames may hold together (at least twice `transport.max_frame_bytes`, so
-/// that any frame fits): what a receiver holds at most per peer. A window must cover what is
-/// in flight in a round trip, and the sender sees it free only an announcement later: with
-/// 128 MiB, 16 actors echoing 8 MiB over a 100 ms link did 48–50 round trips a second against
-/// 55 without a window.
-pub(crate) const WINDOW_BYTES: usize = 256 << 20;
 
 /// What a queued frame is to striping and to the lanes' width ([`super::widen`]).
 #[derive(Default)]
@@ -217,6 +212,13 @@ impl StripesOut {
     pub(crate) fn fits(&self, len: usize) -> bool {
         let w = self.window();
         w.session.is_some() && (len as u64) < w.bytes
+    }
+
+    /// The bytes of striped frames the receiver lets this node have out (its window's), once it
+    /// has announced them.
+    pub(crate) fn window_bytes(&self) -> Option<u64> {
+        let w = self.window();
+        w.session.map(|_| w.bytes)
     }
 
     /// The receiver announced its window ([`Header::StripeWindow`]): a smaller limit than
@@ -419,12 +421,14 @@ pub(crate) enum Tried {
 }
 
 impl StripesIn {
-    /// A table for frames of at most `max_frame` bytes, of a session picked at random.
-    pub(crate) fn new(max_frame: usize) -> Self {
+    /// A table for frames of at most `max_frame` bytes, holding at most `bytes` of them open
+    /// (at least twice `max_frame`, so that any frame fits; the configuration checks it), of a
+    /// session picked at random.
+    pub(crate) fn new(max_frame: usize, bytes: usize) -> Self {
         let limits = StripeLimits {
             max_frame,
             window: WINDOW,
-            bytes: WINDOW_BYTES.max(max_frame.saturating_mul(2)),
+            bytes: bytes.max(max_frame.saturating_mul(2)),
         };
         StripesIn {
             table: Mutex::new(Stripes::new(limits, rand::random())),
@@ -681,7 +685,7 @@ mod tests {
     /// A commit read before its pieces waits for them, then hands the frame on.
     #[tokio::test]
     async fn a_commit_waits_for_its_last_piece() {
-        let s = Arc::new(StripesIn::new(1 << 20));
+        let s = Arc::new(StripesIn::new(1 << 20, 2 << 20));
         let whole = frame(1000);
         let total = whole.len() as u64;
         s.part(s.window().session, 1, 0, total, whole.slice(..100))
@@ -703,7 +707,7 @@ mod tests {
     /// this test would never end).
     #[tokio::test(start_paused = true)]
     async fn a_commit_gives_up_on_pieces_that_never_come() {
-        let s = StripesIn::new(1 << 20);
+        let s = StripesIn::new(1 << 20, 2 << 20);
         let whole = frame(1000);
         s.part(
             s.window().session,
