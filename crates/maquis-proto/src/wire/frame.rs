@@ -400,6 +400,9 @@ pub struct FrameDecoder {
     /// own.
     piece_left: usize,
     piece_last: bool,
+    /// While the rest of a piece is read straight into its frame: the read buffer set aside
+    /// (the reads go into room lent by the frame), and how many bytes the room takes.
+    lent: Option<(BytesMut, usize)>,
     /// The smallest buffer a partial frame moves into: the reads that follow fill it.
     min_buffer: usize,
 }
@@ -412,6 +415,7 @@ impl FrameDecoder {
             parts: Reassembly::new(),
             piece_left: 0,
             piece_last: false,
+            lent: None,
             min_buffer: MIN_BUFFER,
         }
     }
@@ -449,23 +453,50 @@ impl StreamDecoder for FrameDecoder {
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
         loop {
-            if self.piece_left > 0 {
-                let n = self.piece_left.min(src.len());
-                if n == 0 {
+            if let Some((_, n)) = self.lent {
+                if src.len() < n {
                     return Ok(None);
                 }
-                self.parts.extend(&src[..n], self.max_frame)?;
-                let _ = src.split_to(n);
+                let (read_buffer, _) = self.lent.take().expect("lent");
+                let mut room = std::mem::replace(src, read_buffer);
+                if room.len() > n {
+                    // Only a reader that grew the room past its capacity gets here.
+                    src.extend_from_slice(&room.split_off(n));
+                }
+                self.parts.give_back(room);
                 self.piece_left -= n;
                 if self.piece_left == 0 && self.piece_last {
                     return self.parts.finish().map(Some);
                 }
-                if self.piece_left > 0 {
-                    // Room for the rest of the piece (and the next part's head), so that it
-                    // is read in as few reads as the socket allows.
-                    src.reserve((self.piece_left + PREFIX + 16).min(self.max_frame + 4));
-                }
                 continue;
+            }
+            if self.piece_left > 0 {
+                let n = self.piece_left.min(src.len());
+                if n > 0 {
+                    self.parts.extend(&src[..n], self.max_frame)?;
+                    let _ = src.split_to(n);
+                    self.piece_left -= n;
+                    if self.piece_left == 0 && self.piece_last {
+                        return self.parts.finish().map(Some);
+                    }
+                    if self.piece_left == 0 {
+                        continue;
+                    }
+                }
+                // The read buffer is empty and the piece goes on: a large rest is read
+                // straight into the frame's memory (the reads that follow fill the room the
+                // frame lends, and stop where the piece does); a small one into the buffer.
+                if self.piece_left >= self.min_buffer {
+                    if let Some(room) = self.parts.lend(self.piece_left)? {
+                        let read_buffer = std::mem::replace(src, room);
+                        self.lent = Some((read_buffer, self.piece_left));
+                        return Ok(None);
+                    }
+                }
+                // Room for the rest of the piece (and the next part's head), so that it is
+                // read in as few reads as the socket allows.
+                src.reserve((self.piece_left + PREFIX + 16).min(self.max_frame + 4));
+                return Ok(None);
             }
             if self.start_piece(src)? {
                 continue;

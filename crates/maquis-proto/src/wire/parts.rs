@@ -129,6 +129,8 @@ impl Parts {
 #[derive(Clone, Debug, Default)]
 pub struct Reassembly {
     buf: BytesMut,
+    /// While room for a piece is lent ([`Reassembly::lend`]): the frame's memory after it.
+    tail: Option<BytesMut>,
 }
 
 impl Reassembly {
@@ -137,9 +139,44 @@ impl Reassembly {
         Reassembly::default()
     }
 
-    /// Bytes of a partial frame held.
+    /// Bytes of a partial frame held (a piece being read into lent room counts once it is
+    /// given back).
     pub fn held(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Lends the room for the frame's next `n` bytes, once its length is known (its first
+    /// four bytes taken; else `None`): an empty buffer of exactly `n` bytes' capacity in the
+    /// frame's own memory, for a reader to read them straight into, without copying them
+    /// after. Give it back, filled, with [`Reassembly::give_back`]. The bytes may not run past
+    /// the length the frame announced.
+    pub(crate) fn lend(&mut self, n: usize) -> Result<Option<BytesMut>, WireError> {
+        let Some(len) = peek_len(&self.buf) else {
+            return Ok(None);
+        };
+        let total = len + 4;
+        let have = self.buf.len() + n;
+        if have > total {
+            self.buf = BytesMut::new();
+            return Err(WireError::BadHeader(format!(
+                "parts of a frame of {total} bytes run to {have}"
+            )));
+        }
+        // Reserved when the length came: a no-op then.
+        self.buf.reserve(total - self.buf.len());
+        let at = self.buf.len();
+        let mut room = self.buf.split_off(at);
+        self.tail = Some(room.split_off(n));
+        Ok(Some(room))
+    }
+
+    /// Takes back the room [`Reassembly::lend`] gave, with the bytes read into it: they join
+    /// the frame where they lie (copied only if the room was replaced by a larger buffer).
+    pub(crate) fn give_back(&mut self, room: BytesMut) {
+        self.buf.unsplit(room);
+        if let Some(tail) = self.tail.take() {
+            self.buf.unsplit(tail);
+        }
     }
 
     /// Takes one piece whole (the payload of a `Part` frame; `last` from its header) of a
@@ -193,6 +230,7 @@ impl Reassembly {
 
     /// The frame the pieces taken make (after its last piece).
     pub fn finish(&mut self) -> Result<Frame, WireError> {
+        self.tail = None;
         let whole = std::mem::take(&mut self.buf);
         let total = peek_len(&whole).ok_or(WireError::Truncated)? + 4;
         if whole.len() < total {
@@ -378,5 +416,118 @@ mod tests {
             r.piece(&first, true, 1 << 20),
             Err(WireError::Truncated)
         ));
+    }
+
+    /// The wire bytes of a frame of `len` payload bytes in parts of `part`, with a small frame
+    /// after each part but the last; the header, the payload, and how many small frames.
+    fn interleaved(len: usize, part: usize) -> (Header, Bytes, BytesMut, usize) {
+        let (header, payload) = message(len);
+        let mut parts = Parts::new(head_of(&header, payload.len()), payload.clone(), part);
+        let small = encode_frame(&Header::Bye, b"hi", usize::MAX).unwrap();
+        let mut stream = BytesMut::new();
+        let mut n = 0;
+        loop {
+            let mut bufs = Vec::new();
+            let last = parts.next_part(&mut bufs);
+            bufs.iter().for_each(|b| stream.extend_from_slice(b));
+            if last {
+                return (header, payload, stream, n);
+            }
+            stream.extend_from_slice(&small);
+            n += 1;
+        }
+    }
+
+    proptest! {
+        /// Read the way a socket is (reads into the buffer's spare capacity), with a read
+        /// buffer small enough that the rest of most pieces is read straight into the frame's
+        /// room: the frame comes out the same, after the small frames between its parts.
+        #[test]
+        fn pieces_read_into_their_frame_make_it_again(
+            len in 0usize..20_000,
+            part in MIN_PART_BYTES..3000,
+            chunk in 1usize..2000,
+            read_buffer in 16usize..512,
+        ) {
+            let (header, payload, stream, n) = interleaved(len, part);
+            let mut decoder = FrameDecoder::new(1 << 20).read_buffer(read_buffer);
+            let mut got = Vec::new();
+            let fed = crate::wire::testing::feed(&mut decoder, &stream, chunk, |f| got.push(f));
+            prop_assert!(fed.error.is_none(), "{:?}", fed.error);
+            prop_assert!(fed.rest.is_empty());
+            prop_assert_eq!(got.len(), n + 1);
+            prop_assert!(got[..n].iter().all(|f| f.header == Header::Bye));
+            prop_assert_eq!(&got[n].header, &header);
+            prop_assert_eq!(&got[n].payload, &payload);
+            prop_assert_eq!(decoder.partial_bytes(), 0);
+        }
+
+        /// The same when a reader grows the room it was lent past its capacity (appending
+        /// more than it holds): the bytes past the piece go back to the read buffer.
+        #[test]
+        fn pieces_survive_a_reader_that_outgrows_the_room(
+            len in 0usize..20_000,
+            part in MIN_PART_BYTES..3000,
+            step in 1usize..2000,
+        ) {
+            let (header, payload, stream, n) = interleaved(len, part);
+            let mut decoder = FrameDecoder::new(1 << 20).read_buffer(16);
+            let mut buf = BytesMut::new();
+            let mut got = Vec::new();
+            for slice in stream.chunks(step) {
+                buf.extend_from_slice(slice);
+                while let Some(f) = decoder.decode(&mut buf).unwrap() {
+                    got.push(f);
+                }
+            }
+            prop_assert!(buf.is_empty());
+            prop_assert_eq!(got.len(), n + 1);
+            prop_assert_eq!(&got[n].header, &header);
+            prop_assert_eq!(&got[n].payload, &payload);
+        }
+    }
+
+    /// A large piece is read straight into its frame: the frame handed on lies in the memory
+    /// the socket's reads wrote to, not in a copy of it.
+    #[test]
+    fn a_large_piece_is_not_copied() {
+        let (header, payload, stream, _) = interleaved(3 << 20, 1 << 20);
+        let mut decoder = FrameDecoder::new(8 << 20).read_buffer(64 << 10);
+        let mut buf = BytesMut::with_capacity(64 << 10);
+        let mut written = Vec::new();
+        let mut data = &stream[..];
+        let mut frames = Vec::new();
+        while !data.is_empty() {
+            if buf.len() == buf.capacity() {
+                buf.reserve(1);
+            }
+            let n = (64 << 10).min(buf.capacity() - buf.len()).min(data.len());
+            let at = buf.as_ptr() as usize + buf.len();
+            buf.extend_from_slice(&data[..n]);
+            written.push(at..at + n);
+            data = &data[n..];
+            while let Some(f) = decoder.decode(&mut buf).unwrap() {
+                frames.push(f);
+            }
+        }
+        let frame = frames.pop().expect("the frame");
+        assert_eq!(frame.header, header);
+        assert_eq!(frame.payload, payload);
+        // Every byte of the payload but what came with a part's head was written there by a
+        // read.
+        let start = frame.payload.as_ptr() as usize;
+        let in_place: usize = written
+            .iter()
+            .map(|w| {
+                w.end
+                    .min(start + payload.len())
+                    .saturating_sub(w.start.max(start))
+            })
+            .sum();
+        assert!(
+            in_place > payload.len() - (256 << 10),
+            "{in_place} of {} bytes read in place",
+            payload.len()
+        );
     }
 }
