@@ -12,7 +12,7 @@
 //! partial) and, with the last piece, decodes the frame they make and hands it on as if it had
 //! arrived whole. [`super::FrameDecoder`] does this by itself: a reader never sees a `Part`.
 //! Once the frame's length is known, the decoder lends the reader the frame's own memory for
-//! the rest of a large piece ([`Reassembly::lend`]): the socket's reads fill the frame where
+//! the rest of a large piece: the socket's reads fill the frame where
 //! it lies, and its bytes are not copied from a read buffer after.
 //!
 //! Bounds: the frame in pieces obeys the reader's frame limit like any other (checked on its
