@@ -12,6 +12,7 @@
 //! zero-copy slice of the read buffer.
 
 use super::parts::Reassembly;
+use super::stripes::PieceRooms;
 use super::{decode_exact, peek_len, split_frame, StreamDecoder, WireError, MIN_BUFFER};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -400,9 +401,10 @@ pub struct FrameDecoder {
     /// own.
     piece_left: usize,
     piece_last: bool,
-    /// While the rest of a piece is read straight into its frame: the read buffer set aside
-    /// (the reads go into room lent by the frame), and how many bytes the room takes.
-    lent: Option<(BytesMut, usize)>,
+    /// While the rest of a piece is read straight into its frame (see [`Lent`]).
+    lent: Option<Lent>,
+    /// Where the pieces of striped frames go as they are read, if anywhere.
+    rooms: Option<std::sync::Arc<dyn PieceRooms>>,
     /// The smallest buffer a partial frame moves into: the reads that follow fill it.
     min_buffer: usize,
 }
@@ -416,8 +418,17 @@ impl FrameDecoder {
             piece_left: 0,
             piece_last: false,
             lent: None,
+            rooms: None,
             min_buffer: MIN_BUFFER,
         }
+    }
+
+    /// Puts the pieces of striped frames ([`Header::Stripe`]) into the frames they belong to,
+    /// in the memory `rooms` lends, as they are read: they are taken in there and never come
+    /// out of the decoder (without it, each comes out as a frame of its own).
+    pub fn pieces_into(mut self, rooms: std::sync::Arc<dyn PieceRooms>) -> Self {
+        self.rooms = Some(rooms);
+        self
     }
 
     /// Makes the buffer a frame that has not fully arrived moves into at least `bytes` long
@@ -448,25 +459,46 @@ impl Default for FrameDecoder {
     }
 }
 
+/// The rest of a piece being read straight into the memory of its frame: the reads go into
+/// the room lent, and the read buffer waits aside until it is full.
+#[derive(Clone, Debug)]
+struct Lent {
+    read_buffer: BytesMut,
+    /// The bytes the room takes.
+    len: usize,
+    /// The striped frame's piece (session, id, offset), or `None`: the frame in parts.
+    stripe: Option<(u64, u64, u64)>,
+}
+
 impl StreamDecoder for FrameDecoder {
     type Item = Frame;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, WireError> {
         loop {
-            if let Some((_, n)) = self.lent {
+            if let Some(lent) = &self.lent {
+                let n = lent.len;
                 if src.len() < n {
                     return Ok(None);
                 }
-                let (read_buffer, _) = self.lent.take().expect("lent");
-                let mut room = std::mem::replace(src, read_buffer);
+                let lent = self.lent.take().expect("lent");
+                let mut room = std::mem::replace(src, lent.read_buffer);
                 if room.len() > n {
                     // Only a reader that grew the room past its capacity gets here.
                     src.extend_from_slice(&room.split_off(n));
                 }
-                self.parts.give_back(room);
-                self.piece_left -= n;
-                if self.piece_left == 0 && self.piece_last {
-                    return self.parts.finish().map(Some);
+                match lent.stripe {
+                    Some((session, id, offset)) => {
+                        if let Some(rooms) = &self.rooms {
+                            rooms.filled(session, id, offset, room)?;
+                        }
+                    }
+                    None => {
+                        self.parts.give_back(room);
+                        self.piece_left -= n;
+                        if self.piece_left == 0 && self.piece_last {
+                            return self.parts.finish().map(Some);
+                        }
+                    }
                 }
                 continue;
             }
@@ -489,7 +521,11 @@ impl StreamDecoder for FrameDecoder {
                 if self.piece_left >= self.min_buffer {
                     if let Some(room) = self.parts.lend(self.piece_left)? {
                         let read_buffer = std::mem::replace(src, room);
-                        self.lent = Some((read_buffer, self.piece_left));
+                        self.lent = Some(Lent {
+                            read_buffer,
+                            len: self.piece_left,
+                            stripe: None,
+                        });
                         return Ok(None);
                     }
                 }
@@ -498,7 +534,7 @@ impl StreamDecoder for FrameDecoder {
                 src.reserve((self.piece_left + PREFIX + 16).min(self.max_frame + 4));
                 return Ok(None);
             }
-            if self.start_piece(src)? {
+            if self.start_piece(src)? || self.start_stripe(src)? {
                 continue;
             }
             let Some(frame) = self.decode_one(src)? else {
@@ -543,6 +579,62 @@ impl FrameDecoder {
         let _ = src.split_to(header_end);
         self.piece_left = piece;
         self.piece_last = last;
+        Ok(true)
+    }
+
+    /// When the frame at the front of `src` is a striped frame's piece and the decoder puts
+    /// pieces in place ([`FrameDecoder::pieces_into`]), takes its head off, puts what arrived
+    /// of it in the room its frame lends, and makes the reads that follow fill the rest;
+    /// returns whether it did.
+    fn start_stripe(&mut self, src: &mut BytesMut) -> Result<bool, WireError> {
+        let Some(rooms) = &self.rooms else {
+            return Ok(false);
+        };
+        let Some(len) = peek_len(src) else {
+            return Ok(false);
+        };
+        let Some(&[hi, lo]) = src.get(4..PREFIX) else {
+            return Ok(false);
+        };
+        let header_end = PREFIX + usize::from(u16::from_be_bytes([hi, lo]));
+        if len > self.max_frame || header_end > 4 + len {
+            // Bad: the usual way says why.
+            return Ok(false);
+        }
+        let Some(bytes) = src.get(PREFIX..header_end) else {
+            return Ok(false);
+        };
+        let Ok(Header::Stripe {
+            session,
+            id,
+            offset,
+            total,
+        }) = decode_exact::<Header>(bytes)
+        else {
+            return Ok(false);
+        };
+        let piece = 4 + len - header_end;
+        if piece == 0 {
+            // An empty piece: the table refuses it when it comes out.
+            return Ok(false);
+        }
+        let Some(mut room) = rooms.lend(session, id, offset, total, piece)? else {
+            return Ok(false);
+        };
+        let _ = src.split_to(header_end);
+        let here = piece.min(src.len());
+        room.extend_from_slice(&src[..here]);
+        let _ = src.split_to(here);
+        if here == piece {
+            rooms.filled(session, id, offset, room)?;
+        } else {
+            let read_buffer = std::mem::replace(src, room);
+            self.lent = Some(Lent {
+                read_buffer,
+                len: piece,
+                stripe: Some((session, id, offset)),
+            });
+        }
         Ok(true)
     }
 

@@ -28,7 +28,7 @@ pub use handshake::{
 pub use parts::{Parts, Reassembly, PART_BYTES};
 pub use stripes::{
     actor_hold_key, hold_key, Assembled, CommitOutcome, Held, OrderingQueue, PartOutcome,
-    StripeLimits, Stripes, Tick, Window, ANNOUNCE_TICKS,
+    PieceRooms, StripeLimits, Stripes, Tick, Window, ANNOUNCE_TICKS,
 };
 
 /// Takes whole messages off the front of a buffer that a byte stream is read into.

@@ -44,10 +44,12 @@
 //! # Bounds
 //!
 //! A striped frame obeys the receiver's frame limit (checked on `total` before any piece is
-//! kept), its pieces may not overlap or run past `total`, and memory grows only with the bytes
-//! that arrived (pieces are kept as they were read and joined once, at the end, by the caller
-//! and outside its lock on the table; a frame of one piece is never copied): at most `window`
-//! frames of at most `max_frame` bytes, and `bytes` together. The ids handed on or dropped above `low` are kept
+//! kept), its pieces may not overlap or run past `total`, and a frame's memory is taken when its
+//! first piece arrives, `total` bytes: at most `window` frames of at most `max_frame` bytes,
+//! and `bytes` together. Each piece goes into its place in that memory: a reader is lent the
+//! room for a piece ([`Stripes::lend`], through [`PieceRooms`]) and reads it there straight
+//! from its socket, or a piece read whole is copied in ([`Stripes::part`]); the pieces of a
+//! complete frame lie end to end and make it without a copy ([`Assembled::into_frame`]). The ids handed on or dropped above `low` are kept
 //! until `low` passes them: at most `window` of them.
 //!
 //! # Losses
@@ -106,13 +108,12 @@ pub enum CommitOutcome {
     Dropped,
 }
 
-/// The pieces of a striped frame, all in, in order: joined and decoded by
-/// [`Assembled::into_frame`], or piece by piece by a caller that wants to do the copying in
-/// steps (outside any lock it holds on the table).
+/// The pieces of a striped frame, all in, in order, end to end in the frame's memory: made
+/// one and decoded by [`Assembled::into_frame`].
 #[derive(Debug, PartialEq)]
 pub struct Assembled {
     total: usize,
-    pieces: Vec<Bytes>,
+    pieces: Vec<BytesMut>,
 }
 
 impl Assembled {
@@ -121,23 +122,14 @@ impl Assembled {
         self.total
     }
 
-    /// The pieces, in order.
-    pub fn into_pieces(self) -> Vec<Bytes> {
-        self.pieces
-    }
-
-    /// Joins the pieces (a frame of one piece is not copied) and decodes the frame.
+    /// Makes the pieces one frame (they lie end to end: no copy) and decodes it.
     pub fn into_frame(self) -> Result<Frame, WireError> {
-        let whole = if self.pieces.len() == 1 {
-            self.pieces.into_iter().next().expect("one piece")
-        } else {
-            let mut buf = BytesMut::with_capacity(self.total);
-            for p in self.pieces {
-                buf.extend_from_slice(&p);
-            }
-            buf.freeze()
-        };
-        decode_striped(whole)
+        let mut pieces = self.pieces.into_iter();
+        let mut whole = pieces.next().unwrap_or_default();
+        for p in pieces {
+            whole.unsplit(p);
+        }
+        decode_striped(whole.freeze())
     }
 }
 
@@ -165,8 +157,50 @@ pub fn decode_striped(whole: Bytes) -> Result<Frame, WireError> {
 struct Open {
     total: usize,
     received: usize,
-    /// Pieces by offset.
-    pieces: BTreeMap<usize, Bytes>,
+    /// Pieces in, by offset: each in its place in the frame's memory.
+    pieces: BTreeMap<usize, BytesMut>,
+    /// The frame's memory no piece has taken or been lent yet, by offset (empty buffers whose
+    /// capacity is the room).
+    free: BTreeMap<usize, BytesMut>,
+}
+
+impl Open {
+    /// Takes the room `offset..end` out of the free memory; `None` if any of it is taken.
+    fn carve(&mut self, offset: usize, end: usize) -> Option<BytesMut> {
+        let (&start, seg) = self.free.range(..=offset).next_back()?;
+        if start + seg.capacity() < end {
+            return None;
+        }
+        let mut before = self.free.remove(&start)?;
+        let mut room = before.split_off(offset - start);
+        let after = room.split_off(end - offset);
+        if before.capacity() > 0 {
+            self.free.insert(start, before);
+        }
+        if after.capacity() > 0 {
+            self.free.insert(end, after);
+        }
+        Some(room)
+    }
+}
+
+/// Where a reader's decoder puts the pieces of striped frames as it reads them
+/// ([`super::FrameDecoder::pieces_into`]): the transport's table of the peer, behind its lock.
+pub trait PieceRooms: Send + Sync + std::fmt::Debug {
+    /// Room for the piece of `len` bytes at `offset` of frame `id` (of `total` bytes, numbered
+    /// for `session`), to read it into ([`Stripes::lend`]); `None`: read it as a frame of its
+    /// own (it is dropped when it is taken in).
+    fn lend(
+        &self,
+        session: u64,
+        id: u64,
+        offset: u64,
+        total: u64,
+        len: usize,
+    ) -> Result<Option<BytesMut>, WireError>;
+
+    /// The room lent for the piece at `offset` of frame `id`, filled ([`Stripes::placed`]).
+    fn filled(&self, session: u64, id: u64, offset: u64, room: BytesMut) -> Result<(), WireError>;
 }
 
 /// A peer's striped frames being put together (see the module's doc).
@@ -311,8 +345,28 @@ impl Stripes {
         total: u64,
         piece: Bytes,
     ) -> Result<PartOutcome, WireError> {
-        if session != self.session || self.finished(id) {
+        let Some(mut room) = self.lend(session, id, offset, total, piece.len())? else {
             return Ok(PartOutcome::Dropped);
+        };
+        room.extend_from_slice(&piece);
+        self.placed(session, id, offset, room)
+    }
+
+    /// Lends the room of the piece of `len` bytes at `offset` of frame `id` (of `total`
+    /// bytes), numbered for `session`, for a reader to read it into: an empty buffer of `len`
+    /// bytes' capacity in the frame's memory, to give back filled with [`Stripes::placed`].
+    /// `None`: the frame was dropped (so will the piece be). The piece is checked as
+    /// [`Stripes::part`] checks it, and its room is taken: a piece over it is refused.
+    pub fn lend(
+        &mut self,
+        session: u64,
+        id: u64,
+        offset: u64,
+        total: u64,
+        len: usize,
+    ) -> Result<Option<BytesMut>, WireError> {
+        if session != self.session || self.finished(id) {
+            return Ok(None);
         }
         self.in_window(id)?;
         let total = usize::try_from(total).unwrap_or(usize::MAX);
@@ -324,14 +378,13 @@ impl Stripes {
             });
         }
         let offset = usize::try_from(offset).unwrap_or(usize::MAX);
-        let end = offset.checked_add(piece.len()).filter(|&e| e <= total);
+        let end = offset.checked_add(len).filter(|&e| e <= total);
         let Some(end) = end else {
             return Err(WireError::BadHeader(format!(
-                "a piece at {offset} of {} bytes runs past its frame's {total}",
-                piece.len()
+                "a piece at {offset} of {len} bytes runs past its frame's {total}"
             )));
         };
-        if piece.is_empty() {
+        if len == 0 {
             return Err(WireError::BadHeader("an empty piece".into()));
         }
         if !self.open.contains_key(&id) {
@@ -344,10 +397,11 @@ impl Stripes {
             self.open_bytes += total;
         }
         self.seen = self.seen.max(id + 1);
-        let open = self.open.entry(id).or_insert(Open {
+        let open = self.open.entry(id).or_insert_with(|| Open {
             total,
             received: 0,
             pieces: BTreeMap::new(),
+            free: BTreeMap::from([(0, BytesMut::with_capacity(total))]),
         });
         if open.total != total {
             return Err(WireError::BadHeader(format!(
@@ -355,15 +409,34 @@ impl Stripes {
                 open.total
             )));
         }
-        let before = open.pieces.range(..end).next_back();
-        let overlaps = before.is_some_and(|(&o, p)| o + p.len() > offset);
-        if overlaps {
-            return Err(WireError::BadHeader(format!(
+        match open.carve(offset, end) {
+            Some(room) => Ok(Some(room)),
+            None => Err(WireError::BadHeader(format!(
                 "a piece at {offset} overlaps another"
-            )));
+            ))),
         }
-        open.received += piece.len();
-        open.pieces.insert(offset, piece);
+    }
+
+    /// Takes back the room lent for the piece at `offset` of frame `id` ([`Stripes::lend`]),
+    /// filled with the piece.
+    pub fn placed(
+        &mut self,
+        session: u64,
+        id: u64,
+        offset: u64,
+        room: BytesMut,
+    ) -> Result<PartOutcome, WireError> {
+        let open = match self.open.get_mut(&id) {
+            Some(open) if session == self.session => open,
+            // Dropped since it was lent.
+            _ => return Ok(PartOutcome::Dropped),
+        };
+        if room.is_empty() {
+            return Err(WireError::BadHeader("an empty piece".into()));
+        }
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        open.received += room.len();
+        open.pieces.insert(offset, room);
         Ok(if open.received == open.total {
             PartOutcome::Complete
         } else {
@@ -1184,6 +1257,145 @@ mod tests {
         assert_eq!(hold_key(&Header::Bye), None);
         // The same on every node: a fixed function of the value.
         assert_eq!(hold_key(&send_to(97, 0).header), id);
+    }
+
+    /// A table as a reader's decoder uses it (the transport's own wraps its table the same
+    /// way).
+    #[derive(Debug)]
+    struct Rooms(std::sync::Mutex<Stripes>);
+
+    impl PieceRooms for Rooms {
+        fn lend(
+            &self,
+            session: u64,
+            id: u64,
+            offset: u64,
+            total: u64,
+            len: usize,
+        ) -> Result<Option<BytesMut>, WireError> {
+            self.0.lock().unwrap().lend(session, id, offset, total, len)
+        }
+
+        fn filled(
+            &self,
+            session: u64,
+            id: u64,
+            offset: u64,
+            room: BytesMut,
+        ) -> Result<(), WireError> {
+            self.0
+                .lock()
+                .unwrap()
+                .placed(session, id, offset, room)
+                .map(|_| ())
+        }
+    }
+
+    /// Frame `whole` cut into pieces of `cut` bytes in an order shuffled by `seed`: (offset,
+    /// piece).
+    fn shuffled(whole: &Bytes, cut: usize, seed: u64) -> Vec<(usize, Bytes)> {
+        let mut pieces: Vec<(usize, Bytes)> = (0..whole.len())
+            .step_by(cut)
+            .map(|o| (o, whole.slice(o..(o + cut).min(whole.len()))))
+            .collect();
+        let mut x = seed | 1;
+        for i in (1..pieces.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            pieces.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        pieces
+    }
+
+    proptest! {
+        /// A reader's decoder that puts pieces in place takes every piece of a striped frame
+        /// in, whatever the reads' sizes, and lets only the frames between them out; the
+        /// frame made of them is the one sent.
+        #[test]
+        fn pieces_read_in_place_make_the_frame(
+            n in 1usize..20_000,
+            cut in 1usize..3000,
+            chunk in 1usize..2000,
+            read_buffer in 16usize..512,
+            seed in any::<u64>(),
+        ) {
+            use crate::wire::FrameDecoder;
+            let whole = frame(n);
+            let total = whole.len() as u64;
+            let bye = encode_frame(&Header::Bye, b"", usize::MAX).unwrap();
+            let mut stream = Vec::new();
+            let pieces = shuffled(&whole, cut, seed);
+            for (o, p) in &pieces {
+                let head = Header::Stripe { session: S, id: 2, offset: *o as u64, total };
+                stream.extend_from_slice(&encode_frame(&head, p, usize::MAX).unwrap());
+                stream.extend_from_slice(&bye);
+            }
+            let rooms = std::sync::Arc::new(Rooms(std::sync::Mutex::new(Stripes::new(limits(), S))));
+            let mut decoder = FrameDecoder::new(1 << 20)
+                .read_buffer(read_buffer)
+                .pieces_into(rooms.clone());
+            let mut out = Vec::new();
+            let fed = crate::wire::testing::feed(&mut decoder, &stream, chunk, |f| out.push(f.header));
+            prop_assert!(fed.error.is_none(), "{:?}", fed.error);
+            prop_assert!(fed.rest.is_empty());
+            prop_assert_eq!(out, vec![Header::Bye; pieces.len()]);
+            let f = deliver(&mut rooms.0.lock().unwrap(), 2);
+            prop_assert_eq!(f, decode_whole(whole).unwrap());
+        }
+    }
+
+    /// Pieces read into the room their frame lends lie end to end: the frame is made of them
+    /// without a copy.
+    #[test]
+    fn a_frame_of_pieces_read_in_place_is_not_copied() {
+        let whole = frame(10_000);
+        let total = whole.len() as u64;
+        let mut s = Stripes::new(limits(), S);
+        let mut at_zero = 0;
+        for (o, p) in shuffled(&whole, 3000, 7) {
+            let mut room = s.lend(S, 2, o as u64, total, p.len()).unwrap().unwrap();
+            assert_eq!(room.capacity(), p.len());
+            if o == 0 {
+                at_zero = room.as_ptr() as usize;
+            }
+            room.extend_from_slice(&p);
+            s.placed(S, 2, o as u64, room).unwrap();
+        }
+        let f = deliver(&mut s, 2);
+        let expected = decode_whole(whole.clone()).unwrap();
+        assert_eq!(f, expected);
+        let header_end = whole.len() - expected.payload.len();
+        assert_eq!(
+            f.payload.as_ptr() as usize,
+            at_zero + header_end,
+            "in place"
+        );
+    }
+
+    /// Lent room is taken: a piece over it is refused, and a room given back after its frame
+    /// was dropped is dropped too.
+    #[test]
+    fn lent_room_is_taken_and_given_back_late_is_dropped() {
+        let whole = frame(100);
+        let total = whole.len() as u64;
+        let mut s = Stripes::new(limits(), S);
+        let room = s.lend(S, 1, 0, total, 20).unwrap().unwrap();
+        assert!(
+            s.part(S, 1, 10, total, whole.slice(10..30)).is_err(),
+            "overlap"
+        );
+        assert!(s.lend(S, 1, 0, total, 20).is_err(), "lent twice");
+        assert!(
+            s.lend(S + 1, 1, 20, total, 20).unwrap().is_none(),
+            "another session"
+        );
+        s.give_up(1);
+        let mut room = room;
+        room.extend_from_slice(&whole[..20]);
+        assert_eq!(s.placed(S, 1, 0, room).unwrap(), PartOutcome::Dropped);
+        assert!(s.lend(S, 1, 20, total, 20).unwrap().is_none(), "dropped");
+        assert_eq!(s.open(), 0);
     }
 
     #[test]

@@ -66,7 +66,7 @@ use crate::wire::StreamDecoder;
 use super::lane::{ConnInfo, Offer};
 use super::peer::{Peer, PeerRefused};
 use super::stream::{ReadHalf, Stream};
-use super::stripe::{assemble, Tried};
+use super::stripe::{PeerRooms, Tried};
 use super::widen::LanePlace;
 use super::{Host, LaneEvent};
 use crate::error::ConnError;
@@ -494,8 +494,10 @@ async fn read_loop<H: Host>(
     info: ConnInfo,
 ) {
     let lane = peer.lanes[slot].clone();
-    let decoder =
-        FrameDecoder::new(inner.config().transport.max_frame_bytes).read_buffer(READ_BUFFER);
+    // Pieces of striped frames are read straight into their frames' memory.
+    let decoder = FrameDecoder::new(inner.config().transport.max_frame_bytes)
+        .read_buffer(READ_BUFFER)
+        .pieces_into(Arc::new(PeerRooms(peer.clone())));
     let counted = Counted {
         inner: read,
         lane: lane.clone(),
@@ -802,7 +804,7 @@ async fn hand_on_front<H: Host>(
             Tried::Ready(a) => {
                 ordering.pop();
                 front.deadline = None;
-                let f = assemble(a).await?;
+                let f = a.into_frame()?;
                 inner.on_frame(peer, f).await;
             }
         }

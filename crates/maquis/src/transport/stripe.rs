@@ -29,10 +29,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::{Bytes, BytesMut};
-use maquis_proto::wire::stripes::decode_striped;
 use maquis_proto::wire::{
-    encode_head, Assembled, Body, CommitOutcome, Frame, Header, PartOutcome, StripeLimits, Stripes,
-    Tick, Window, WireError,
+    encode_head, Assembled, Body, CommitOutcome, Header, PartOutcome, PieceRooms, StripeLimits,
+    Stripes, Tick, Window, WireError,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -385,23 +384,6 @@ fn least_loaded<'a>(out: &StripesOut, data: &'a [Arc<Lane>]) -> &'a Arc<Lane> {
         .expect("a striped channel has data lanes")
 }
 
-/// Joins a striped frame's pieces and decodes it. The copying (megabytes) is done a piece at a
-/// time, letting other tasks run in between, and never under the table's lock: a worker thread
-/// held for the whole copy delays every other lane's frames.
-pub(crate) async fn assemble(assembled: Assembled) -> Result<Frame, WireError> {
-    let total = assembled.total();
-    let mut pieces = assembled.into_pieces();
-    if pieces.len() == 1 {
-        return decode_striped(pieces.remove(0));
-    }
-    let mut buf = BytesMut::with_capacity(total);
-    for p in pieces {
-        buf.extend_from_slice(&p);
-        tokio::task::yield_now().await;
-    }
-    decode_striped(buf.freeze())
-}
-
 /// The receiver's striping state for one peer: the table, and the wake-ups of the readers
 /// waiting on it (a generation that moves with every change that may let one go on).
 pub(crate) struct StripesIn {
@@ -464,6 +446,33 @@ impl StripesIn {
         }
     }
 
+    /// Room for a piece to be read into (see [`Stripes::lend`]).
+    pub(crate) fn lend(
+        &self,
+        session: u64,
+        id: u64,
+        offset: u64,
+        total: u64,
+        len: usize,
+    ) -> Result<Option<BytesMut>, WireError> {
+        self.table().lend(session, id, offset, total, len)
+    }
+
+    /// Takes back the room lent for a piece, filled (see [`Stripes::placed`]).
+    pub(crate) fn placed(
+        &self,
+        session: u64,
+        id: u64,
+        offset: u64,
+        room: BytesMut,
+    ) -> Result<(), WireError> {
+        let out = self.table().placed(session, id, offset, room)?;
+        if out == PartOutcome::Complete {
+            self.bump();
+        }
+        Ok(())
+    }
+
     /// Takes in a piece (the window bounds what a sender may have open: it never waits).
     pub(crate) fn part(
         &self,
@@ -523,6 +532,33 @@ impl StripesIn {
             self.bump();
         }
         tick
+    }
+}
+
+/// A peer's table as the place its lanes' decoders put the pieces they read
+/// ([`FrameDecoder::pieces_into`](crate::wire::frame::FrameDecoder::pieces_into)).
+pub(crate) struct PeerRooms(pub(crate) Arc<Peer>);
+
+impl std::fmt::Debug for PeerRooms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PeerRooms").field(&self.0.id.name).finish()
+    }
+}
+
+impl PieceRooms for PeerRooms {
+    fn lend(
+        &self,
+        session: u64,
+        id: u64,
+        offset: u64,
+        total: u64,
+        len: usize,
+    ) -> Result<Option<BytesMut>, WireError> {
+        self.0.stripes_in.lend(session, id, offset, total, len)
+    }
+
+    fn filled(&self, session: u64, id: u64, offset: u64, room: BytesMut) -> Result<(), WireError> {
+        self.0.stripes_in.placed(session, id, offset, room)
     }
 }
 
@@ -596,12 +632,16 @@ mod tests {
 
     /// Waits for a commit as an ordering lane's reader does: tries, and waits for the table
     /// to change, up to `patience`.
-    async fn commit(s: &StripesIn, id: u64, patience: Duration) -> Option<Frame> {
+    async fn commit(
+        s: &StripesIn,
+        id: u64,
+        patience: Duration,
+    ) -> Option<crate::wire::frame::Frame> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let seen = s.generation();
             match s.try_commit(s.window().session, id, true).unwrap() {
-                Tried::Ready(a) => return Some(assemble(a).await.unwrap()),
+                Tried::Ready(a) => return Some(a.into_frame().unwrap()),
                 Tried::Dropped => return None,
                 Tried::Pending => {}
             }
