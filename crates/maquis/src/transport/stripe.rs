@@ -20,7 +20,8 @@
 //! `Backpressure`).
 //!
 //! The receiver ([`StripesIn`]) keeps the pieces per peer, every one that arrives (the window
-//! bounds them), and announces the window as frames are handed on ([`announce`]) and on every
+//! bounds them), each in its place in its frame's memory (the lanes' readers read them there,
+//! [`PeerRooms`]), and announces the window as frames are handed on ([`announce`]) and on every
 //! heartbeat tick ([`StripesIn::tick`]). A reader whose commit's pieces are not all in waits
 //! for the table to change, for its connection to end, or at most the heartbeat timeout.
 
@@ -394,7 +395,7 @@ pub(crate) struct StripesIn {
 
 /// What a commit tried now came to.
 pub(crate) enum Tried {
-    /// The frame's pieces, to be joined and handed on.
+    /// The frame's pieces, end to end in its memory, to be handed on.
     Ready(Assembled),
     /// The frame was dropped (its sender lost a piece, or a connection was lost).
     Dropped,
