@@ -20,7 +20,7 @@
 
 mod actor_task;
 mod context;
-mod control;
+pub(crate) mod control;
 pub(crate) mod echo;
 mod global;
 mod groups;

@@ -521,7 +521,10 @@ async fn read_loop<H: Host>(
     let mut barrier: Option<AtBarrier> = None;
     // The peer learns of this node's window for its striped frames (and of a new table, after
     // this node dropped it) as soon as it can send them.
+    // And the peer announces its own on this connection, perhaps of a new table.
+    let mut conn_number = None;
     if slot == inner.dispatch().membership_slot() {
+        conn_number = Some(peer.stripes_out.connected());
         let window = peer.stripes_in.window();
         super::stripe::announce(&peer, slot, window, inner.counters());
     }
@@ -656,6 +659,11 @@ async fn read_loop<H: Host>(
         // Pieces of striped frames may have been lost with it.
         peer.stripes_in.lane_lost();
         announce_window(&*inner, &peer);
+    }
+    if let Some(conn) = conn_number {
+        // The peer may drop this node before it connects again: large frames go whole until
+        // it says which table it has.
+        peer.stripes_out.lost(conn);
     }
     if reason == END_OF_STREAM {
         // The other end closed its side on purpose: the write in progress here still goes out

@@ -151,12 +151,18 @@ struct OutWindow {
     out: VecDeque<(u64, u64)>,
     /// Their lengths together.
     out_bytes: u64,
+    /// Whether the receiver has announced its window on the current connection of the peer's
+    /// first lane: after a lost connection it may have a new table (it dropped this node,
+    /// which kept it), so until it says which, frames go whole and none is numbered.
+    heard: bool,
+    /// The connections of the peer's first lane so far (see [`StripesOut::connected`]).
+    conns: u64,
 }
 
 impl OutWindow {
     /// Takes the next id for a frame of `total` bytes, if the window has room for it.
     fn take(&mut self, total: u64) -> Option<(u64, u64)> {
-        let session = self.session?;
+        let session = self.session.filter(|_| self.heard)?;
         let fits = self.out_bytes.saturating_add(total) <= self.bytes;
         if self.next >= self.limit || !fits {
             return None;
@@ -208,10 +214,30 @@ impl StripesOut {
     }
 
     /// Whether a frame of `len` bytes may be striped: once the receiver has announced its
-    /// window (until then frames go whole), and if it is not larger than the window's bytes.
+    /// window on the peer's current connection (until then frames go whole), and if it is not
+    /// larger than the window's bytes.
     pub(crate) fn fits(&self, len: usize) -> bool {
         let w = self.window();
-        w.session.is_some() && (len as u64) < w.bytes
+        w.session.is_some() && w.heard && (len as u64) < w.bytes
+    }
+
+    /// The peer's first lane has a new connection: its window is not known again until it
+    /// announces it there (it does as the connection starts). Returns the connection's number,
+    /// for [`StripesOut::lost`].
+    pub(crate) fn connected(&self) -> u64 {
+        let mut w = self.window();
+        w.heard = false;
+        w.conns += 1;
+        w.conns
+    }
+
+    /// The connection numbered `conn` of the peer's first lane is lost: if no other has
+    /// started since, frames go whole until the peer announces its window on the next.
+    pub(crate) fn lost(&self, conn: u64) {
+        let mut w = self.window();
+        if w.conns == conn {
+            w.heard = false;
+        }
     }
 
     /// The bytes of striped frames the receiver lets this node have out (its window's), once it
@@ -227,10 +253,11 @@ impl StripesOut {
     pub(crate) fn grant(&self, window: Window) {
         let mut w = self.window();
         let grew = if w.session == Some(window.session) {
-            let before = (w.limit, w.out_bytes);
+            let before = (w.limit, w.out_bytes, w.heard);
             w.limit = w.limit.max(window.limit);
             w.release(window.low);
-            (w.limit, w.out_bytes) != before
+            w.heard = true;
+            (w.limit, w.out_bytes, w.heard) != before
         } else {
             *w = OutWindow {
                 session: Some(window.session),
@@ -239,6 +266,8 @@ impl StripesOut {
                 bytes: window.bytes,
                 out: VecDeque::new(),
                 out_bytes: 0,
+                heard: true,
+                conns: w.conns,
             };
             true
         };
@@ -831,6 +860,138 @@ mod tests {
             waiting.await.unwrap(),
             Err(SendError::Unreachable(_))
         ));
+    }
+
+    /// After the peer's first lane lost its connection, a sender numbers no frame until the
+    /// receiver has announced its window on a new one: the same table goes on where it was, a
+    /// new one (the receiver dropped this node meanwhile) from its `low`.
+    #[tokio::test]
+    async fn after_a_lost_connection_senders_wait_to_hear_the_window_again() {
+        let out = Arc::new(StripesOut::new(CancellationToken::new()));
+        out.grant(window(5, 0, WINDOW));
+        assert_eq!(out.take_id(10, false).await.unwrap(), (5, 0));
+        let first = out.connected();
+        out.grant(window(5, 0, WINDOW));
+        out.lost(first);
+        assert!(!out.fits(10), "whole until it is heard");
+        assert!(matches!(
+            out.take_id(10, false).await,
+            Err(SendError::Backpressure(_))
+        ));
+        let waiting = tokio::spawn({
+            let out = out.clone();
+            async move { out.take_id(10, true).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        // The same table, as before.
+        out.grant(window(5, 0, WINDOW));
+        assert_eq!(waiting.await.unwrap().unwrap(), (5, 1));
+        assert!(out.fits(10));
+        // A connection lost after another started says nothing of the new one.
+        let second = out.connected();
+        let third = out.connected();
+        out.grant(window(5, 0, WINDOW));
+        out.lost(second);
+        assert!(out.fits(10));
+        out.lost(third);
+        // A new table.
+        out.grant(window(9, 0, WINDOW));
+        assert_eq!(out.take_id(10, false).await.unwrap(), (9, 0));
+    }
+
+    /// One node drops its peer (as after a heartbeat timeout on its side alone) while the
+    /// peer keeps it and connects again: the peer hears of the new table and numbers its
+    /// striped frames from its start, and they keep coming. (With a window of 8 MiB, a sender
+    /// that went on counting the frames the old table handed on would soon wait for ever.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn striped_frames_keep_coming_after_the_receiver_alone_dropped_the_sender() {
+        use crate::node::control::Control;
+        use crate::{Config, MembershipEvent, Node, SendOpts};
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Debug, Serialize, Deserialize)]
+        struct Big(u32, crate::Payload);
+        /// Sends six messages from `from` on, and what arrived of them.
+        async fn batch(
+            r: &crate::ActorRef<Big>,
+            seen: &mut tokio::sync::mpsc::UnboundedReceiver<(u32, bool)>,
+            data: &crate::Payload,
+            from: u32,
+        ) -> Vec<(u32, bool)> {
+            let opts = SendOpts::default().partition(1);
+            for id in from..from + 6 {
+                r.send_with(Big(id, data.clone()), &opts).await.unwrap();
+            }
+            let mut got = Vec::new();
+            for _ in 0..6 {
+                got.push(seen.recv().await.unwrap());
+            }
+            got
+        }
+        let config = |name: &str| {
+            let mut c = Config::new(name).cookie("asym").parallelism(4);
+            c.transport.max_frame_bytes = 4 << 20;
+            c.transport.stripe_window_bytes = 8 << 20;
+            c
+        };
+        let a = Node::start(config("asa")).await.unwrap();
+        let b = Node::start(config("asb")).await.unwrap();
+        a.join_wait(b.addr(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        let (log, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let sink = b.spawn_fn(move |mut inbox: crate::Inbox<Big>| async move {
+            while let Some(Big(id, data)) = inbox.recv().await {
+                let _ = log.send((id, data.len() == 2 << 20 && data.iter().all(|&x| x == 7)));
+            }
+        });
+        b.register("sink", &sink).unwrap();
+        let r = a.remote::<Big>("asb", "sink").unwrap();
+        let data = crate::Payload::from(vec![7u8; 2 << 20]);
+        let ids = |from: u32| (from..from + 6).map(|id| (id, true)).collect::<Vec<_>>();
+        let all = tokio::time::timeout(Duration::from_secs(60), async {
+            assert_eq!(batch(&r, &mut seen, &data, 0).await, ids(0));
+            let old = b.router().peer("asa").unwrap().stripes_in.window().session;
+            // `b` alone drops `a`; `a` connects again.
+            let mut events = b.subscribe();
+            let id = a.router().id.clone();
+            b.inner()
+                .control
+                .send(Control::PeerDown {
+                    peer: id.clone(),
+                    reason: "test".into(),
+                })
+                .await
+                .unwrap();
+            loop {
+                if let MembershipEvent::Up(up) = events.recv().await.unwrap() {
+                    if up == id {
+                        break;
+                    }
+                }
+            }
+            let new = b.router().peer("asa").unwrap().stripes_in.window().session;
+            assert_ne!(new, old, "a new table");
+            // Sent at once: whole until `a` hears of the new table, striped after.
+            assert_eq!(batch(&r, &mut seen, &data, 6).await, ids(6));
+            let out = &a.router().peer("asb").unwrap().stripes_out;
+            loop {
+                let granted = out.granted.notified();
+                tokio::pin!(granted);
+                granted.as_mut().enable();
+                if out.window().heard {
+                    break;
+                }
+                granted.await;
+            }
+            assert_eq!(out.window().session, Some(new));
+            assert_eq!(batch(&r, &mut seen, &data, 12).await, ids(12));
+        })
+        .await;
+        assert!(all.is_ok(), "in 60 s");
+        a.shutdown().await;
+        b.shutdown().await;
     }
 
     /// The window bounds the bytes out too: a frame that would pass them waits until the
