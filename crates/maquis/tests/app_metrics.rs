@@ -55,10 +55,18 @@ async fn a_nodes_byte_totals_outlive_its_peers() {
         .await
         .expect("echoed");
     }
+    // A writer counts its bytes once its write returns, which may be after the echo came
+    // back (the peer read them meanwhile): the counts get there a moment later.
+    until(
+        "the echoes' bytes counted on both ends",
+        std::time::Duration::from_secs(10),
+        || async {
+            sent(&nodes[0]) >= 4 * 64 * 1024
+                && nodes[1].status().counters["bytes_received"] >= 4 * 64 * 1024
+        },
+    )
+    .await;
     let before = sent(&nodes[0]);
-    assert!(before >= 4 * 64 * 1024, "{before} bytes sent");
-    let received = nodes[1].status().counters["bytes_received"];
-    assert!(received >= 4 * 64 * 1024, "{received} bytes received");
     // The peer goes: its lanes with it, their bytes stay counted.
     nodes[1].shutdown().await;
     // (Its lanes are dropped once their tasks end: the totals come back to at least what
