@@ -101,7 +101,8 @@ pub struct PeerStatus {
     /// Last measured heartbeat round-trip time in microseconds, if any.
     pub rtt_us: Option<u64>,
     /// Bytes of striped messages the peer lets this node have in flight to it (the window it
-    /// announced, its `transport.stripe_window_bytes`); none until it has announced one.
+    /// announced, its `transport.stripe_window_bytes`); none until it has announced one on the
+    /// current connection (until then this node's large messages to it go whole).
     #[serde(default)]
     pub stripe_window_bytes: Option<u64>,
     /// The lanes (connections) to this peer.

@@ -602,12 +602,13 @@ async fn read_loop<H: Host>(
                     bytes,
                 } = frame.header
                 {
-                    peer.stripes_out.grant(Window {
+                    let window = Window {
                         session,
                         low,
                         limit,
                         bytes,
-                    });
+                    };
+                    peer.stripes_out.grant(window, conn_number);
                     continue;
                 }
                 if barrier.is_some() {

@@ -162,7 +162,8 @@ pub(crate) struct LaneMetrics {
     /// Nanoseconds writes waited for the socket to take bytes (its window full).
     pub waited_ns: AtomicU64,
     /// Whether the socket did not take the last write whole at once (it made the writer wait,
-    /// or took part of it): the connection, not the CPU, is what holds the lane's bytes up.
+    /// or took part of it; a sender's own write counts too): the connection, not the CPU, is
+    /// what holds the lane's bytes up.
     pub behind: AtomicBool,
 }
 
@@ -534,11 +535,14 @@ impl Lane {
                 self.metrics
                     .bytes_out
                     .fetch_add(bytes as u64, Ordering::Relaxed);
+                // The socket took the whole frame at once: the lane keeps up.
+                self.metrics.behind.store(false, Ordering::Relaxed);
             }
             Offered::Begun(bytes) => {
                 self.metrics
                     .bytes_out
                     .fetch_add(bytes as u64, Ordering::Relaxed);
+                self.metrics.behind.store(true, Ordering::Relaxed);
                 self.gates.notify_one();
             }
             Offered::Queued(false) => {

@@ -151,10 +151,11 @@ struct OutWindow {
     out: VecDeque<(u64, u64)>,
     /// Their lengths together.
     out_bytes: u64,
-    /// Whether the receiver has announced its window on the current connection of the peer's
-    /// first lane: after a lost connection it may have a new table (it dropped this node,
-    /// which kept it), so until it says which, frames go whole and none is numbered.
-    heard: bool,
+    /// The connections of the peer's first lane, still up, on which the receiver announced
+    /// this table's window (a few at most: two while a tie between dials is settled). With
+    /// none, frames go whole and none is numbered: after a lost connection the receiver may
+    /// have a new table (it dropped this node, which kept it) until it says which.
+    heard_on: Vec<u64>,
     /// The connections of the peer's first lane so far (see [`StripesOut::connected`]).
     conns: u64,
 }
@@ -162,7 +163,7 @@ struct OutWindow {
 impl OutWindow {
     /// Takes the next id for a frame of `total` bytes, if the window has room for it.
     fn take(&mut self, total: u64) -> Option<(u64, u64)> {
-        let session = self.session.filter(|_| self.heard)?;
+        let session = self.session.filter(|_| !self.heard_on.is_empty())?;
         let fits = self.out_bytes.saturating_add(total) <= self.bytes;
         if self.next >= self.limit || !fits {
             return None;
@@ -218,46 +219,48 @@ impl StripesOut {
     /// larger than the window's bytes.
     pub(crate) fn fits(&self, len: usize) -> bool {
         let w = self.window();
-        w.session.is_some() && w.heard && (len as u64) < w.bytes
+        w.session.is_some() && !w.heard_on.is_empty() && (len as u64) < w.bytes
     }
 
-    /// The peer's first lane has a new connection: its window is not known again until it
-    /// announces it there (it does as the connection starts). Returns the connection's number,
-    /// for [`StripesOut::lost`].
+    /// The peer's first lane has a new connection (the peer announces its window on it as it
+    /// starts): its number, for [`StripesOut::grant`] and [`StripesOut::lost`].
     pub(crate) fn connected(&self) -> u64 {
         let mut w = self.window();
-        w.heard = false;
         w.conns += 1;
         w.conns
     }
 
-    /// The connection numbered `conn` of the peer's first lane is lost: if no other has
-    /// started since, frames go whole until the peer announces its window on the next.
+    /// The connection numbered `conn` of the peer's first lane is lost: if no other
+    /// connection still up brought the window, frames go whole until the peer announces it on
+    /// the next.
     pub(crate) fn lost(&self, conn: u64) {
-        let mut w = self.window();
-        if w.conns == conn {
-            w.heard = false;
-        }
+        self.window().heard_on.retain(|&c| c != conn);
     }
 
     /// The bytes of striped frames the receiver lets this node have out (its window's), once it
-    /// has announced them.
+    /// has announced them on a connection of its first lane that is still up.
     pub(crate) fn window_bytes(&self) -> Option<u64> {
         let w = self.window();
-        w.session.map(|_| w.bytes)
+        w.session
+            .filter(|_| !w.heard_on.is_empty())
+            .map(|_| w.bytes)
     }
 
-    /// The receiver announced its window ([`Header::StripeWindow`]): a smaller limit than
-    /// before (late, or repeated) changes nothing; a new session (the receiver made a new
-    /// table, or this is the first) starts the numbering again at its `low`.
-    pub(crate) fn grant(&self, window: Window) {
+    /// The receiver announced its window ([`Header::StripeWindow`]) on the connection
+    /// numbered `conn` of its first lane (`None`: on another lane, which tells nothing of the
+    /// connection): a smaller limit than before (late, or repeated) changes nothing; a new
+    /// session (the receiver made a new table, or this is the first) starts the numbering
+    /// again at its `low`.
+    pub(crate) fn grant(&self, window: Window, conn: Option<u64>) {
         let mut w = self.window();
         let grew = if w.session == Some(window.session) {
-            let before = (w.limit, w.out_bytes, w.heard);
+            let before = (w.limit, w.out_bytes, w.heard_on.len());
             w.limit = w.limit.max(window.limit);
             w.release(window.low);
-            w.heard = true;
-            (w.limit, w.out_bytes, w.heard) != before
+            if let Some(c) = conn.filter(|c| !w.heard_on.contains(c)) {
+                w.heard_on.push(c);
+            }
+            (w.limit, w.out_bytes, w.heard_on.len()) != before
         } else {
             *w = OutWindow {
                 session: Some(window.session),
@@ -266,7 +269,7 @@ impl StripesOut {
                 bytes: window.bytes,
                 out: VecDeque::new(),
                 out_bytes: 0,
-                heard: true,
+                heard_on: conn.into_iter().collect(),
                 conns: w.conns,
             };
             true
@@ -702,7 +705,7 @@ mod tests {
         }
         let widen = Widen::new(2);
         let out = StripesOut::new(CancellationToken::new());
-        out.grant(window(1, 0, WINDOW));
+        out.grant(window(1, 0, WINDOW), Some(1));
         let place = Place::Widened {
             widen: &widen,
             lanes: &lanes,
@@ -823,7 +826,7 @@ mod tests {
             out.take_id(10, false).await,
             Err(SendError::Backpressure(_))
         ));
-        out.grant(window(5, 0, WINDOW));
+        out.grant(window(5, 0, WINDOW), Some(1));
         assert!(out.fits(10) && !out.fits(1 << 20));
         for id in 0..WINDOW {
             assert_eq!(out.take_id(10, false).await.unwrap(), (5, id));
@@ -838,14 +841,14 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        out.grant(window(5, 0, WINDOW - 1));
+        out.grant(window(5, 0, WINDOW - 1), Some(1));
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "a smaller limit changes nothing");
-        out.grant(window(5, 0, WINDOW + 1));
+        out.grant(window(5, 0, WINDOW + 1), Some(1));
         assert_eq!(waiting.await.unwrap().unwrap(), (5, WINDOW));
         // Another table (the receiver dropped the peer and made a new one, or this end did and
         // hears of the receiver's for the first time): numbering starts again at its `low`.
-        out.grant(window(6, 10, 10 + WINDOW));
+        out.grant(window(6, 10, 10 + WINDOW), Some(1));
         assert_eq!(out.take_id(10, false).await.unwrap(), (6, 10));
         for _ in 1..WINDOW {
             out.take_id(10, false).await.unwrap();
@@ -868,10 +871,15 @@ mod tests {
     #[tokio::test]
     async fn after_a_lost_connection_senders_wait_to_hear_the_window_again() {
         let out = Arc::new(StripesOut::new(CancellationToken::new()));
-        out.grant(window(5, 0, WINDOW));
-        assert_eq!(out.take_id(10, false).await.unwrap(), (5, 0));
         let first = out.connected();
-        out.grant(window(5, 0, WINDOW));
+        out.grant(window(5, 0, WINDOW), Some(first));
+        assert_eq!(out.take_id(10, false).await.unwrap(), (5, 0));
+        // A second connection (a tie between dials) that brings the window and goes again
+        // leaves the first one's.
+        let second = out.connected();
+        out.grant(window(5, 0, WINDOW), Some(second));
+        out.lost(second);
+        assert!(out.fits(10));
         out.lost(first);
         assert!(!out.fits(10), "whole until it is heard");
         assert!(matches!(
@@ -884,19 +892,18 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        // The same table, as before.
-        out.grant(window(5, 0, WINDOW));
-        assert_eq!(waiting.await.unwrap().unwrap(), (5, 1));
-        assert!(out.fits(10));
-        // A connection lost after another started says nothing of the new one.
-        let second = out.connected();
+        // A window that came on no connection of the first lane says nothing of it.
+        out.grant(window(5, 0, WINDOW), None);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        // The same table, on a new connection: numbering goes on.
         let third = out.connected();
-        out.grant(window(5, 0, WINDOW));
-        out.lost(second);
-        assert!(out.fits(10));
+        out.grant(window(5, 0, WINDOW), Some(third));
+        assert_eq!(waiting.await.unwrap().unwrap(), (5, 1));
         out.lost(third);
         // A new table.
-        out.grant(window(9, 0, WINDOW));
+        let fourth = out.connected();
+        out.grant(window(9, 0, WINDOW), Some(fourth));
         assert_eq!(out.take_id(10, false).await.unwrap(), (9, 0));
     }
 
@@ -980,7 +987,7 @@ mod tests {
                 let granted = out.granted.notified();
                 tokio::pin!(granted);
                 granted.as_mut().enable();
-                if out.window().heard {
+                if !out.window().heard_on.is_empty() {
                     break;
                 }
                 granted.await;
@@ -999,7 +1006,7 @@ mod tests {
     #[tokio::test]
     async fn senders_keep_to_the_windows_bytes() {
         let out = StripesOut::new(CancellationToken::new());
-        out.grant(window(1, 0, WINDOW));
+        out.grant(window(1, 0, WINDOW), Some(1));
         assert_eq!(out.take_id(600 << 10, false).await.unwrap(), (1, 0));
         assert!(matches!(
             out.take_id(500 << 10, false).await,
@@ -1007,7 +1014,7 @@ mod tests {
         ));
         assert_eq!(out.take_id(400 << 10, false).await.unwrap(), (1, 1));
         // Frame 0 handed on: its bytes are free again.
-        out.grant(window(1, 1, WINDOW + 1));
+        out.grant(window(1, 1, WINDOW + 1), Some(1));
         assert_eq!(out.take_id(500 << 10, false).await.unwrap(), (1, 2));
     }
 }
