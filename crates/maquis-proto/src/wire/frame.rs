@@ -593,6 +593,11 @@ impl FrameDecoder {
         let Some(len) = peek_len(src) else {
             return Ok(false);
         };
+        if len < self.min_buffer {
+            // Small (most frames): not worth a look at its header; a small piece comes out
+            // and is copied into its room when it is taken in.
+            return Ok(false);
+        }
         let Some(&[hi, lo]) = src.get(4..PREFIX) else {
             return Ok(false);
         };
