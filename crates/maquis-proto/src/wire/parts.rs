@@ -345,21 +345,7 @@ mod tests {
     /// parts comes out with its last piece.
     #[test]
     fn frames_between_parts_come_out_first() {
-        let (header, payload) = message(10_000);
-        let mut parts = Parts::new(head_of(&header, payload.len()), payload.clone(), 4096);
-        let small = encode_frame(&Header::Bye, b"hi", usize::MAX).unwrap();
-        let mut stream = BytesMut::new();
-        let mut n = 0;
-        loop {
-            let mut bufs = Vec::new();
-            let last = parts.next_part(&mut bufs);
-            bufs.iter().for_each(|b| stream.extend_from_slice(b));
-            if last {
-                break;
-            }
-            stream.extend_from_slice(&small);
-            n += 1;
-        }
+        let (header, _, mut stream, n) = interleaved(10_000, 4096);
         assert_eq!(n, 2, "10 KiB in parts of 4 KiB: three parts");
         let mut decoder = FrameDecoder::new(1 << 20);
         let mut got = Vec::new();

@@ -112,16 +112,10 @@ pub enum CommitOutcome {
 /// one and decoded by [`Assembled::into_frame`].
 #[derive(Debug, PartialEq)]
 pub struct Assembled {
-    total: usize,
     pieces: Vec<BytesMut>,
 }
 
 impl Assembled {
-    /// The frame's length in bytes, its length prefix included.
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
     /// Makes the pieces one frame (they lie end to end: no copy) and decodes it.
     pub fn into_frame(self) -> Result<Frame, WireError> {
         let mut pieces = self.pieces.into_iter();
@@ -475,7 +469,6 @@ impl Stripes {
         let open = self.close(id).expect("complete above");
         self.finish(id);
         Ok(CommitOutcome::Deliver(Assembled {
-            total: open.total,
             pieces: open.pieces.into_values().collect(),
         }))
     }
