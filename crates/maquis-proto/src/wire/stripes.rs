@@ -54,11 +54,20 @@
 //!
 //! # Losses
 //!
-//! When a connection of the peer ends, pieces in it may be lost and the commits behind them
-//! can never complete: [`Stripes::lane_lost`] drops every frame open then, and every piece or
-//! commit of a frame numbered below the highest seen so far (they were sent before the loss).
-//! A commit still waiting for pieces after the transport's patience runs out is dropped too
-//! ([`Stripes::give_up`]). Both are counted by the transport as dropped frames. A frame whose
+//! When a connection of the peer ends, pieces written on it may be lost; the pieces still
+//! queued for it at the sender go on its successor, and the frames they belong to must not be
+//! dropped. What was lost is known in part at each end, and each end drops what it knows:
+//! - the sender knows which pieces it wrote on a connection it then lost: the commit it
+//!   writes after that says `ok: false`;
+//! - the receiver knows the piece a lost connection's reader was in the middle of
+//!   ([`Stripes::piece_lost`]), and that a commit waiting for pieces when a connection ends
+//!   came after all of them were written, so the missing one may have gone with the
+//!   connection ([`Stripes::lane_lost`] drops those frames);
+//! - a commit still waiting for pieces after the transport's patience runs out is dropped
+//!   ([`Stripes::give_up`]): a piece written on the lost connection whose commit came after
+//!   the loss was noticed here, before the sender noticed it.
+//!
+//! All are counted by the transport as dropped frames. A frame whose
 //! commit was lost, or all of whose pieces and commit were, would hold `low` (and so the
 //! window) for ever: within a window of ids past a loss, a frame that holds `low` and whose
 //! commit is not waiting is dropped after the patience ([`Stripes::tick`]).
@@ -493,22 +502,33 @@ impl Stripes {
         was
     }
 
-    /// A connection of the peer ended: every frame open, and every frame numbered below the
-    /// highest seen, is dropped. Returns how many open frames were dropped.
+    /// A connection of the peer ended: a frame whose commit waits for pieces is dropped (the
+    /// sender wrote its commit after all its pieces, so one missing may have been lost with
+    /// the connection); the others are kept (their pieces still queued at the sender come on
+    /// other connections, and their commits say whether one was lost). Returns how many frames
+    /// were dropped.
     pub fn lane_lost(&mut self) -> usize {
-        let n = self.open.len();
-        self.open.clear();
-        self.freed += self.open_bytes;
-        self.open_bytes = 0;
-        self.low = self.low.max(self.seen);
-        let low = self.low;
-        self.done.retain(|&d| d >= low);
-        while self.done.remove(&self.low) {
-            self.low += 1;
+        let waiting = std::mem::take(&mut self.waiting);
+        let n = waiting.len();
+        for id in waiting {
+            self.finish(id);
         }
         // The sender may have had ids up to the window's limit out when the connection went.
         self.suspect_below = self.low.saturating_add(self.limits.window);
         n
+    }
+
+    /// The piece of frame `id`, numbered for `session`, that a reader was reading when its
+    /// connection ended will never be whole: the frame is dropped (its other pieces and its
+    /// commit are when they come). Returns whether it was open.
+    pub fn piece_lost(&mut self, session: u64, id: u64) -> bool {
+        if session != self.session || self.finished(id) {
+            return false;
+        }
+        self.stop_waiting(id);
+        let was = self.open.contains_key(&id);
+        self.finish(id);
+        was
     }
 
     /// The window to announce to the sender ([`Header::StripeWindow`]), when its limit has
@@ -1083,37 +1103,36 @@ mod tests {
         }
         deliver(&mut s, 0);
         deliver(&mut s, 1);
-        // Lost: frame 2 sent before it (seen: 2), frame 3 after (its commit went with the
-        // connection), frame 4 lost whole, frame 5 fine.
-        s.part(S, 2, 0, total, whole.slice(..10)).unwrap();
-        s.lane_lost();
-        s.part(S, 3, 0, total, whole.clone()).unwrap();
-        s.part(S, 5, 0, total, whole.clone()).unwrap();
-        assert_eq!(s.window().limit, 3 + 16);
+        // Lost: frame 2's commit went with the connection, frame 3 went whole with it, frame
+        // 4 is fine.
+        s.part(S, 2, 0, total, whole.clone()).unwrap();
+        assert_eq!(s.lane_lost(), 0);
+        s.part(S, 4, 0, total, whole.clone()).unwrap();
+        assert_eq!(s.window().limit, 2 + 16);
         assert!(!s.tick(0, 1_000).dropped, "starts the clock");
         assert!(!s.tick(999, 1_000).dropped);
-        assert!(s.tick(1_000, 1_000).dropped, "frame 3, with pieces");
+        assert!(s.tick(1_000, 1_000).dropped, "frame 2, with pieces");
         assert!(!s.tick(1_500, 1_000).dropped);
         assert!(
             !s.tick(2_000, 1_000).dropped,
-            "frame 4, a hole: counted when its commit comes"
+            "frame 3, a hole: counted when its commit comes"
         );
-        assert_eq!(s.commit(S, 4, true).unwrap(), CommitOutcome::Dropped);
-        assert_eq!(deliver(&mut s, 5).payload.len(), 100);
-        assert_eq!(s.window().limit, 6 + 16);
+        assert_eq!(s.commit(S, 3, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(deliver(&mut s, 4).payload.len(), 100);
+        assert_eq!(s.window().limit, 5 + 16);
         // Nothing seen past `low`: the sender has not sent it yet.
         for t in 3..10 {
             assert!(!s.tick(t * 1_000, 1_000).dropped);
         }
-        s.part(S, 6, 0, total, whole.clone()).unwrap();
-        assert_eq!(deliver(&mut s, 6).payload.len(), 100);
+        s.part(S, 5, 0, total, whole.clone()).unwrap();
+        assert_eq!(deliver(&mut s, 5).payload.len(), 100);
         // A commit waiting for its pieces is the reader's to give up on, not the tick's.
-        s.part(S, 7, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(S, 7, true).unwrap(), CommitOutcome::Pending);
+        s.part(S, 6, 0, total, whole.slice(..10)).unwrap();
+        assert_eq!(s.commit(S, 6, true).unwrap(), CommitOutcome::Pending);
         for t in 10..20 {
             assert!(!s.tick(t * 1_000, 1_000).dropped);
         }
-        assert!(s.is_waiting(7));
+        assert!(s.is_waiting(6));
     }
 
     #[test]
@@ -1129,7 +1148,12 @@ mod tests {
         );
         assert_eq!(s.open(), 0);
         s.part(S, 4, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.lane_lost(), 1);
+        assert_eq!(s.commit(S, 4, true).unwrap(), CommitOutcome::Pending);
+        assert_eq!(
+            s.lane_lost(),
+            1,
+            "its commit waited: a piece may have gone with it"
+        );
         assert_eq!(
             s.part(S, 4, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
@@ -1146,6 +1170,45 @@ mod tests {
             s.part(S, 10, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
+    }
+
+    #[test]
+    fn frames_whose_pieces_come_after_a_lost_connection_are_kept() {
+        let mut s = Stripes::new(window(16), S);
+        let whole = frame(100);
+        let total = whole.len() as u64;
+        // Frame 0 has a piece in and the rest queued at the sender; frame 1 came whole, its
+        // commit not yet; frame 2's commit waits for a piece.
+        s.part(S, 0, 0, total, whole.slice(..10)).unwrap();
+        s.part(S, 1, 0, total, whole.clone()).unwrap();
+        s.part(S, 2, 0, total, whole.slice(..10)).unwrap();
+        assert_eq!(s.commit(S, 2, true).unwrap(), CommitOutcome::Pending);
+        // Frame 3's piece was being read on the connection that ends.
+        s.part(S, 3, 0, total, whole.slice(..10)).unwrap();
+        assert!(s.piece_lost(S, 3));
+        assert!(!s.piece_lost(S, 3), "once");
+        assert!(!s.piece_lost(S + 1, 5), "another table's");
+        assert_eq!(s.lane_lost(), 1);
+        assert!(!s.is_waiting(2));
+        // The pieces that were still queued come on another connection, after the loss.
+        assert_eq!(
+            s.part(S, 0, 10, total, whole.slice(10..)).unwrap(),
+            PartOutcome::Complete
+        );
+        assert_eq!(deliver(&mut s, 0).payload.len(), 100);
+        assert_eq!(deliver(&mut s, 1).payload.len(), 100);
+        assert_eq!(
+            s.part(S, 2, 10, total, whole.slice(10..)).unwrap(),
+            PartOutcome::Dropped
+        );
+        assert_eq!(s.commit(S, 2, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(
+            s.part(S, 3, 10, total, whole.slice(10..)).unwrap(),
+            PartOutcome::Dropped
+        );
+        assert_eq!(s.commit(S, 3, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.open(), 0);
+        assert_eq!(s.window().low, 4);
     }
 
     fn send_to(id: u64, tag: u8) -> Frame {

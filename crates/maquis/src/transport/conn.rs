@@ -495,9 +495,10 @@ async fn read_loop<H: Host>(
 ) {
     let lane = peer.lanes[slot].clone();
     // Pieces of striped frames are read straight into their frames' memory.
+    let rooms = Arc::new(PeerRooms::new(peer.clone()));
     let decoder = FrameDecoder::new(inner.config().transport.max_frame_bytes)
         .read_buffer(READ_BUFFER)
-        .pieces_into(Arc::new(PeerRooms(peer.clone())));
+        .pieces_into(rooms.clone());
     let counted = Counted {
         inner: read,
         lane: lane.clone(),
@@ -658,7 +659,8 @@ async fn read_loop<H: Host>(
     }
     if reason != END_OF_STREAM {
         // Pieces of striped frames may have been lost with it.
-        peer.stripes_in.lane_lost();
+        peer.stripes_in
+            .lane_lost(rooms.reading(), place.parallelism > 1);
         announce_window(&*inner, &peer);
     }
     if let Some(conn) = conn_number {

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::direct::{Direct, Offered, Rest};
 use super::schedule::{Round, Schedule};
 use super::stream::WriteHalf;
-use super::stripe::Role;
+use super::stripe::{Losses, Role};
 use super::watch::{Tokens, Watch, CANCELLED, CLOSING, ENDED};
 use super::widen::Driver;
 use crate::error::SendError;
@@ -67,10 +67,11 @@ impl OutFrame {
         }
     }
 
-    /// The frame went out whole: a piece of a striped frame tells its gate.
-    pub(crate) fn written(&mut self) {
+    /// The frame went out whole, on a connection of the lane whose losses are `on`: a piece
+    /// of a striped frame tells its gate.
+    pub(crate) fn written(&mut self, on: &Arc<Losses>) {
         if let Role::Part(g) = &mut self.role {
-            g.written();
+            g.written(on);
         }
     }
 
@@ -269,6 +270,9 @@ pub(crate) struct Lane {
     conn_tx: mpsc::Sender<ConnHandle>,
     /// Where its counts go when it is dropped.
     retired: Arc<Retired>,
+    /// The connections its writer lost (pieces of striped frames written on one may not have
+    /// arrived: their commits say so).
+    losses: Arc<Losses>,
 }
 
 impl Drop for Lane {
@@ -326,6 +330,7 @@ impl Lane {
             node,
             conn_tx,
             retired,
+            losses: Arc::default(),
         });
         (lane, LaneTask { rx, conn_rx })
     }
@@ -637,6 +642,15 @@ impl Lane {
     }
 }
 
+/// The writer lets its connection go (it cancels it): a loss unless the other end closed it
+/// on purpose (then it reads what was written before).
+fn let_go(lane: &Lane, c: &ConnHandle) {
+    if !c.ended.is_cancelled() {
+        lane.losses.lost();
+    }
+    c.cancel.cancel();
+}
+
 /// The writer loop of one lane. Runs until `abort` fires or `close` fires (frames left are
 /// written first if the lane has a connection, then the connection is shut down). Frames it
 /// ends with unwritten go to `unsent` if there is one, else are dropped and counted. Large
@@ -688,7 +702,7 @@ pub(crate) async fn run_writer(
         // cancelled or ended in that moment must not take another batch (it would be written
         // where nobody reads it), so the tokens themselves are looked at first.
         if c.cancel.is_cancelled() || c.ended.is_cancelled() {
-            c.cancel.cancel();
+            let_go(&lane, c);
             conn = None;
             schedule.lost(None);
             continue;
@@ -699,6 +713,7 @@ pub(crate) async fn run_writer(
             match watch.now(mask) {
                 0 => {
                     if let Ok(next) = task.conn_rx.try_recv() {
+                        let_go(&lane, c);
                         conn = Some(watched(next));
                         schedule.lost(None);
                         continue;
@@ -755,6 +770,7 @@ pub(crate) async fn run_writer(
             }
             match woke {
                 Woke::Conn(next) => {
+                    let_go(&lane, c);
                     conn = next.map(watched);
                     schedule.lost(None);
                     continue;
@@ -764,7 +780,7 @@ pub(crate) async fn run_writer(
                     // until the other end is done too (or the peer is cut), so that what
                     // it still sends, replies among it, is read.
                     if raised & CANCELLED != 0 {
-                        c.cancel.cancel();
+                        let_go(&lane, c);
                     } else if let Some(w) = c.writer.as_mut() {
                         let _ = w.shutdown().await;
                     }
@@ -779,7 +795,7 @@ pub(crate) async fn run_writer(
             // loop). Ended: the other end stopped writing, it is closing this connection; what
             // was written before is read, the frames still queued wait for another connection
             // (or go another way if the peer is dropped).
-            c.cancel.cancel();
+            let_go(&lane, c);
             conn = None;
             schedule.lost(None);
             continue;
@@ -796,7 +812,7 @@ pub(crate) async fn run_writer(
         } = c;
         let Some(writer) = writer.as_mut() else {
             // Never: the write half is lent only while the writer waits.
-            c.cancel.cancel();
+            let_go(&lane, c);
             conn = None;
             schedule.lost(None);
             continue;
@@ -818,7 +834,9 @@ pub(crate) async fn run_writer(
         match written {
             Ok(bytes) => {
                 last_round = round.frames.len();
-                round.frames.iter_mut().for_each(OutFrame::written);
+                for f in round.frames.iter_mut() {
+                    f.written(&lane.losses);
+                }
                 let done = schedule.written(&round).map_or(0, |_| 1);
                 lane.metrics.msgs_out.fetch_add(n + done, Ordering::Relaxed);
                 lane.metrics
@@ -832,6 +850,9 @@ pub(crate) async fn run_writer(
                 tracing::debug!(lane = %lane.id, error = %e, "lane write failed");
                 let lost = schedule.lost(Some(&round)).map_or(0, |_| 1);
                 lane.metrics.dropped.fetch_add(n + lost, Ordering::Relaxed);
+                // A failed write is a loss even after an orderly close began: what was written
+                // before it may not have been read.
+                lane.losses.lost();
                 c.cancel.cancel();
                 conn = None;
             }

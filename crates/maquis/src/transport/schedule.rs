@@ -389,14 +389,14 @@ mod tests {
             assert_eq!(ids(&round), (vec![3], false), "other keys go by");
             round.clear();
             let mut first = guards.pop().unwrap();
-            first.written();
+            first.written(&Default::default());
             drop(first);
             s.fill(&mut vec![frame(4, Some(1), 10)], &mut round, true);
             assert!(round.is_empty(), "one piece is still out");
             // The last piece goes: written, or dropped unwritten.
             let mut last = guards.pop().unwrap();
             if pieces_written {
-                last.written();
+                last.written(&Default::default());
             }
             drop(last);
             assert!(g.is_open());
@@ -448,7 +448,7 @@ mod tests {
         // A large frame behind the barrier does not start its parts either.
         s.fill(&mut vec![frame(5, Some(6), 300)], &mut round, false);
         assert!(round.is_empty());
-        piece.written();
+        piece.written(&Default::default());
         drop(piece);
         s.fill(&mut vec![], &mut round, true);
         assert_eq!(
@@ -481,7 +481,7 @@ mod tests {
             false,
         );
         assert!(round.is_empty());
-        piece.written();
+        piece.written(&Default::default());
         drop(piece);
         s.fill(&mut vec![], &mut round, true);
         assert_eq!(ids(&round), (vec![1, 2], true));

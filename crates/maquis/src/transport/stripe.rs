@@ -24,6 +24,13 @@
 //! [`PeerRooms`]), and announces the window as frames are handed on ([`announce`]) and on every
 //! heartbeat tick ([`StripesIn::tick`]). A reader whose commit's pieces are not all in waits
 //! for the table to change, for its connection to end, or at most the heartbeat timeout.
+//!
+//! A lost connection loses the pieces in flight on it, not those still queued for it (they go
+//! on its successor): each lane's writer counts the connections it loses ([`Losses`]), a piece
+//! written notes the count, and a commit written after the count moved says `ok: false`; the
+//! reader of a lost connection tells the table which piece it was in the middle of
+//! ([`StripesIn::lane_lost`]; the table's rules:
+//! [losses](maquis_proto::wire::stripes#losses)).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -82,6 +89,27 @@ pub(crate) struct Gate {
     /// The lane of the commit, woken when the gate opens (set once the commit is queued,
     /// before the gate can open).
     lane: OnceLock<Arc<Lane>>,
+    /// The lanes its pieces were written on, and how many connections each had lost then:
+    /// if one has lost another since, the piece may not have arrived.
+    written_on: Mutex<Vec<(Arc<Losses>, u64)>>,
+}
+
+/// The connections a lane has lost, not closed on purpose (counted by its writer): what was
+/// written on a connection that is then lost may not have arrived. A connection closed on
+/// purpose loses nothing (its other end reads what was written before the close).
+#[derive(Debug, Default)]
+pub(crate) struct Losses(AtomicU64);
+
+impl Losses {
+    /// How many so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// One more: the writer let its connection go without an orderly close.
+    pub(crate) fn lost(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 impl Gate {
@@ -101,12 +129,24 @@ impl Gate {
         }
     }
 
-    /// The commit's frame head, once the gate is open: `ok` unless a piece was dropped.
+    /// Whether a piece was dropped unwritten, or written on a connection lost since.
+    fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+            || self
+                .written_on
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|(losses, then)| losses.count() != *then)
+    }
+
+    /// The commit's frame head, once the gate is open: `ok` unless a piece was dropped, or
+    /// written on a connection that was lost before the commit was written.
     pub(crate) fn commit_head(&self) -> Bytes {
         let header = Header::Commit {
             session: self.session,
             id: self.id,
-            ok: !self.failed.load(Ordering::Acquire),
+            ok: !self.failed(),
             hold: self.hold,
         };
         let mut buf = BytesMut::with_capacity(32);
@@ -124,9 +164,14 @@ pub(crate) struct PartGuard {
 }
 
 impl PartGuard {
-    /// The piece went out whole.
-    pub(crate) fn written(&mut self) {
+    /// The piece went out whole, on a connection of the lane whose losses are `on`.
+    pub(crate) fn written(&mut self, on: &Arc<Losses>) {
         self.written = true;
+        self.gate
+            .written_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((on.clone(), on.count()));
     }
 }
 
@@ -341,6 +386,7 @@ pub(crate) async fn send(
         failed: AtomicBool::new(false),
         hold,
         lane: OnceLock::new(),
+        written_on: Mutex::new(Vec::with_capacity(n)),
     });
     // The sender's own hold: the gate cannot open before every piece is queued.
     let mine = PartGuard {
@@ -538,10 +584,20 @@ impl StripesIn {
         tracing::debug!(id, "striped frame dropped: its pieces did not come");
     }
 
-    /// A connection of the peer ended: the frames open are dropped (counted when their
-    /// commits arrive).
-    pub(crate) fn lane_lost(&self) {
-        self.table().lane_lost();
+    /// A connection of the peer ended without an orderly close, its reader in the middle of
+    /// the piece `reading` (session and id), if it was: that frame is dropped, and if its lane
+    /// is one of a channel of several (where pieces and commits travel), so are the frames
+    /// whose commits wait for pieces ([`Stripes::lane_lost`]). They are counted when their
+    /// commits are taken in.
+    pub(crate) fn lane_lost(&self, reading: Option<(u64, u64)>, striping: bool) {
+        let mut table = self.table();
+        if let Some((session, id)) = reading {
+            table.piece_lost(session, id);
+        }
+        if striping {
+            table.lane_lost();
+        }
+        drop(table);
         self.bump();
     }
 
@@ -568,13 +624,39 @@ impl StripesIn {
     }
 }
 
-/// A peer's table as the place its lanes' decoders put the pieces they read
-/// ([`FrameDecoder::pieces_into`](crate::wire::frame::FrameDecoder::pieces_into)).
-pub(crate) struct PeerRooms(pub(crate) Arc<Peer>);
+/// A peer's table as the place one lane's decoder puts the pieces it reads
+/// ([`FrameDecoder::pieces_into`](crate::wire::frame::FrameDecoder::pieces_into)), one per
+/// connection: it keeps the piece being read, whose frame is lost if the connection is.
+pub(crate) struct PeerRooms {
+    peer: Arc<Peer>,
+    /// The session and id of the frame whose piece is being read into its room.
+    reading: Mutex<Option<(u64, u64)>>,
+}
+
+impl PeerRooms {
+    /// The rooms of `peer`'s frames, for one connection's reader.
+    pub(crate) fn new(peer: Arc<Peer>) -> Self {
+        PeerRooms {
+            peer,
+            reading: Mutex::new(None),
+        }
+    }
+
+    /// The frame whose piece is being read now, if one is.
+    pub(crate) fn reading(&self) -> Option<(u64, u64)> {
+        *self.reading.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_reading(&self, now: Option<(u64, u64)>) {
+        *self.reading.lock().unwrap_or_else(|e| e.into_inner()) = now;
+    }
+}
 
 impl std::fmt::Debug for PeerRooms {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("PeerRooms").field(&self.0.id.name).finish()
+        f.debug_tuple("PeerRooms")
+            .field(&self.peer.id.name)
+            .finish()
     }
 }
 
@@ -587,11 +669,16 @@ impl PieceRooms for PeerRooms {
         total: u64,
         len: usize,
     ) -> Result<Option<BytesMut>, WireError> {
-        self.0.stripes_in.lend(session, id, offset, total, len)
+        let room = self.peer.stripes_in.lend(session, id, offset, total, len)?;
+        if room.is_some() {
+            self.set_reading(Some((session, id)));
+        }
+        Ok(room)
     }
 
     fn filled(&self, session: u64, id: u64, offset: u64, room: BytesMut) -> Result<(), WireError> {
-        self.0.stripes_in.placed(session, id, offset, room)
+        self.set_reading(None);
+        self.peer.stripes_in.placed(session, id, offset, room)
     }
 }
 
@@ -624,6 +711,7 @@ pub(crate) mod testing {
             failed: AtomicBool::new(false),
             hold: None,
             lane: OnceLock::from(lane.clone()),
+            written_on: Mutex::default(),
         });
         let guards = (0..pieces)
             .map(|_| PartGuard {
@@ -907,6 +995,35 @@ mod tests {
         assert_eq!(out.take_id(10, false).await.unwrap(), (9, 0));
     }
 
+    /// A large message of the tests below: its number and 2 MiB of 7s.
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Big(u32, crate::Payload);
+
+    /// What a sink logs of a [`Big`]: its number, and whether its payload is 2 MiB of 7s.
+    type Logged = tokio::sync::mpsc::UnboundedReceiver<(u32, bool)>;
+
+    /// Nodes `a` and `b` of `config` (by name), joined, a sink registered on `b` as "sink",
+    /// and a ref to it from `a`.
+    async fn sink_pair(
+        names: (&str, &str),
+        config: impl Fn(&str) -> crate::Config,
+    ) -> (crate::Node, crate::Node, crate::ActorRef<Big>, Logged) {
+        let a = crate::Node::start(config(names.0)).await.unwrap();
+        let b = crate::Node::start(config(names.1)).await.unwrap();
+        a.join_wait(b.addr(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        let (log, seen) = tokio::sync::mpsc::unbounded_channel();
+        let sink = b.spawn_fn(move |mut inbox: crate::Inbox<Big>| async move {
+            while let Some(Big(id, data)) = inbox.recv().await {
+                let _ = log.send((id, data.len() == 2 << 20 && data.iter().all(|&x| x == 7)));
+            }
+        });
+        b.register("sink", &sink).unwrap();
+        let r = a.remote::<Big>(names.1, "sink").unwrap();
+        (a, b, r, seen)
+    }
+
     /// One node drops its peer (as after a heartbeat timeout on its side alone) while the
     /// peer keeps it and connects again: the peer hears of the new table and numbers its
     /// striped frames from its start, and they keep coming. (With a window of 8 MiB, a sender
@@ -914,11 +1031,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn striped_frames_keep_coming_after_the_receiver_alone_dropped_the_sender() {
         use crate::node::control::Control;
-        use crate::{Config, MembershipEvent, Node, SendOpts};
-        use serde::{Deserialize, Serialize};
+        use crate::{Config, MembershipEvent, SendOpts};
 
-        #[derive(Debug, Serialize, Deserialize)]
-        struct Big(u32, crate::Payload);
         /// Sends six messages from `from` on, and what arrived of them.
         async fn batch(
             r: &crate::ActorRef<Big>,
@@ -942,19 +1056,7 @@ mod tests {
             c.transport.stripe_window_bytes = 8 << 20;
             c
         };
-        let a = Node::start(config("asa")).await.unwrap();
-        let b = Node::start(config("asb")).await.unwrap();
-        a.join_wait(b.addr(), Duration::from_secs(10))
-            .await
-            .unwrap();
-        let (log, mut seen) = tokio::sync::mpsc::unbounded_channel();
-        let sink = b.spawn_fn(move |mut inbox: crate::Inbox<Big>| async move {
-            while let Some(Big(id, data)) = inbox.recv().await {
-                let _ = log.send((id, data.len() == 2 << 20 && data.iter().all(|&x| x == 7)));
-            }
-        });
-        b.register("sink", &sink).unwrap();
-        let r = a.remote::<Big>("asb", "sink").unwrap();
+        let (a, b, r, mut seen) = sink_pair(("asa", "asb"), config).await;
         let data = crate::Payload::from(vec![7u8; 2 << 20]);
         let ids = |from: u32| (from..from + 6).map(|id| (id, true)).collect::<Vec<_>>();
         let all = tokio::time::timeout(Duration::from_secs(60), async {
@@ -994,6 +1096,141 @@ mod tests {
             }
             assert_eq!(out.window().session, Some(new));
             assert_eq!(batch(&r, &mut seen, &data, 12).await, ids(12));
+        })
+        .await;
+        assert!(all.is_ok(), "in 60 s");
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+
+    /// A commit says `ok: false` when one of its pieces was written on a connection that was
+    /// lost before the commit is written; a loss before the piece was written says nothing.
+    #[test]
+    fn a_piece_written_on_a_connection_lost_since_fails_its_commit() {
+        use crate::id::LaneId;
+        use maquis_proto::wire::decode_head;
+
+        let (lane, _task) = Lane::new(LaneId::new("default", 0), 1 << 20);
+        for lost_since in [false, true] {
+            let (gate, mut guards) = testing::gate(1, 2, &lane);
+            let cut = Arc::new(Losses::default());
+            let other = Arc::new(Losses::default());
+            cut.lost();
+            other.lost();
+            guards.pop().unwrap().written(&cut);
+            guards.pop().unwrap().written(&other);
+            if lost_since {
+                cut.lost();
+            }
+            assert!(gate.is_open());
+            let ok = match decode_head(&gate.commit_head()).unwrap() {
+                Header::Commit { ok, .. } => ok,
+                other => panic!("not a commit: {other:?}"),
+            };
+            assert_eq!(ok, !lost_since);
+        }
+    }
+
+    /// A connection of the peer is lost (cut at the receiver, a reset to the sender) while
+    /// striped messages flow over the default channel's four lanes. A lane that carries no
+    /// pieces or commits (a channel of one lane) loses none of them. A lane that carries
+    /// pieces loses those in flight on it: their messages are dropped and counted, the others
+    /// arrive; nothing arrives twice, out of order or changed, and the stream goes on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn striped_frames_outlive_a_lost_connection() {
+        use crate::{Config, Node, SendOpts};
+
+        const N: u32 = 40;
+        const CUT_AT: usize = 10;
+        let config = |name: &str| {
+            let mut c = Config::new(name)
+                .cookie("cut")
+                .parallelism(4)
+                .channel("single", Some(1));
+            c.transport.max_frame_bytes = 4 << 20;
+            c.transport.stripe_window_bytes = 32 << 20;
+            c
+        };
+        let (a, b, r, mut seen) = sink_pair(("cua", "cub"), config).await;
+        let data = crate::Payload::from(vec![7u8; 2 << 20]);
+        let slot_of = |channel: &str, index: usize| {
+            b.router()
+                .dispatch
+                .specs()
+                .iter()
+                .find(|s| s.name == channel)
+                .map(|s| s.offset + index)
+                .expect("a channel")
+        };
+        // Sends N messages from `from` on, cuts `b`'s connection of lane `slot` once CUT_AT
+        // have arrived, and returns what arrived (until all did, or none for longer than a
+        // commit's patience) and how many `b` counted as dropped.
+        async fn round(
+            a: &Node,
+            b: &Node,
+            r: &crate::ActorRef<Big>,
+            seen: &mut Logged,
+            data: &crate::Payload,
+            from: u32,
+            slot: usize,
+        ) -> (Vec<(u32, bool)>, u64) {
+            let peer = b.router().peer("cua").unwrap();
+            let sending = a.router().peer("cub").unwrap();
+            let before = b.counters().stripes_dropped.get();
+            // Striped from the first message on: the window is heard.
+            let out = &sending.stripes_out;
+            loop {
+                let granted = out.granted.notified();
+                tokio::pin!(granted);
+                granted.as_mut().enable();
+                if out.window_bytes().is_some() {
+                    break;
+                }
+                granted.await;
+            }
+            let sender = tokio::spawn({
+                let r = r.clone();
+                let data = data.clone();
+                async move {
+                    let opts = SendOpts::default().partition(1);
+                    for id in from..from + N {
+                        r.send_with(Big(id, data.clone()), &opts).await.unwrap();
+                    }
+                }
+            });
+            let mut got = Vec::new();
+            while got.len() < N as usize {
+                match tokio::time::timeout(Duration::from_secs(5), seen.recv()).await {
+                    Ok(Some(m)) => got.push(m),
+                    _ => break,
+                }
+                if got.len() == CUT_AT {
+                    let state = peer.lanes[slot].state.lock().unwrap();
+                    state.conn.as_ref().expect("connected").cancel.cancel();
+                }
+            }
+            sender.await.unwrap();
+            (got, b.counters().stripes_dropped.get() - before)
+        }
+        let check = |got: &[(u32, bool)]| {
+            assert!(got.iter().all(|&(_, intact)| intact), "changed: {got:?}");
+            let ids: Vec<u32> = got.iter().map(|&(id, _)| id).collect();
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "order: {ids:?}");
+        };
+        let all = tokio::time::timeout(Duration::from_secs(60), async {
+            let (got, dropped) = round(&a, &b, &r, &mut seen, &data, 0, slot_of("single", 0)).await;
+            check(&got);
+            assert_eq!((got.len(), dropped), (N as usize, 0), "none lost");
+            let (got, dropped) =
+                round(&a, &b, &r, &mut seen, &data, N, slot_of("default", 2)).await;
+            check(&got);
+            let lost = N as usize - got.len();
+            assert_eq!(dropped, lost as u64, "every lost message is counted");
+            // The stream goes on.
+            let (got, dropped) =
+                round(&a, &b, &r, &mut seen, &data, 2 * N, slot_of("single", 0)).await;
+            check(&got);
+            assert_eq!((got.len(), dropped), (N as usize, 0), "none lost");
         })
         .await;
         assert!(all.is_ok(), "in 60 s");
