@@ -223,6 +223,13 @@ impl Schedule {
             self.large = Some(Large { frame: f, parts });
             None
         } else {
+            // A piece going to be written is numbered for good (and encoded anew if its frame
+            // was numbered again for a new table of the receiver's).
+            if let Role::Part(guard) = &mut f.role {
+                if let Some(head) = guard.start() {
+                    f.head = head;
+                }
+            }
             Some(f)
         }
     }

@@ -30,7 +30,10 @@
 //! written notes the count, and a commit written after the count moved says `ok: false`; the
 //! reader of a lost connection tells the table which piece it was in the middle of
 //! ([`StripesIn::lane_lost`]; the table's rules:
-//! [losses](maquis_proto::wire::stripes#losses)).
+//! [losses](maquis_proto::wire::stripes#losses)). When the receiver makes a new table (it
+//! dropped this node, which kept it), the frames numbered for the old one none of whose pieces
+//! has gone to be written are numbered again for the new one ([`StripesOut::grant`]): a
+//! piece's head is encoded anew as it starts ([`PartGuard::start`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -79,8 +82,10 @@ pub(crate) enum Role {
 
 /// Opens when every piece of a striped frame has been written or dropped.
 pub(crate) struct Gate {
-    session: u64,
-    id: u64,
+    /// Its number; changed while no piece has started, when the receiver made a new table.
+    ids: Mutex<Numbered>,
+    /// The frame's bytes.
+    total: u64,
     /// Pieces not yet written or dropped, plus one held by the sender until it has queued
     /// them all.
     left: AtomicUsize,
@@ -112,7 +117,37 @@ impl Losses {
     }
 }
 
+/// What a striped frame is numbered for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Numbered {
+    /// The receiver's table.
+    session: u64,
+    /// The frame's id in it.
+    id: u64,
+    /// A piece has gone to be written: the number holds from then on.
+    started: bool,
+}
+
 impl Gate {
+    fn numbered(&self) -> std::sync::MutexGuard<'_, Numbered> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The receiver made a new table: the frame is numbered `next` in it (`None`: its window
+    /// has no room) if no piece has started; otherwise (its pieces went for the old table,
+    /// which the receiver no longer has), or without room, it fails.
+    fn renumber(&self, next: impl FnOnce(u64) -> Option<(u64, u64)>) {
+        let mut n = self.numbered();
+        let renumbered = if n.started { None } else { next(self.total) };
+        match renumbered {
+            Some((session, id)) => {
+                n.session = session;
+                n.id = id;
+            }
+            None => self.failed.store(true, Ordering::Release),
+        }
+    }
+
     /// Whether every piece has been written or dropped.
     pub(crate) fn is_open(&self) -> bool {
         self.left.load(Ordering::Acquire) == 0
@@ -143,9 +178,10 @@ impl Gate {
     /// The commit's frame head, once the gate is open: `ok` unless a piece was dropped, or
     /// written on a connection that was lost before the commit was written.
     pub(crate) fn commit_head(&self) -> Bytes {
+        let n = *self.numbered();
         let header = Header::Commit {
-            session: self.session,
-            id: self.id,
+            session: n.session,
+            id: n.id,
             ok: !self.failed(),
             hold: self.hold,
         };
@@ -161,9 +197,52 @@ impl Gate {
 pub(crate) struct PartGuard {
     gate: Arc<Gate>,
     written: bool,
+    /// The piece: where it lies in the frame, its length, and the frame's head it carries
+    /// (the first piece only), to number its head again.
+    offset: u64,
+    len: usize,
+    inner: Bytes,
+    /// The session and id its head was encoded with.
+    encoded: (u64, u64),
+}
+
+/// A piece's frame head: its [`Header::Stripe`] and what it carries of the frame's head.
+fn piece_head(
+    numbered: (u64, u64),
+    offset: u64,
+    total: u64,
+    len: usize,
+    inner: &Bytes,
+) -> Result<Bytes, WireError> {
+    let header = Header::Stripe {
+        session: numbered.0,
+        id: numbered.1,
+        offset,
+        total,
+    };
+    let mut h = BytesMut::with_capacity(32 + inner.len());
+    encode_head(&header, len, usize::MAX, &mut h)?;
+    h.extend_from_slice(inner);
+    Ok(h.freeze())
 }
 
 impl PartGuard {
+    /// The piece goes to be written: its frame's number holds from now on. Its head anew if
+    /// the frame was numbered again since it was encoded.
+    pub(crate) fn start(&mut self) -> Option<Bytes> {
+        let mut n = self.gate.numbered();
+        n.started = true;
+        let now = (n.session, n.id);
+        drop(n);
+        if now == self.encoded {
+            return None;
+        }
+        // The same integers as before, other values: it encodes as it did.
+        let head = piece_head(now, self.offset, self.gate.total, self.len, &self.inner).ok()?;
+        self.encoded = now;
+        Some(head)
+    }
+
     /// The piece went out whole, on a connection of the lane whose losses are `on`.
     pub(crate) fn written(&mut self, on: &Arc<Losses>) {
         self.written = true;
@@ -203,12 +282,24 @@ struct OutWindow {
     heard_on: Vec<u64>,
     /// The connections of the peer's first lane so far (see [`StripesOut::connected`]).
     conns: u64,
+    /// The gates of the frames numbered, oldest first, while they live (until their commit
+    /// and pieces are written or dropped: a few more than [`MAX_UNCOMMITTED`]).
+    gates: Vec<std::sync::Weak<Gate>>,
 }
 
 impl OutWindow {
-    /// Takes the next id for a frame of `total` bytes, if the window has room for it.
+    /// Takes the next id for a frame of `total` bytes, if the window has been heard on a
+    /// connection still up and has room for it.
     fn take(&mut self, total: u64) -> Option<(u64, u64)> {
-        let session = self.session.filter(|_| !self.heard_on.is_empty())?;
+        if self.heard_on.is_empty() {
+            return None;
+        }
+        self.number(total)
+    }
+
+    /// Takes the next id for a frame of `total` bytes, if the window has room for it.
+    fn number(&mut self, total: u64) -> Option<(u64, u64)> {
+        let session = self.session?;
         let fits = self.out_bytes.saturating_add(total) <= self.bytes;
         if self.next >= self.limit || !fits {
             return None;
@@ -295,7 +386,8 @@ impl StripesOut {
     /// numbered `conn` of its first lane (`None`: on another lane, which tells nothing of the
     /// connection): a smaller limit than before (late, or repeated) changes nothing; a new
     /// session (the receiver made a new table, or this is the first) starts the numbering
-    /// again at its `low`.
+    /// again at its `low`, with the frames numbered for the old table none of whose pieces has
+    /// started (the others fail).
     pub(crate) fn grant(&self, window: Window, conn: Option<u64>) {
         let mut w = self.window();
         let grew = if w.session == Some(window.session) {
@@ -307,6 +399,7 @@ impl StripesOut {
             }
             (w.limit, w.out_bytes, w.heard_on.len()) != before
         } else {
+            let gates = std::mem::take(&mut w.gates);
             *w = OutWindow {
                 session: Some(window.session),
                 next: window.low,
@@ -316,7 +409,14 @@ impl StripesOut {
                 out_bytes: 0,
                 heard_on: conn.into_iter().collect(),
                 conns: w.conns,
+                gates: Vec::with_capacity(gates.len()),
             };
+            // The frames numbered for the old table none of whose pieces has started are
+            // numbered for the new one, in their order; the others fail.
+            for gate in gates.iter().filter_map(std::sync::Weak::upgrade) {
+                gate.renumber(|total| w.number(total));
+                w.gates.push(Arc::downgrade(&gate));
+            }
             true
         };
         drop(w);
@@ -327,13 +427,51 @@ impl StripesOut {
 
     /// The session and id of the next frame, of `total` bytes, once the window has room for
     /// it (`Backpressure` without `wait`).
+    #[cfg(test)]
     async fn take_id(&self, total: usize, wait: bool) -> Result<(u64, u64), SendError> {
+        let gate = self.open_gate(total, None, wait).await?;
+        let n = *gate.numbered();
+        Ok((n.session, n.id))
+    }
+
+    /// The gate of the next frame, of `total` bytes, if the window has room for it now.
+    fn number_gate(&self, total: u64, hold: Option<u64>) -> Option<Arc<Gate>> {
+        let mut w = self.window();
+        let (session, id) = w.take(total)?;
+        let gate = Arc::new(Gate {
+            ids: Mutex::new(Numbered {
+                session,
+                id,
+                started: false,
+            }),
+            total,
+            // One for the sender until it has queued the pieces (they add theirs).
+            left: AtomicUsize::new(1),
+            failed: AtomicBool::new(false),
+            hold,
+            lane: OnceLock::new(),
+            written_on: Mutex::default(),
+        });
+        w.gates.retain(|g| g.strong_count() > 0);
+        w.gates.push(Arc::downgrade(&gate));
+        Some(gate)
+    }
+
+    /// The gate of the next frame, of `total` bytes, numbered once the window has room for
+    /// it (`Backpressure` without `wait`); with the hold key `hold` on its commit. Numbered
+    /// again if the receiver makes a new table before a piece has started.
+    async fn open_gate(
+        &self,
+        total: usize,
+        hold: Option<u64>,
+        wait: bool,
+    ) -> Result<Arc<Gate>, SendError> {
         loop {
             let granted = self.granted.notified();
             tokio::pin!(granted);
             granted.as_mut().enable();
-            if let Some(taken) = self.window().take(total as u64) {
-                return Ok(taken);
+            if let Some(gate) = self.number_gate(total as u64, hold) {
+                return Ok(gate);
             }
             if !wait {
                 return Err(SendError::Backpressure("striped frames"));
@@ -376,35 +514,25 @@ pub(crate) async fn send(
             .map_err(|_| SendError::Backpressure("striped frames"))?
     };
     let total = head.len() + payload.len();
-    let (session, id) = out.take_id(total, wait).await?;
+    let gate = out.open_gate(total, hold, wait).await?;
     let piece = piece.max(head.len() + 1);
     let n = total.div_ceil(piece);
-    let gate = Arc::new(Gate {
-        session,
-        id,
-        left: AtomicUsize::new(n + 1),
-        failed: AtomicBool::new(false),
-        hold,
-        lane: OnceLock::new(),
-        written_on: Mutex::new(Vec::with_capacity(n)),
-    });
-    // The sender's own hold: the gate cannot open before every piece is queued.
+    // One hold per piece besides the sender's own: the gate cannot open before every piece
+    // is queued.
+    gate.left.fetch_add(n, Ordering::AcqRel);
     let mine = PartGuard {
         gate: gate.clone(),
         written: true,
+        offset: 0,
+        len: 0,
+        inner: Bytes::new(),
+        encoded: (0, 0),
     };
-    let mut guards: Vec<PartGuard> = (0..n)
-        .map(|_| PartGuard {
-            gate: gate.clone(),
-            written: false,
-        })
-        .collect();
-    let total64 = total as u64;
     let mut sent = Ok(());
+    let mut queued = 0;
     for i in 0..n {
         let start = i * piece;
         let end = (start + piece).min(total);
-        let guard = guards.pop().expect("one guard per piece");
         // The first piece carries the frame's head; the others are slices of its payload.
         let (inner, body) = if start == 0 {
             (head.clone(), payload.slice(0..end - head.len()))
@@ -414,32 +542,39 @@ pub(crate) async fn send(
                 payload.slice(start - head.len()..end - head.len()),
             )
         };
-        let header = Header::Stripe {
-            session,
-            id,
-            offset: start as u64,
-            total: total64,
+        let numbered = {
+            let n = gate.numbered();
+            (n.session, n.id)
         };
-        let mut h = BytesMut::with_capacity(32 + inner.len());
-        if encode_head(&header, end - start, usize::MAX, &mut h).is_err() {
+        let Ok(h) = piece_head(numbered, start as u64, total as u64, end - start, &inner) else {
             sent = Err(SendError::TooLarge {
                 len: end - start,
                 max: piece,
             });
             break;
-        }
-        h.extend_from_slice(&inner);
+        };
+        let guard = PartGuard {
+            gate: gate.clone(),
+            written: false,
+            offset: start as u64,
+            len: end - start,
+            inner,
+            encoded: numbered,
+        };
+        queued += 1;
         let lane = least_loaded(out, data);
         if let Err(e) = lane
-            .enqueue_role(h.freeze(), body, None, Role::Part(guard), wait)
+            .enqueue_role(h, body, None, Role::Part(guard), wait)
             .await
         {
             sent = Err(e);
             break;
         }
     }
-    // Pieces never queued count as dropped (their guards go now): the commit then says so.
-    drop(guards);
+    // Pieces never queued count as dropped: the commit then says so.
+    for _ in queued..n {
+        gate.piece_done(false);
+    }
     // The commit goes after every piece is queued, whatever the room (its permit bounds
     // them): a barrier queued before it is then queued before its pieces too.
     let commit = Role::Commit {
@@ -705,8 +840,12 @@ pub(crate) mod testing {
     /// A gate of `pieces` pieces for the ordering lane `lane`, and the pieces' guards.
     pub(crate) fn gate(id: u64, pieces: usize, lane: &Arc<Lane>) -> (Arc<Gate>, Vec<PartGuard>) {
         let gate = Arc::new(Gate {
-            session: 0,
-            id,
+            ids: Mutex::new(Numbered {
+                session: 0,
+                id,
+                started: false,
+            }),
+            total: 100 * pieces as u64,
             left: AtomicUsize::new(pieces),
             failed: AtomicBool::new(false),
             hold: None,
@@ -714,9 +853,13 @@ pub(crate) mod testing {
             written_on: Mutex::default(),
         });
         let guards = (0..pieces)
-            .map(|_| PartGuard {
+            .map(|i| PartGuard {
                 gate: gate.clone(),
                 written: false,
+                offset: 100 * i as u64,
+                len: 100,
+                inner: Bytes::new(),
+                encoded: (0, id),
             })
             .collect();
         (gate, guards)
@@ -1236,6 +1379,65 @@ mod tests {
         assert!(all.is_ok(), "in 60 s");
         a.shutdown().await;
         b.shutdown().await;
+    }
+
+    /// When the receiver makes a new table, the frames numbered for the old one none of whose
+    /// pieces has started are numbered for the new one, in their order, and their pieces'
+    /// heads are encoded anew as they start; one with a piece started fails (its commit says
+    /// so), and so does one the new window has no room for.
+    #[tokio::test]
+    async fn frames_not_started_are_numbered_again_for_a_new_table() {
+        use maquis_proto::wire::decode_head;
+
+        let out = StripesOut::new(CancellationToken::new());
+        out.grant(window(1, 0, WINDOW), Some(1));
+        let mut gates = Vec::new();
+        for _ in 0..4 {
+            gates.push(out.open_gate(250 << 10, None, false).await.unwrap());
+        }
+        let piece = |gate: &Arc<Gate>, id: u64| PartGuard {
+            gate: gate.clone(),
+            written: false,
+            offset: 0,
+            len: 100,
+            inner: Bytes::from_static(b"head"),
+            encoded: (1, id),
+        };
+        let mut first = piece(&gates[0], 0);
+        let mut second = piece(&gates[1], 1);
+        assert!(second.start().is_none(), "numbered as encoded");
+        out.grant(
+            Window {
+                session: 2,
+                low: 10,
+                limit: 10 + WINDOW,
+                bytes: 700 << 10,
+            },
+            Some(1),
+        );
+        let commit = |gate: &Arc<Gate>| match decode_head(&gate.commit_head()).unwrap() {
+            Header::Commit {
+                session, id, ok, ..
+            } => (session, id, ok),
+            other => panic!("not a commit: {other:?}"),
+        };
+        assert_eq!(commit(&gates[0]), (2, 10, true));
+        assert_eq!(commit(&gates[1]), (1, 1, false), "started: fails");
+        assert_eq!(commit(&gates[2]), (2, 11, true));
+        assert!(!commit(&gates[3]).2, "no room in the new window");
+        let head = first.start().expect("encoded anew");
+        assert_eq!(
+            decode_head(&head).unwrap(),
+            Header::Stripe {
+                session: 2,
+                id: 10,
+                offset: 0,
+                total: 250 << 10
+            }
+        );
+        assert!(head.ends_with(b"head"), "with the frame's head it carries");
+        assert!(first.start().is_none(), "once");
+        assert_eq!(out.take_id(10, false).await.unwrap(), (2, 12));
     }
 
     /// The window bounds the bytes out too: a frame that would pass them waits until the
