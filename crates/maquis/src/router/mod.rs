@@ -699,7 +699,7 @@ impl Router {
             }
             other => other?,
         };
-        let striped = self.stripe_peer(&hop, stripe, &header, payload.len());
+        let striped = self.stripe_peer(&hop, stripe, slot, &header, payload.len());
         let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
         let place = place(&peer, slot, direct);
         match striped {
@@ -727,7 +727,7 @@ impl Router {
             stripe,
         } = self.dispatch.pick(opts, sender, receiver);
         let hop = self.open_hop(dst, slot)?;
-        let striped = self.stripe_peer(&hop, stripe, &header, payload.len());
+        let striped = self.stripe_peer(&hop, stripe, slot, &header, payload.len());
         let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
         let place = place(&peer, slot, direct);
         // Without waiting for room, nothing in these waits.
@@ -744,7 +744,8 @@ impl Router {
         }
     }
 
-    /// Where to stripe a frame with `len` bytes of payload, when it is to be striped: large
+    /// Where to stripe a frame with `len` bytes of payload, whose channel's first lane (where
+    /// it goes whole) is `first`, when it is to be striped: large
     /// enough, on a channel that stripes, to a peer directly that has announced a window it
     /// fits in (a frame forwarded through other nodes goes whole, and so does one sent before
     /// the peer's window arrives, a moment after its first lane connects). A frame of one part
@@ -756,6 +757,7 @@ impl Router {
         &self,
         hop: &Hop,
         lanes: Option<std::ops::Range<usize>>,
+        first: usize,
         header: &ActorHeader,
         len: usize,
     ) -> Option<Striped> {
@@ -766,10 +768,7 @@ impl Router {
                     && len >= self.limits.stripe_bytes
                     && peer.stripes_out.fits(len)
                     && (len > self.limits.part_bytes
-                        || peer.lanes[lanes.start]
-                            .metrics
-                            .behind
-                            .load(Ordering::Relaxed)) =>
+                        || peer.lanes[first].metrics.behind.load(Ordering::Relaxed)) =>
             {
                 Some(Striped {
                     peer: peer.clone(),
