@@ -262,7 +262,8 @@ async fn striped_messages_past_the_window_keep_coming() {
 }
 
 /// A message of one part (256 KiB to `part_bytes`) goes whole on the channel's first lane while
-/// that lane's socket takes its writes at once; one of several parts is striped.
+/// that lane's socket takes its writes at once and its round trip is short (loopback); one of
+/// several parts is striped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_part_message_goes_whole_while_the_first_lane_keeps_up() {
     let (nodes, r, mut seen) = setup_lanes("lmonepart", 1 << 20, 4, 8 << 20).await;

@@ -87,7 +87,7 @@ use crate::error::SendError;
 use crate::id::{LaneId, NodeId};
 use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
-use crate::transport::lane::{run_writer, Lane, Unsent, UnsentSink};
+use crate::transport::lane::{run_writer, Lane, LaneMetrics, Unsent, UnsentSink};
 use crate::transport::stripe::{self, Role, StripesIn, StripesOut};
 use crate::transport::widen::{Driver, Place, Widen};
 use crate::transport::{Peer, PeerRefused, QueueBudget};
@@ -108,6 +108,20 @@ const ROUTE_WAIT: Duration = Duration::from_secs(2);
 /// The frames hold their queue permits meanwhile, so the bytes stay within
 /// `transport.node_queue_bytes`.
 const UNSENT_BATCHES: usize = 1024;
+
+/// A round trip (µs, the kernel's estimate for a lane's connection) from which frames of one
+/// part are striped even while their lane keeps up. One connection carries at most its send
+/// buffer (4 MiB by Linux's default `tcp_wmem`) per round trip: from half a millisecond that is
+/// under 8 GB/s, and 16 messages of 512 KiB in flight already fill it at a millisecond. On one
+/// host the round trip is tens of µs.
+const LONG_ROUND_TRIP_US: u64 = 500;
+
+/// Whether a frame of one part is striped rather than sent whole on `first`, its channel's
+/// first lane: when that lane's socket lags, or its connection's round trip is long.
+fn one_part_striped(first: &LaneMetrics) -> bool {
+    first.behind.load(Ordering::Relaxed)
+        || first.round_trip_us.load(Ordering::Relaxed) >= LONG_ROUND_TRIP_US
+}
 
 /// The receiving ends of the queues of frames waiting for a way, for [`Router::run_waiting`].
 pub(crate) struct WaitingQueues {
@@ -749,10 +763,12 @@ impl Router {
     /// enough, on a channel that stripes, to a peer directly that has announced a window it
     /// fits in (a frame forwarded through other nodes goes whole, and so does one sent before
     /// the peer's window arrives, a moment after its first lane connects). A frame of one part
-    /// (up to `part_bytes`) goes whole on its channel's first lane while that lane's socket
-    /// takes its writes at once: striping it then buys no bandwidth, and its bytes spread over
-    /// more sockets' buffers cost more CPU (on loopback a 512 KiB echo cost about 430 µs of
-    /// CPU striped and 300 µs whole).
+    /// (up to `part_bytes`) goes whole on its channel's first lane when that lane's connection
+    /// has a round trip under [`LONG_ROUND_TRIP_US`] and its socket takes its writes at once:
+    /// striping it then buys no bandwidth, and its bytes spread over more sockets' buffers
+    /// cost more CPU (on loopback a 512 KiB echo cost about 430 µs of CPU striped and 300 µs
+    /// whole). Over a longer round trip one connection carries at most a window per round
+    /// trip, and a few large messages in flight fill it whether or not the last write waited.
     fn stripe_peer(
         &self,
         hop: &Hop,
@@ -768,7 +784,7 @@ impl Router {
                     && len >= self.limits.stripe_bytes
                     && peer.stripes_out.fits(len)
                     && (len > self.limits.part_bytes
-                        || peer.lanes[first].metrics.behind.load(Ordering::Relaxed)) =>
+                        || one_part_striped(&peer.lanes[first].metrics)) =>
             {
                 Some(Striped {
                     peer: peer.clone(),
@@ -1041,5 +1057,22 @@ mod tests {
         assert_eq!(m.by_name.get("a"), Some(&id("a", 1)));
         assert_eq!(m.by_name.get("c"), None);
         assert_eq!(m.list.len(), 4);
+    }
+
+    /// A frame of one part goes whole on a lane of a short round trip that keeps up, and is
+    /// striped when the lane lags or its round trip is long (or not whole when unknown: 0).
+    #[test]
+    fn one_part_frames_are_striped_over_long_round_trips_or_a_lagging_lane() {
+        let m = LaneMetrics::default();
+        assert!(!one_part_striped(&m), "round trip unknown, keeping up");
+        m.round_trip_us.store(40, Ordering::Relaxed);
+        assert!(!one_part_striped(&m), "one host");
+        m.behind.store(true, Ordering::Relaxed);
+        assert!(one_part_striped(&m), "lagging");
+        m.behind.store(false, Ordering::Relaxed);
+        m.round_trip_us.store(LONG_ROUND_TRIP_US, Ordering::Relaxed);
+        assert!(one_part_striped(&m), "a long round trip");
+        m.round_trip_us.store(20_000, Ordering::Relaxed);
+        assert!(one_part_striped(&m), "20 ms");
     }
 }

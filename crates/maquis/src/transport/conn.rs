@@ -452,10 +452,13 @@ pub(crate) async fn install<H: Host>(
     if inner.shutdown().is_cancelled() || peer.abort.is_cancelled() {
         return;
     }
+    let round_trip = stream.round_trip();
     let (read, write) = stream.into_split();
     let info = ConnInfo::new(inner.next_conn_id(), dialed_by_me, peer.abort.child_token());
     peer.max_frame.store(max_frame, Ordering::Relaxed);
     let lane = &peer.lanes[slot];
+    let us = round_trip.map_or(0, |rtt| u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX));
+    lane.metrics.round_trip_us.store(us, Ordering::Relaxed);
     let limit = usize::try_from(max_frame).unwrap_or(usize::MAX);
     let peer_wins_tie = peer.id.wins_tie_against(inner.id());
     let replaced = match lane.install(info.clone(), write, limit, peer_wins_tie) {
@@ -471,7 +474,7 @@ pub(crate) async fn install<H: Host>(
             return;
         }
     };
-    tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, dialed_by_me, ?replaced, "lane connected");
+    tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, dialed_by_me, ?replaced, ?round_trip, "lane connected");
     crate::stages::spawn(
         inner.stages(),
         crate::stages::Stage::Receive,

@@ -166,6 +166,9 @@ pub(crate) struct LaneMetrics {
     /// or took part of it; a sender's own write counts too): the connection, not the CPU, is
     /// what holds the lane's bytes up.
     pub behind: AtomicBool,
+    /// The round trip of the lane's connection in µs, as the kernel estimated it when the
+    /// connection was installed (0: not known).
+    pub round_trip_us: AtomicU64,
 }
 
 /// The connection that serves a lane now.

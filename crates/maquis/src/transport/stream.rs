@@ -36,6 +36,17 @@ impl Stream {
         }
     }
 
+    /// The connection's round trip as the kernel estimates it (Linux `TCP_INFO`, smoothed
+    /// over the samples so far: after a handshake, those of the handshake's messages); `None`
+    /// where the kernel does not say.
+    pub(crate) fn round_trip(&self) -> Option<std::time::Duration> {
+        let tcp = match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        };
+        round_trip(tcp)
+    }
+
     /// The read and write halves.
     pub(crate) fn into_split(self) -> (ReadHalf, WriteHalf) {
         match self {
@@ -49,6 +60,32 @@ impl Stream {
             }
         }
     }
+}
+
+#[cfg(target_os = "linux")]
+fn round_trip(tcp: &TcpStream) -> Option<std::time::Duration> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `tcp_info` is plain integers, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor is an open TCP socket for the duration of the call, and the
+    // kernel writes at most `len` bytes into `info`, which is that large.
+    let r = unsafe {
+        libc::getsockopt(
+            tcp.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    // `tcpi_rtt` (µs) sits well inside what every kernel with `TCP_INFO` fills in.
+    (r == 0 && info.tcpi_rtt > 0).then(|| std::time::Duration::from_micros(info.tcpi_rtt.into()))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn round_trip(_: &TcpStream) -> Option<std::time::Duration> {
+    None
 }
 
 /// The read half of a connection.
@@ -157,5 +194,29 @@ impl AsyncWrite for WriteHalf {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         either!(self, s => s.poll_shutdown(cx))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// After a connection's first bytes went and came back, the kernel has a round trip for it.
+    #[tokio::test]
+    async fn a_connection_that_exchanged_bytes_has_a_round_trip() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (dialed, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (mut a, mut b) = (dialed.unwrap(), accepted.unwrap().0);
+        a.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        b.read_exact(&mut buf).await.unwrap();
+        b.write_all(b"pong").await.unwrap();
+        a.read_exact(&mut buf).await.unwrap();
+        for s in [Stream::Plain(a), Stream::Plain(b)] {
+            let rtt = s.round_trip().expect("a round trip");
+            assert!(rtt < std::time::Duration::from_secs(1), "{rtt:?}");
+        }
     }
 }

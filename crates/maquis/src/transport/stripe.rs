@@ -1167,6 +1167,40 @@ mod tests {
         (a, b, r, seen)
     }
 
+    /// A lane that connected knows its connection's round trip (what decides whether a frame of
+    /// one part is striped), on both ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connected_lanes_know_their_round_trip() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let config = |name: &str| {
+            let mut c = crate::Config::new(name).cookie("rtt").parallelism(4);
+            c.transport.max_frame_bytes = 4 << 20;
+            c
+        };
+        let (a, b, r, mut seen) = sink_pair(("rta", "rtb"), config).await;
+        r.send_with(
+            Big(1, crate::Payload::from(vec![7u8; 2 << 20])),
+            &crate::SendOpts::default().partition(1),
+        )
+        .await
+        .unwrap();
+        assert_eq!(seen.recv().await, Some((1, true)));
+        for (node, peer) in [(&a, "rtb"), (&b, "rta")] {
+            let peer = node.router().peer(peer).unwrap();
+            let used: Vec<_> = (peer.lanes.iter())
+                .filter(|l| {
+                    l.metrics.bytes_in.load(Relaxed) + l.metrics.bytes_out.load(Relaxed) > 0
+                })
+                .collect();
+            assert!(used.len() >= 2, "the commit's lane and a part's");
+            for lane in used {
+                assert!(lane.metrics.round_trip_us.load(Relaxed) > 0, "{}", lane.id);
+            }
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+
     /// One node drops its peer (as after a heartbeat timeout on its side alone) while the
     /// peer keeps it and connects again: the peer hears of the new table and numbers its
     /// striped frames from its start, and they keep coming. (With a window of 8 MiB, a sender
