@@ -74,6 +74,7 @@ counters! {
     members_accused: "down notices this node broadcast: a member whose connection it lost without a goodbye, or whose dial was refused (peer-to-peer; copied from the membership machine at every link heartbeat interval)",
     members_declared_down: "members this node declared down because their suspicion ended before they were heard from (peer-to-peer; copied at every link heartbeat interval)",
     accusations_refuted: "down notices about this node that it refuted with a heartbeat (peer-to-peer; copied at every link heartbeat interval)",
+    members_silent_dials: "dials to members whose heartbeats were half the member timeout late without a down notice, to join an overlay split into parts with full views (peer-to-peer; copied at every link heartbeat interval)",
     heartbeats_sent: "link heartbeats sent (to the peers written nothing to since the last interval, and to all every tenth interval)",
     routed_forwarded: "routed messages this node passed on toward their destination",
     routed_hop_limit: "routed messages dropped because they reached the hop limit",

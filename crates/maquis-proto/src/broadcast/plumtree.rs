@@ -856,6 +856,12 @@ impl<P: Clone + Eq + Hash> Plumtree<P> {
             .collect()
     }
 
+    /// The origins whose heartbeats have not been heard for longer than `min_age`, of those
+    /// still routed (see [`Plumtree::routes`]).
+    pub fn silent(&self, min_age: Duration, now: Duration) -> Vec<P> {
+        self.routes.stale(min_age, now).cloned().collect()
+    }
+
     /// `(origin, neighbour to go through)` for the origins heard from within `max_age` (to feed
     /// an overlay's routing, e.g. `HyParView::set_routes`).
     pub fn routes(&self, max_age: Duration, now: Duration) -> Vec<(P, P)> {

@@ -182,6 +182,14 @@ impl<P: Clone + Eq + Hash> Routes<P> {
         self.map.retain(|_, e| age(now, e.seen) <= ttl);
     }
 
+    /// Origins not heard from for longer than `min_age` (but not yet expired).
+    pub fn stale(&self, min_age: Duration, now: Duration) -> impl Iterator<Item = &P> {
+        self.map
+            .iter()
+            .filter(move |(_, e)| age(now, e.seen) > min_age)
+            .map(|(o, _)| o)
+    }
+
     /// Origins heard from within `max_age`, with their entries.
     pub fn fresh(&self, max_age: Duration, now: Duration) -> impl Iterator<Item = (&P, &Entry<P>)> {
         self.map

@@ -258,6 +258,21 @@ impl<P: PeerId> Bcast<P> {
         any
     }
 
+    /// The members not heard from for longer than `min_age`: routed nodes whose heartbeats
+    /// stopped, and former neighbours never heard from since they were (not this node, nor
+    /// the departed).
+    pub fn silent(&self, min_age: Duration, now: Duration) -> Vec<P> {
+        let me = self.pt.me();
+        let mut out = self.pt.silent(min_age, now);
+        for (n, at) in &self.former {
+            if now.saturating_sub(*at) > min_age && self.pt.route_seq(n).is_none() {
+                out.push(n.clone());
+            }
+        }
+        out.retain(|n| n != me && !self.departed.contains_key(n));
+        out
+    }
+
     /// `(destination, neighbour to go through)` for every node heard from within `max_age`,
     /// except the departed; a former neighbour without a route goes through itself (which
     /// makes it a member, not reachable).

@@ -119,6 +119,9 @@ pub struct MembershipStats {
     pub declared_down: u64,
     /// Heartbeats this node sent at once to refute a down notice about itself.
     pub refutations: u64,
+    /// Dials the overlay made to members whose heartbeats stopped though they were not
+    /// declared down ([`Overlay::on_silent`]): parts of a split overlay looking for each other.
+    pub silent_dials: u64,
 }
 
 /// Messages this machine asked its driver to send ([`Output::Send`]), by kind: what a member's
@@ -295,6 +298,8 @@ pub struct Membership<P: PeerId = NodeId> {
     epoch: Option<(u64, u64)>,
     /// Bumped whenever `up` changes: an overlay without neighbour views has the connected
     /// members as its neighbours.
+    /// Dials to silent members the overlay made ([`MembershipStats::silent_dials`]).
+    silent_dials: u64,
     up_changes: u64,
     /// Whether the overlay named its neighbours at the last full `settle`: then connections
     /// coming and going (`up_changes`) do not count in the epoch. Kept rather than asked, so
@@ -343,6 +348,7 @@ impl<P: PeerId> Membership<P> {
             pt_out: Vec::new(),
             epoch: None,
             up_changes: 0,
+            silent_dials: 0,
             named_neighbors: false,
             left_hint: HashSet::new(),
             judged_at: None,
@@ -395,9 +401,13 @@ impl<P: PeerId> Membership<P> {
         self.bcast.plumtree()
     }
 
-    /// What this machine counted: accusations, members declared down, refutations.
+    /// What this machine counted: accusations, members declared down, refutations, dials to
+    /// silent members.
     pub fn stats(&self) -> MembershipStats {
-        self.bcast.stats()
+        MembershipStats {
+            silent_dials: self.silent_dials,
+            ..self.bcast.stats()
+        }
     }
 
     /// The messages this machine asked to send, by kind.
@@ -785,6 +795,27 @@ impl<P: PeerId> Membership<P> {
         let moved = self.publish();
         if self.liveness == Liveness::Membership && (changed || refresh || moved || rerouted) {
             self.update_routes();
+        }
+        if self.heartbeats && refresh {
+            self.tell_silent(now);
+        }
+    }
+
+    /// Tells the overlay of the members without a connection here whose heartbeats are half
+    /// the member timeout late ([`Overlay::on_silent`]): the overlay may have split.
+    fn tell_silent(&mut self, now: Duration) {
+        let mut fx = Vec::new();
+        for p in self.bcast.silent(self.cfg.member_timeout / 2, now) {
+            if !self.up.contains(&p) {
+                fx.extend(self.overlay.on_silent(&p));
+            }
+        }
+        self.silent_dials += fx
+            .iter()
+            .filter(|e| matches!(e, Effect::Connect(_)))
+            .count() as u64;
+        if !fx.is_empty() {
+            self.apply(now, fx);
         }
     }
 

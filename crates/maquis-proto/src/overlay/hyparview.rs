@@ -17,9 +17,12 @@
 //!
 //! Beyond the paper, each one documented at its place: replacements for several failed
 //! neighbours run in parallel; an active view below its size is topped up from the passive view
-//! every shuffle period; and nodes recently declared down or no longer heard from are
+//! every shuffle period; nodes recently declared down or no longer heard from are
 //! remembered (a few) and re-dialed one per period, so that when a partition heals, or active
-//! views have closed into separate full groups, the sides find each other again.
+//! views have closed into separate full groups, the sides find each other again; and a member
+//! whose heartbeats are half the member timeout late ([`Overlay::on_silent`]) is dialed at
+//! once and asked to be a neighbour, so that groups closed that way join again before the
+//! member timeout declares the other group down.
 //!
 //! Members are this node, its active view, and the nodes the broadcast layer reports routes to
 //! (see [`HyParView::set_routes`]); a node in the active view is reached directly, another one
@@ -178,6 +181,10 @@ pub struct HyParView<P = NodeId> {
     tried: Vec<P>,
     /// Recently declared down (oldest first), re-dialed one per period.
     suspects: VecDeque<P>,
+    /// A member whose heartbeats stopped, dialed to join a part of the overlay this node's
+    /// part may have split from (`Overlay::on_silent`): one at a time, until its connection
+    /// comes up or the next shuffle period.
+    late: Option<P>,
     /// The identities sent in the last shuffle (evicted first when the reply is merged).
     sent: Vec<P>,
     routes: BTreeMap<P, P>,
@@ -207,6 +214,7 @@ impl<P: PeerId> HyParView<P> {
             pending: Vec::new(),
             tried: Vec::new(),
             suspects: VecDeque::new(),
+            late: None,
             sent: Vec::new(),
             routes: BTreeMap::new(),
             version: 0,
@@ -604,13 +612,26 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
         if self.left {
             return;
         }
+        // A dial to a silent member that fails keeps the slot until the next shuffle period:
+        // at most one such dial a period, whatever the number of silent members (after a
+        // crash that no neighbour reported, every node may find the dead one silent).
+        let late = up && self.late.as_ref() == Some(peer);
+        if late {
+            self.late = None;
+        }
         if up {
             // A suspect answered a probe (or dialed us): it was wrongly declared down. Unless
-            // its heartbeats reach this node again by now, it is asked to be a neighbour.
-            if let Some(i) = self.suspects.iter().position(|s| s == peer) {
+            // its heartbeats reach this node again by now, it is asked to be a neighbour. So
+            // is a member whose heartbeats stopped though its route stays (this node's part
+            // of the overlay may have split from its part, each with its views full): one
+            // link joins the parts again.
+            let suspect = self.suspects.iter().position(|s| s == peer);
+            if let Some(i) = suspect {
                 self.suspects.remove(i);
+            }
+            if suspect.is_some() || late {
                 let unreachable = self.route(peer) == Route::Unreachable;
-                if unreachable && !self.is_pending(peer) {
+                if (unreachable || late) && !self.is_pending(peer) && !self.is_active(peer) {
                     self.pending.push(Pending {
                         node: peer.clone(),
                         high: true,
@@ -638,6 +659,8 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
         }
         if !self.left {
             self.tried.clear();
+            // A dial to a silent member that neither connected nor failed: another may go.
+            self.late = None;
             // A request unanswered for a whole period is given up (its answer may be lost),
             // so that it does not hold an active slot forever.
             for p in std::mem::take(&mut self.pending) {
@@ -699,6 +722,15 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
         if self.routes.insert(dst, via).is_none() {
             self.routes_version += 1;
         }
+    }
+
+    fn on_silent(&mut self, peer: &P, fx: &mut Effects<Msg<P>, P>) {
+        let busy = self.late.is_some() || self.is_active(peer) || self.is_pending(peer);
+        if self.left || busy || *peer == self.me {
+            return;
+        }
+        self.late = Some(peer.clone());
+        fx.connect(peer.clone());
     }
 
     /// The active view's version plus the routes' destinations': members and neighbours
@@ -883,6 +915,48 @@ mod tests {
         a.set_routes([(id(1), id(1))]);
         a.set_routes([]);
         assert!(!a.suspects.contains(&id(1)));
+    }
+
+    /// A member whose heartbeats stopped while its route stays (this node's group of full
+    /// views may have closed off from its own) is dialed at once, one at a time, and asked to
+    /// be a neighbour with high priority when the connection comes up, route or not.
+    #[test]
+    fn a_silent_member_is_dialed_and_asked_one_at_a_time() {
+        let mut a = HyParView::new(id(0), cfg());
+        let mut fx = Effects::default();
+        for n in 1..=3 {
+            a.on_join(&id(n), &mut fx);
+        }
+        a.set_routes([(id(5), id(1)), (id(6), id(2))]);
+        fx.drain().for_each(drop);
+        a.on_silent(&id(1), &mut fx);
+        assert!(fx.drain().next().is_none(), "a neighbour is not dialed");
+        a.on_silent(&id(5), &mut fx);
+        assert_eq!(fx.drain().collect::<Vec<_>>(), vec![Effect::Connect(id(5))]);
+        a.on_silent(&id(6), &mut fx);
+        assert!(fx.drain().next().is_none(), "one at a time");
+        a.on_connection(&id(5), true, &mut fx);
+        assert!(
+            fx.drain()
+                .any(|e| e == Effect::Send(id(5), Msg::Neighbor { high: true })),
+            "asked though a route to it remains"
+        );
+        // The next one may go; one that fails (or never answers) holds the slot until the
+        // next shuffle period.
+        a.on_silent(&id(6), &mut fx);
+        assert_eq!(fx.drain().collect::<Vec<_>>(), vec![Effect::Connect(id(6))]);
+        a.on_connection(&id(6), false, &mut fx);
+        a.on_silent(&id(7), &mut fx);
+        assert!(fx.drain().next().is_none(), "one a period");
+        a.on_timer(SHUFFLE, &mut fx);
+        fx.drain().for_each(drop);
+        a.on_silent(&id(7), &mut fx);
+        assert_eq!(fx.drain().collect::<Vec<_>>(), vec![Effect::Connect(id(7))]);
+        // A connection that comes up from a member not dialed this way asks nothing.
+        a.on_connection(&id(6), true, &mut fx);
+        assert!(!fx
+            .drain()
+            .any(|e| matches!(e, Effect::Send(_, Msg::Neighbor { .. }))));
     }
 
     #[test]

@@ -189,6 +189,12 @@ pub trait Overlay<P: PeerId = NodeId>: Send + 'static {
     /// make two nodes send a message back and forth. Default: nothing (the next
     /// `set_routes` brings it).
     fn update_route(&mut self, _dst: P, _via: P) {}
+    /// With member heartbeats: `peer`, a member this node has no connection to, has not been
+    /// heard from for half the member timeout (called at every refresh while that lasts). Its
+    /// heartbeats may have stopped because the overlay split into parts that no longer reach
+    /// each other; the overlay may connect to it to join them again before the member
+    /// timeout declares the other part down. Default: nothing.
+    fn on_silent(&mut self, _peer: &P, _fx: &mut Effects<Self::Msg, P>) {}
     /// With [`Liveness::Membership`]: whether the runtime broadcasts a heartbeat from every node
     /// (and a notice when one leaves) to learn members and routes for
     /// [`Overlay::set_routes`]. Default: `true` with `Membership`. An overlay that spreads its
@@ -233,6 +239,7 @@ pub trait DynOverlay<P: PeerId = NodeId>: Send {
     fn liveness(&self) -> Liveness;
     fn set_routes(&mut self, routes: Vec<(P, P)>);
     fn update_route(&mut self, dst: P, via: P);
+    fn on_silent(&mut self, peer: &P) -> Vec<RawEffect<P>>;
     fn member_heartbeats(&self) -> bool;
     fn epoch(&self) -> Option<u64>;
     /// The overlay itself, to inspect it (see `Membership::overlay`).
@@ -301,6 +308,11 @@ impl<P: PeerId, O: Overlay<P>> DynOverlay<P> for Erased<O> {
     fn on_timer(&mut self, timer: TimerId) -> Vec<RawEffect<P>> {
         let mut fx = Effects::default();
         self.0.on_timer(timer, &mut fx);
+        encode(fx)
+    }
+    fn on_silent(&mut self, peer: &P) -> Vec<RawEffect<P>> {
+        let mut fx = Effects::default();
+        self.0.on_silent(peer, &mut fx);
         encode(fx)
     }
     fn members(&self) -> Vec<P> {

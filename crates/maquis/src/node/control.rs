@@ -388,6 +388,7 @@ fn heartbeat(d: &mut Driver, m: &mut Membership) {
     c.members_accused.raise_to(ms.accusations);
     c.members_declared_down.raise_to(ms.declared_down);
     c.accusations_refuted.raise_to(ms.refutations);
+    c.members_silent_dials.raise_to(ms.silent_dials);
     let sent = m.sent();
     c.membership_sent_overlay.raise_to(sent.overlay);
     c.membership_sent_heartbeats.raise_to(sent.heartbeats);
