@@ -637,6 +637,12 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
                         high: true,
                         old: false,
                     });
+                    // Wanted now, whatever this node said of the connection before (it may
+                    // have let it go once a shuffle reply was out): otherwise the request
+                    // would go out with the goodbye, the peer would take this node as a
+                    // neighbour and then drop it, and the reply would make this node keep
+                    // the peer on its own.
+                    fx.connect(peer.clone());
                     fx.send(peer.clone(), Msg::Neighbor { high: true });
                 }
             }
@@ -957,6 +963,53 @@ mod tests {
         assert!(!fx
             .drain()
             .any(|e| matches!(e, Effect::Send(_, Msg::Neighbor { .. }))));
+    }
+
+    /// A suspect whose shuffle walk ended here is dialed for the reply and let go after it;
+    /// when that connection comes up and the suspect has no route, it is asked to be a
+    /// neighbour, and the connection is wanted again (the membership machine closes a
+    /// connection let go as soon as it is up, unless the overlay connects it again).
+    #[test]
+    fn a_suspect_asked_on_a_connection_let_go_wants_it_again() {
+        let mut a = HyParView::new(id(0), cfg());
+        let mut fx = Effects::default();
+        for n in 1..=2 {
+            a.on_join(&id(n), &mut fx);
+        }
+        a.set_routes([(id(5), id(1))]);
+        a.set_routes([]);
+        fx.drain().for_each(drop);
+        let shuffle = Msg::Shuffle {
+            origin: id(5),
+            ttl: 1,
+            nodes: vec![id(5)],
+        };
+        a.on_message(&id(1), shuffle, &mut fx);
+        let e: Vec<_> = fx.drain().collect();
+        assert!(e.contains(&Effect::Disconnect(id(5))), "{e:?}");
+        a.on_connection(&id(5), true, &mut fx);
+        let e: Vec<_> = fx.drain().collect();
+        let connect = e.iter().position(|x| *x == Effect::Connect(id(5)));
+        let ask = e
+            .iter()
+            .position(|x| *x == Effect::Send(id(5), Msg::Neighbor { high: true }));
+        assert!(connect.is_some() && ask.is_some(), "{e:?}");
+        // The same for a member dialed because it was silent.
+        a.on_silent(&id(6), &mut fx);
+        a.on_message(
+            &id(1),
+            Msg::Shuffle {
+                origin: id(6),
+                ttl: 1,
+                nodes: vec![id(6)],
+            },
+            &mut fx,
+        );
+        fx.drain().for_each(drop);
+        a.on_connection(&id(6), true, &mut fx);
+        let e: Vec<_> = fx.drain().collect();
+        assert!(e.contains(&Effect::Connect(id(6))), "{e:?}");
+        assert!(e.contains(&Effect::Send(id(6), Msg::Neighbor { high: true })));
     }
 
     #[test]

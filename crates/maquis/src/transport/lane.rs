@@ -691,13 +691,17 @@ pub(crate) async fn run_writer(
             if closing {
                 break;
             }
+            // A connection handed over is taken before the close is looked at: the peer is
+            // often closed as soon as its connection is up (the overlay wanted it only for a
+            // reply), and what was queued for it, that reply and the goodbye, is written first.
             tokio::select! {
+                biased;
                 _ = abort.cancelled() => break,
-                _ = close.cancelled() => { closing = true; continue }
                 next = task.conn_rx.recv() => match next {
                     Some(c) => conn = Some(watched(c)),
                     None => break,
                 },
+                _ = close.cancelled() => { closing = true; continue }
             }
             continue;
         };
@@ -1559,6 +1563,51 @@ mod tests {
         )
         .await;
         assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 1);
+    }
+
+    /// A peer closed the moment its connection is up (the overlay wanted it only to send a
+    /// reply) gets what was queued for it before the close, then the end of the stream: the
+    /// writer takes the connection handed to it before it looks at the close. Both wake it at
+    /// once; with no order between them, half the rounds ended without writing.
+    #[tokio::test]
+    async fn a_lane_closed_as_it_connects_writes_its_frames_first() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        for round in 0..20 {
+            let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            let (_read_half, write_half) = client.into_split();
+            let (lane, task) = Lane::new(LaneId::new("membership", 0), 1 << 20);
+            let close = CancellationToken::new();
+            let writer = tokio::spawn(run_writer(
+                lane.clone(),
+                task,
+                CancellationToken::new(),
+                close.clone(),
+                None,
+                PART_BYTES,
+                None,
+            ));
+            // The writer waits for a connection.
+            tokio::task::yield_now().await;
+            lane.try_enqueue(Bytes::from_static(b"reply"), Bytes::new(), None)
+                .unwrap();
+            let info = ConnInfo::new(1, true, CancellationToken::new());
+            assert!(lane.install(info, write_half.into(), 100, false).is_ok());
+            close.cancel();
+            writer.await.unwrap();
+            let mut got = Vec::new();
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                server.read_to_end(&mut got),
+            )
+            .await;
+            assert!(read.is_ok(), "round {round}: the stream was not ended");
+            assert_eq!(got, b"reply", "round {round}");
+            assert_eq!(lane.metrics.dropped.load(Ordering::Relaxed), 0);
+        }
     }
 
     /// A connection that ends while its writer is blocked in a write (the peer stopped

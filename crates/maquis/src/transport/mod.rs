@@ -54,7 +54,9 @@
 //! # Closing
 //!
 //! A peer closed on purpose (`Peer::close_then_cut`) loses nothing in either direction: each
-//! writer writes what its lane has queued, shuts its side of the connection and ends; the
+//! writer writes what its lane has queued (on the connection it has, or one handed to it as
+//! the close comes: a peer is often closed the moment it connects), shuts its side of the
+//! connection and ends; the
 //! readers go on. The other end reads to the end of the stream and then lets that connection go
 //! once the write it has in progress is out (`ConnInfo::ended`), so what it sent until then
 //! (replies among it) is read here. The peer's goodbye (`Bye`, read before that end of stream on
