@@ -22,7 +22,10 @@
 //! views have closed into separate full groups, the sides find each other again; and a member
 //! whose heartbeats are half the member timeout late ([`Overlay::on_silent`]) is dialed at
 //! once and asked to be a neighbour, so that groups closed that way join again before the
-//! member timeout declares the other group down.
+//! member timeout declares the other group down. A node that gets a walk (SHUFFLE,
+//! FORWARDJOIN) from a node outside its active view, which only a node that holds it as a
+//! neighbour sends, tells that node to drop it (DISCONNECT): a view left one-sided by a lost
+//! message is mended within a few shuffle periods, at no cost when views agree.
 //!
 //! Members are this node, its active view, and the nodes the broadcast layer reports routes to
 //! (see [`HyParView::set_routes`]); a node in the active view is reached directly, another one
@@ -522,6 +525,18 @@ impl<P: PeerId> HyParView<P> {
         }
     }
 
+    /// A walk arrived from `from`, which sends walks only to its neighbours: when it is not
+    /// one here (nor asked to be), the views disagree (a message between the two was lost,
+    /// or one was dropped a moment ago and its DISCONNECT is on its way), and `from` is told
+    /// to drop this node. The walk itself goes on.
+    fn one_sided(&mut self, from: &P, fx: &mut Effects<Msg<P>, P>) {
+        if self.is_active(from) || self.is_pending(from) {
+            return;
+        }
+        fx.send(from.clone(), Msg::Disconnect { leaving: false });
+        fx.disconnect(from.clone());
+    }
+
     fn on_disconnect(&mut self, from: &P, leaving: bool, fx: &mut Effects<Msg<P>, P>) {
         let was_active = self.remove_active(from);
         if leaving {
@@ -594,12 +609,18 @@ impl<P: PeerId> Overlay<P> for HyParView<P> {
                     fx.send(a.clone(), Msg::ForwardJoin { node, ttl });
                 }
             }
-            Msg::ForwardJoin { node, ttl } => self.on_forward_join(from, node, ttl, fx),
+            Msg::ForwardJoin { node, ttl } => {
+                self.one_sided(from, fx);
+                self.on_forward_join(from, node, ttl, fx)
+            }
             Msg::ForwardJoinReply => self.add_active(from.clone(), fx),
             Msg::Neighbor { high } => self.on_neighbor(from, high, fx),
             Msg::NeighborReply { accepted } => self.on_neighbor_reply(from, accepted, fx),
             Msg::Disconnect { leaving } => self.on_disconnect(from, leaving, fx),
-            Msg::Shuffle { origin, ttl, nodes } => self.on_shuffle(from, origin, ttl, nodes, fx),
+            Msg::Shuffle { origin, ttl, nodes } => {
+                self.one_sided(from, fx);
+                self.on_shuffle(from, origin, ttl, nodes, fx)
+            }
             Msg::ShuffleReply { mut nodes } => {
                 nodes.truncate(1 + self.cfg.shuffle_active + self.cfg.shuffle_passive);
                 let sent = std::mem::take(&mut self.sent);
@@ -1010,6 +1031,47 @@ mod tests {
         let e: Vec<_> = fx.drain().collect();
         assert!(e.contains(&Effect::Connect(id(6))), "{e:?}");
         assert!(e.contains(&Effect::Send(id(6), Msg::Neighbor { high: true })));
+    }
+
+    /// Walks come only from neighbours: one from a node outside the active view means the
+    /// views disagree, and that node is told to drop this one; the walk goes on either way.
+    #[test]
+    fn a_walk_from_a_node_outside_the_view_is_answered_with_a_disconnect() {
+        let mut a = HyParView::new(id(0), cfg());
+        let mut fx = Effects::default();
+        for n in 1..=2 {
+            a.on_join(&id(n), &mut fx);
+        }
+        fx.drain().for_each(drop);
+        let walk = |origin: usize| Msg::Shuffle {
+            origin: id(origin),
+            ttl: 1,
+            nodes: vec![id(origin)],
+        };
+        a.on_message(&id(1), walk(1), &mut fx);
+        let e: Vec<_> = fx.drain().collect();
+        assert!(
+            !e.iter()
+                .any(|x| matches!(x, Effect::Send(_, Msg::Disconnect { .. }))),
+            "{e:?}"
+        );
+        a.on_message(&id(7), walk(7), &mut fx);
+        let e: Vec<_> = fx.drain().collect();
+        assert!(e.contains(&Effect::Send(id(7), Msg::Disconnect { leaving: false })));
+        assert!(e.contains(&Effect::Disconnect(id(7))));
+        assert!(
+            e.iter()
+                .any(|x| matches!(x, Effect::Send(to, Msg::ShuffleReply { .. }) if *to == id(7))),
+            "the walk is answered too: {e:?}"
+        );
+        let join = Msg::ForwardJoin {
+            node: id(9),
+            ttl: 3,
+        };
+        a.on_message(&id(8), join, &mut fx);
+        let e: Vec<_> = fx.drain().collect();
+        assert!(e.contains(&Effect::Send(id(8), Msg::Disconnect { leaving: false })));
+        assert_eq!(a.neighbors(), &[id(1), id(2)]);
     }
 
     #[test]
