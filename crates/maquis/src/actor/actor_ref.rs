@@ -16,6 +16,7 @@ use super::{ActorId, Message};
 use crate::dispatch::{hash_of, SendOpts};
 use crate::error::{CallError, SendError};
 use crate::id::NodeId;
+use crate::router::Now;
 use crate::wire::frame::{ActorHeader, Dest, ReplyStatus};
 
 /// A typed address of an actor, by id or by registered name, on any node.
@@ -355,12 +356,15 @@ impl<M: Message> ActorRef<M> {
         }
         let (header, payload) = self.encode(&msg, call)?;
         let receiver = hash_of(&self.to);
-        // Boxed: the way out is a large future, and a local send (and every actor that sends)
-        // would carry its size otherwise.
-        let send =
+        let now =
             rt.router
-                .send_frame(&self.node, opts, current_actor(), receiver, header, payload);
-        Box::pin(send).await
+                .send_frame_now(&self.node, opts, current_actor(), receiver, header, payload);
+        match now {
+            Now::Done(r) => r,
+            // Boxed: the way out when it waits is a large future, and a local send (and every
+            // actor that sends) would carry its size otherwise.
+            Now::Later(later) => Box::pin(rt.router.send_later(&self.node, later)).await,
+        }
     }
 
     /// A message for a local name no actor holds: encoded and handled as if it had come from

@@ -701,6 +701,25 @@ impl Router {
         header: ActorHeader,
         payload: Body,
     ) -> Result<(), SendError> {
+        match self.send_frame_now(dst, opts, sender, receiver, header, payload) {
+            Now::Done(r) => r,
+            Now::Later(later) => self.send_later(dst, later).await,
+        }
+    }
+
+    /// The part of [`Router::send_frame`] that takes no waiting: the frame is queued when its
+    /// way is known, it goes whole and its lane has room (most sends); otherwise what is left
+    /// to do comes back, for [`Router::send_later`]. A sender that awaits only in the rare
+    /// case keeps a small future (and allocates none) in the common one.
+    pub(crate) fn send_frame_now(
+        &self,
+        dst: &NodeId,
+        opts: &SendOpts,
+        sender: u64,
+        receiver: u64,
+        header: ActorHeader,
+        payload: Body,
+    ) -> Now {
         let Pick {
             slot,
             order,
@@ -708,17 +727,92 @@ impl Router {
         } = self.dispatch.pick(opts, sender, receiver);
         let hop = match self.open_hop(dst, slot) {
             Err(SendError::Unreachable(_)) if self.may_wait_for_route(dst) => {
-                let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
-                self.next_hop_by(dst, deadline).await?
+                return Now::Later(Later(Step::Route {
+                    slot,
+                    order,
+                    stripe,
+                    header,
+                    payload,
+                }))
             }
-            other => other?,
+            Err(e) => return Now::Done(Err(e)),
+            Ok(hop) => hop,
         };
         let striped = self.stripe_peer(&hop, stripe, slot, &header, payload.len());
-        let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
-        let place = place(&peer, slot, direct);
-        match striped {
-            Some(s) => Box::pin(self.send_striped(&s, place, head, payload, order, true)).await,
-            None => place
+        let (peer, head, direct) = match self.frame_to(hop, dst, slot, header, payload.len()) {
+            Ok(framed) => framed,
+            Err(e) => return Now::Done(Err(e)),
+        };
+        if let Some(striped) = striped {
+            return Now::Later(Later(Step::Striped {
+                striped,
+                peer,
+                slot,
+                direct,
+                head,
+                payload,
+                order,
+            }));
+        }
+        match place(&peer, slot, direct).try_enqueue((head, payload), order, Role::Whole) {
+            Ok(queued) => Now::Done(queued.map(drop)),
+            Err((head, payload)) => Now::Later(Later(Step::Room {
+                peer,
+                slot,
+                direct,
+                head,
+                payload,
+                order,
+            })),
+        }
+    }
+
+    /// Finishes a send [`Router::send_frame_now`] could not: waits for a route, for room, or
+    /// stripes the frame.
+    pub(crate) async fn send_later(&self, dst: &NodeId, later: Later) -> Result<(), SendError> {
+        match later.0 {
+            Step::Route {
+                slot,
+                order,
+                stripe,
+                header,
+                payload,
+            } => {
+                let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
+                let hop = self.next_hop_by(dst, deadline).await?;
+                let striped = self.stripe_peer(&hop, stripe, slot, &header, payload.len());
+                let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
+                let place = place(&peer, slot, direct);
+                match striped {
+                    Some(s) => {
+                        Box::pin(self.send_striped(&s, place, head, payload, order, true)).await
+                    }
+                    None => place
+                        .enqueue((head, payload), order, Role::Whole, true)
+                        .await
+                        .map(drop),
+                }
+            }
+            Step::Striped {
+                striped,
+                peer,
+                slot,
+                direct,
+                head,
+                payload,
+                order,
+            } => {
+                let place = place(&peer, slot, direct);
+                Box::pin(self.send_striped(&striped, place, head, payload, order, true)).await
+            }
+            Step::Room {
+                peer,
+                slot,
+                direct,
+                head,
+                payload,
+                order,
+            } => place(&peer, slot, direct)
                 .enqueue((head, payload), order, Role::Whole, true)
                 .await
                 .map(drop),
@@ -1023,6 +1117,47 @@ impl Router {
 
 /// Where a frame for `peer` picked for lane `slot` goes: on a channel whose small frames may
 /// take several lanes, to the peer itself, the lane its key takes now; else lane `slot`.
+/// What [`Router::send_frame_now`] did.
+pub(crate) enum Now {
+    /// Queued, or failed.
+    Done(Result<(), SendError>),
+    /// Not yet: [`Router::send_later`] finishes it.
+    Later(Later),
+}
+
+/// A send that has to wait (for a route, for room) or go striped.
+pub(crate) struct Later(Step);
+
+enum Step {
+    /// No way to the destination yet, which is a member: wait for a route.
+    Route {
+        slot: usize,
+        order: u64,
+        stripe: Option<std::ops::Range<usize>>,
+        header: ActorHeader,
+        payload: Body,
+    },
+    /// Framed for `peer`, to go striped.
+    Striped {
+        striped: Striped,
+        peer: Arc<Peer>,
+        slot: usize,
+        direct: bool,
+        head: Bytes,
+        payload: Body,
+        order: u64,
+    },
+    /// Framed for `peer`, whose lane had no room.
+    Room {
+        peer: Arc<Peer>,
+        slot: usize,
+        direct: bool,
+        head: Bytes,
+        payload: Body,
+        order: u64,
+    },
+}
+
 fn place(peer: &Peer, slot: usize, direct: bool) -> Place<'_> {
     match &peer.widths[slot] {
         Some(widen) if direct => Place::Widened {

@@ -416,6 +416,16 @@ impl Lane {
         self.push_reserved(head, payload, order, role, room)
     }
 
+    /// Takes room for a frame of `len` bytes if there is some now (else `Backpressure`, also
+    /// when the lane is closed); [`Lane::push_reserved`] queues the frame in it.
+    pub(crate) fn try_reserve(&self, len: usize) -> Result<Room, SendError> {
+        let (permit, node_permit) = self.try_permits(len)?;
+        Ok(Room {
+            permit,
+            node_permit,
+        })
+    }
+
     /// Takes room for a frame of `len` bytes, waiting for it when `wait`, else failing with
     /// `Backpressure`; [`Lane::push_reserved`] queues the frame in it.
     pub(crate) async fn reserve(&self, len: usize, wait: bool) -> Result<Room, SendError> {
@@ -428,7 +438,7 @@ impl Lane {
                 .map_err(closed)?;
             (permit, node_permit)
         } else {
-            self.try_permits(len)?
+            return self.try_reserve(len);
         };
         Ok(Room {
             permit,

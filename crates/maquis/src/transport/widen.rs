@@ -188,6 +188,40 @@ impl<'a> Place<'a> {
         }
     }
 
+    /// Queues a frame with order key `order` if its lane has room now: the lane it went on
+    /// (or why it could not go); the frame back when there is no room (or the lane is
+    /// closed: [`Place::enqueue`] tells which).
+    pub(crate) fn try_enqueue(
+        &self,
+        frame: (Bytes, Body),
+        order: u64,
+        role: Role,
+    ) -> Result<Result<&'a Arc<Lane>, SendError>, (Bytes, Body)> {
+        let (head, payload) = frame;
+        let len = head.len() + payload.len();
+        match *self {
+            Place::Lane(lane) => match lane.try_reserve(len) {
+                Ok(room) => Ok(lane
+                    .push_reserved(head, payload, Some(order), role, room)
+                    .map(|()| lane)),
+                Err(_) => Err((head, payload)),
+            },
+            Place::Widened { widen, lanes } => loop {
+                let seen = widen.seen();
+                let lane = &lanes[seen.index(order)];
+                let Ok(room) = lane.try_reserve(len) else {
+                    return Err((head, payload));
+                };
+                // The width changed meanwhile: pick again (the room goes back).
+                if let Some(_held) = widen.hold(seen) {
+                    return Ok(lane
+                        .push_reserved(head, payload, Some(order), role, room)
+                        .map(|()| lane));
+                }
+            },
+        }
+    }
+
     /// Queues a frame of a few bytes ([`Lane::push_small`]) with order key `order`, whatever
     /// the room; the lane it went on.
     pub(crate) fn push_small(
