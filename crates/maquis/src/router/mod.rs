@@ -89,7 +89,7 @@ use crate::membership::{forward, next_hop, Direct, NextHop, NoHop, RouteChange};
 use crate::overlay::Liveness;
 use crate::transport::lane::{run_writer, Lane, LaneMetrics, Unsent, UnsentSink};
 use crate::transport::stripe::{self, Role, StripesIn, StripesOut};
-use crate::transport::widen::{Driver, Place, Widen};
+use crate::transport::widen::{Driver, Full, Place, Widen};
 use crate::transport::{Peer, PeerRefused, QueueBudget};
 use crate::wire::frame::{encode_head, ActorHeader, DownReason, Header, ReplyStatus};
 use crate::wire::Body;
@@ -720,50 +720,66 @@ impl Router {
         header: ActorHeader,
         payload: Body,
     ) -> Now {
-        let Pick {
-            slot,
-            order,
-            stripe,
-        } = self.dispatch.pick(opts, sender, receiver);
-        let hop = match self.open_hop(dst, slot) {
+        let pick = self.dispatch.pick(opts, sender, receiver);
+        match self.open_hop(dst, pick.slot) {
             Err(SendError::Unreachable(_)) if self.may_wait_for_route(dst) => {
-                return Now::Later(Later(Step::Route {
-                    slot,
-                    order,
-                    stripe,
+                Now::Later(Later(Step::Route {
+                    pick,
                     header,
                     payload,
                 }))
             }
-            Err(e) => return Now::Done(Err(e)),
-            Ok(hop) => hop,
-        };
+            Err(e) => Now::Done(Err(e)),
+            Ok(hop) => self.frame_now(hop, dst, pick, header, payload),
+        }
+    }
+
+    /// Frames a message for `hop` and queues it if its lane has room now; or what is left.
+    fn frame_now(
+        &self,
+        hop: Hop,
+        dst: &NodeId,
+        pick: Pick,
+        header: ActorHeader,
+        payload: Body,
+    ) -> Now {
+        let Pick {
+            slot,
+            order,
+            stripe,
+        } = pick;
         let striped = self.stripe_peer(&hop, stripe, slot, &header, payload.len());
         let (peer, head, direct) = match self.frame_to(hop, dst, slot, header, payload.len()) {
             Ok(framed) => framed,
             Err(e) => return Now::Done(Err(e)),
         };
         if let Some(striped) = striped {
-            return Now::Later(Later(Step::Striped {
-                striped,
+            let frame = Framed {
                 peer,
                 slot,
                 direct,
                 head,
                 payload,
                 order,
-            }));
+            };
+            return Now::Later(Later(Step::Striped(striped, frame)));
         }
         match place(&peer, slot, direct).try_enqueue((head, payload), order, Role::Whole) {
             Ok(queued) => Now::Done(queued.map(drop)),
-            Err((head, payload)) => Now::Later(Later(Step::Room {
-                peer,
-                slot,
-                direct,
-                head,
-                payload,
-                order,
-            })),
+            Err(Full {
+                frame: (head, payload),
+                why,
+            }) => {
+                let frame = Framed {
+                    peer,
+                    slot,
+                    direct,
+                    head,
+                    payload,
+                    order,
+                };
+                Now::Later(Later(Step::Room(frame, why)))
+            }
         }
     }
 
@@ -772,50 +788,42 @@ impl Router {
     pub(crate) async fn send_later(&self, dst: &NodeId, later: Later) -> Result<(), SendError> {
         match later.0 {
             Step::Route {
-                slot,
-                order,
-                stripe,
+                pick,
                 header,
                 payload,
             } => {
                 let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
                 let hop = self.next_hop_by(dst, deadline).await?;
-                let striped = self.stripe_peer(&hop, stripe, slot, &header, payload.len());
-                let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
-                let place = place(&peer, slot, direct);
-                match striped {
-                    Some(s) => {
-                        Box::pin(self.send_striped(&s, place, head, payload, order, true)).await
-                    }
-                    None => place
-                        .enqueue((head, payload), order, Role::Whole, true)
-                        .await
-                        .map(drop),
+                match self.frame_now(hop, dst, pick, header, payload) {
+                    Now::Done(r) => r,
+                    // Room or striping: no route to wait for again.
+                    Now::Later(later) => Box::pin(self.send_later(dst, later)).await,
                 }
             }
-            Step::Striped {
-                striped,
-                peer,
-                slot,
-                direct,
-                head,
-                payload,
-                order,
-            } => {
-                let place = place(&peer, slot, direct);
-                Box::pin(self.send_striped(&striped, place, head, payload, order, true)).await
+            Step::Striped(striped, f) => {
+                let place = place(&f.peer, f.slot, f.direct);
+                let send = self.send_striped(&striped, place, f.head, f.payload, f.order, true);
+                Box::pin(send).await
             }
-            Step::Room {
-                peer,
-                slot,
-                direct,
-                head,
-                payload,
-                order,
-            } => place(&peer, slot, direct)
-                .enqueue((head, payload), order, Role::Whole, true)
+            Step::Room(f, _) => place(&f.peer, f.slot, f.direct)
+                .enqueue((f.head, f.payload), f.order, Role::Whole, true)
                 .await
                 .map(drop),
+        }
+    }
+
+    /// Finishes a send [`Router::send_frame_now`] could not without waiting: a striped frame
+    /// goes if it can at once; otherwise `Backpressure`.
+    fn later_without_waiting(&self, later: Later) -> Result<(), SendError> {
+        match later.0 {
+            Step::Striped(striped, f) => {
+                let place = place(&f.peer, f.slot, f.direct);
+                self.send_striped(&striped, place, f.head, f.payload, f.order, false)
+                    .now_or_never()
+                    .unwrap_or(Err(SendError::Backpressure("striped frames")))
+            }
+            Step::Room(_, why) => Err(why),
+            Step::Route { .. } => Err(SendError::Backpressure("no route yet")),
         }
     }
 
@@ -829,26 +837,11 @@ impl Router {
         header: ActorHeader,
         payload: Body,
     ) -> Result<(), SendError> {
-        let Pick {
-            slot,
-            order,
-            stripe,
-        } = self.dispatch.pick(opts, sender, receiver);
-        let hop = self.open_hop(dst, slot)?;
-        let striped = self.stripe_peer(&hop, stripe, slot, &header, payload.len());
-        let (peer, head, direct) = self.frame_to(hop, dst, slot, header, payload.len())?;
-        let place = place(&peer, slot, direct);
-        // Without waiting for room, nothing in these waits.
-        match striped {
-            Some(s) => self
-                .send_striped(&s, place, head, payload, order, false)
-                .now_or_never()
-                .unwrap_or(Err(SendError::Backpressure("striped frames"))),
-            None => place
-                .enqueue((head, payload), order, Role::Whole, false)
-                .now_or_never()
-                .unwrap_or(Err(SendError::Backpressure("lane queue")))
-                .map(drop),
+        let pick = self.dispatch.pick(opts, sender, receiver);
+        let hop = self.open_hop(dst, pick.slot)?;
+        match self.frame_now(hop, dst, pick, header, payload) {
+            Now::Done(r) => r,
+            Now::Later(later) => self.later_without_waiting(later),
         }
     }
 
@@ -1131,31 +1124,24 @@ pub(crate) struct Later(Step);
 enum Step {
     /// No way to the destination yet, which is a member: wait for a route.
     Route {
-        slot: usize,
-        order: u64,
-        stripe: Option<std::ops::Range<usize>>,
+        pick: Pick,
         header: ActorHeader,
         payload: Body,
     },
-    /// Framed for `peer`, to go striped.
-    Striped {
-        striped: Striped,
-        peer: Arc<Peer>,
-        slot: usize,
-        direct: bool,
-        head: Bytes,
-        payload: Body,
-        order: u64,
-    },
-    /// Framed for `peer`, whose lane had no room.
-    Room {
-        peer: Arc<Peer>,
-        slot: usize,
-        direct: bool,
-        head: Bytes,
-        payload: Body,
-        order: u64,
-    },
+    /// To go striped.
+    Striped(Striped, Framed),
+    /// Its lane (or the node) had no room: `Backpressure` saying which.
+    Room(Framed, SendError),
+}
+
+/// A frame made for a peer's lane.
+struct Framed {
+    peer: Arc<Peer>,
+    slot: usize,
+    direct: bool,
+    head: Bytes,
+    payload: Body,
+    order: u64,
 }
 
 fn place(peer: &Peer, slot: usize, direct: bool) -> Place<'_> {

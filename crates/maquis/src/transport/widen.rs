@@ -155,6 +155,14 @@ pub(crate) enum Place<'a> {
     },
 }
 
+/// A frame [`Place::try_enqueue`] found no room for, given back.
+pub(crate) struct Full {
+    /// The frame's head and payload.
+    pub(crate) frame: (Bytes, Body),
+    /// `Backpressure`, naming the queue (the lane's, the node's) that had no room.
+    pub(crate) why: SendError,
+}
+
 impl<'a> Place<'a> {
     /// Queues a frame with order key `order` (waiting for room when `wait`, else failing with
     /// `Backpressure`); the lane it went on.
@@ -190,13 +198,13 @@ impl<'a> Place<'a> {
 
     /// Queues a frame with order key `order` if its lane has room now: the lane it went on
     /// (or why it could not go); the frame back when there is no room (or the lane is
-    /// closed: [`Place::enqueue`] tells which).
+    /// closed: [`Place::enqueue`] tells which), with the queue that had none.
     pub(crate) fn try_enqueue(
         &self,
         frame: (Bytes, Body),
         order: u64,
         role: Role,
-    ) -> Result<Result<&'a Arc<Lane>, SendError>, (Bytes, Body)> {
+    ) -> Result<Result<&'a Arc<Lane>, SendError>, Full> {
         let (head, payload) = frame;
         let len = head.len() + payload.len();
         match *self {
@@ -204,13 +212,22 @@ impl<'a> Place<'a> {
                 Ok(room) => Ok(lane
                     .push_reserved(head, payload, Some(order), role, room)
                     .map(|()| lane)),
-                Err(_) => Err((head, payload)),
+                Err(why) => Err(Full {
+                    frame: (head, payload),
+                    why,
+                }),
             },
             Place::Widened { widen, lanes } => loop {
                 let seen = widen.seen();
                 let lane = &lanes[seen.index(order)];
-                let Ok(room) = lane.try_reserve(len) else {
-                    return Err((head, payload));
+                let room = match lane.try_reserve(len) {
+                    Ok(room) => room,
+                    Err(why) => {
+                        return Err(Full {
+                            frame: (head, payload),
+                            why,
+                        })
+                    }
                 };
                 // The width changed meanwhile: pick again (the room goes back).
                 if let Some(_held) = widen.hold(seen) {
