@@ -167,6 +167,9 @@ pub enum Header {
         /// The striped frame's hold key ([`super::stripes::hold_key`]): while it waits for its
         /// pieces, the frames behind it with another key go on. `None`: all wait.
         hold: Option<u64>,
+        /// The lanes of the channel its pieces were queued on ([`super::stripes::lane_bit`]
+        /// of each one's index): a lost connection of another lane cannot have taken a piece.
+        lanes: u64,
     },
     /// A barrier across the first `lanes` lanes of a channel, written on each of them when the
     /// sender changes how many of them carry small frames (see `transport::widen` in the
@@ -834,13 +837,15 @@ mod tests {
                     any::<u64>(),
                     any::<u64>(),
                     any::<bool>(),
-                    any::<Option<u64>>()
+                    any::<Option<u64>>(),
+                    any::<u64>()
                 )
-                    .prop_map(|(session, id, ok, hold)| Header::Commit {
+                    .prop_map(|(session, id, ok, hold, lanes)| Header::Commit {
                         session,
                         id,
                         ok,
-                        hold
+                        hold,
+                        lanes
                     }),
                 (any::<u64>(), any::<u16>())
                     .prop_map(|(epoch, lanes)| Header::Barrier { epoch, lanes }),

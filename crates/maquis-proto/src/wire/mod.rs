@@ -27,7 +27,7 @@ pub use handshake::{
 };
 pub use parts::{Parts, Reassembly, PART_BYTES};
 pub use stripes::{
-    actor_hold_key, hold_key, Assembled, CommitOutcome, Held, OrderingQueue, PartOutcome,
+    actor_hold_key, hold_key, lane_bit, Assembled, CommitOutcome, Held, OrderingQueue, PartOutcome,
     PieceRooms, StripeLimits, Stripes, Tick, Window, ANNOUNCE_TICKS,
 };
 

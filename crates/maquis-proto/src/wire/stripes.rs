@@ -61,8 +61,10 @@
 //!   writes after that says `ok: false`;
 //! - the receiver knows the piece a lost connection's reader was in the middle of
 //!   ([`Stripes::piece_lost`]), and that a commit waiting for pieces when a connection ends
-//!   came after all of them were written, so the missing one may have gone with the
-//!   connection ([`Stripes::lane_lost`] drops those frames);
+//!   came after all of them were written, so a missing one may have gone with the connection
+//!   if the commit names the connection's lane among those its pieces were queued on
+//!   ([`Stripes::lane_lost`] drops those frames; the others wait on for pieces that come on
+//!   their own lanes);
 //! - a commit still waiting for pieces after the transport's patience runs out is dropped
 //!   ([`Stripes::give_up`]): a piece written on the lost connection whose commit came after
 //!   the loss was noticed here, before the sender noticed it.
@@ -80,6 +82,12 @@ use bytes::{Bytes, BytesMut};
 
 use super::frame::{decode_whole, Frame, Header};
 use super::WireError;
+
+/// The bit of the lane of index `index` in its channel in a commit's `lanes`
+/// ([`Header::Commit`]): lanes whose indices differ by a multiple of 64 share one.
+pub fn lane_bit(index: u16) -> u64 {
+    1 << (index % 64)
+}
 
 /// The bounds of a [`Stripes`] table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,8 +232,8 @@ pub struct Stripes {
     announced: u64,
     /// The bytes of the frames handed on or dropped since then.
     freed: usize,
-    /// The commits waiting for pieces.
-    waiting: Vec<u64>,
+    /// The commits waiting for pieces, with the lanes their pieces were queued on.
+    waiting: Vec<(u64, u64)>,
     /// Frames below this may have lost their commit, or everything, with a connection.
     suspect_below: u64,
     /// `low` when a tick last saw it move, and when.
@@ -447,9 +455,15 @@ impl Stripes {
         })
     }
 
-    /// Takes in the commit of frame `id`, numbered for `session`: the frame to hand on, or
-    /// why not yet.
-    pub fn commit(&mut self, session: u64, id: u64, ok: bool) -> Result<CommitOutcome, WireError> {
+    /// Takes in the commit of frame `id`, numbered for `session`, whose pieces were queued on
+    /// `lanes` ([`lane_bit`] of each): the frame to hand on, or why not yet.
+    pub fn commit(
+        &mut self,
+        session: u64,
+        id: u64,
+        ok: bool,
+        lanes: u64,
+    ) -> Result<CommitOutcome, WireError> {
         if session != self.session {
             return Ok(CommitOutcome::Dropped);
         }
@@ -469,8 +483,8 @@ impl Stripes {
             .get(&id)
             .is_some_and(|o| o.received == o.total && o.total > 0);
         if !complete {
-            if !self.waiting.contains(&id) {
-                self.waiting.push(id);
+            if !self.is_waiting(id) {
+                self.waiting.push((id, lanes));
             }
             return Ok(CommitOutcome::Pending);
         }
@@ -484,17 +498,17 @@ impl Stripes {
 
     /// Whether the commit of frame `id` waits for pieces.
     pub fn is_waiting(&self, id: u64) -> bool {
-        self.waiting.contains(&id)
+        self.waiting.iter().any(|&(w, _)| w == id)
     }
 
     fn stop_waiting(&mut self, id: u64) {
-        self.waiting.retain(|&w| w != id);
+        self.waiting.retain(|&(w, _)| w != id);
     }
 
     /// The wait for the pieces of frame `id` is over without them: it is dropped. Returns
     /// whether it was still waited for.
     pub fn give_up(&mut self, id: u64) -> bool {
-        let was = self.waiting.contains(&id);
+        let was = self.is_waiting(id);
         self.stop_waiting(id);
         if !self.finished(id) {
             self.finish(id);
@@ -502,15 +516,21 @@ impl Stripes {
         was
     }
 
-    /// A connection of the peer ended: a frame whose commit waits for pieces is dropped (the
-    /// sender wrote its commit after all its pieces, so one missing may have been lost with
-    /// the connection); the others are kept (their pieces still queued at the sender come on
-    /// other connections, and their commits say whether one was lost). Returns how many frames
-    /// were dropped.
-    pub fn lane_lost(&mut self) -> usize {
-        let waiting = std::mem::take(&mut self.waiting);
-        let n = waiting.len();
-        for id in waiting {
+    /// A connection of the peer ended, of the lane of index `lane` in its channel: a frame
+    /// whose commit waits for pieces and names that lane is dropped (the sender wrote its
+    /// commit after all its pieces, so one missing may have been lost with the connection);
+    /// the others are kept (those waiting wait for pieces on other lanes; the pieces of the
+    /// rest still queued at the sender come on other connections, and their commits say
+    /// whether one was lost). Lanes of other channels with the same index (modulo 64) count
+    /// as the same lane: such a frame is dropped too. Returns how many frames were dropped.
+    pub fn lane_lost(&mut self, lane: u16) -> usize {
+        let bit = lane_bit(lane);
+        let (lost, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|&(_, lanes)| lanes & bit != 0);
+        self.waiting = kept;
+        let n = lost.len();
+        for (id, _) in lost {
             self.finish(id);
         }
         // The sender may have had ids up to the window's limit out when the connection went.
@@ -578,7 +598,7 @@ impl Stripes {
     fn drop_stuck(&mut self, now_us: u64, patience_us: u64) -> bool {
         let low = self.low;
         // Nothing seen at `low` or past it: the sender may not have sent it yet.
-        if low >= self.seen || low >= self.suspect_below || self.waiting.contains(&low) {
+        if low >= self.seen || low >= self.suspect_below || self.is_waiting(low) {
             self.stuck = None;
             return false;
         }
@@ -650,6 +670,8 @@ pub enum Held {
         ok: bool,
         /// Its hold key.
         hold: Option<u64>,
+        /// The lanes its pieces were queued on.
+        lanes: u64,
     },
     /// A frame that may not overtake what is before it.
     Frame(Frame),
@@ -707,6 +729,7 @@ impl OrderingQueue {
                 id,
                 ok,
                 hold,
+                lanes,
             } => (
                 hold,
                 Held::Commit {
@@ -714,6 +737,7 @@ impl OrderingQueue {
                     id,
                     ok,
                     hold,
+                    lanes,
                 },
             ),
             _ if self.queue.is_empty() => return Some(frame),
@@ -777,6 +801,8 @@ mod tests {
 
     /// The tables' session.
     const S: u64 = 0x5e55;
+    /// A commit's lanes when the test does not care which: every lane.
+    const ANY: u64 = u64::MAX;
 
     fn limits() -> StripeLimits {
         window(4)
@@ -806,7 +832,7 @@ mod tests {
     }
 
     fn deliver(s: &mut Stripes, id: u64) -> Frame {
-        match s.commit(S, id, true).unwrap() {
+        match s.commit(S, id, true, ANY).unwrap() {
             CommitOutcome::Deliver(a) => a.into_frame().unwrap(),
             other => panic!("not delivered: {other:?}"),
         }
@@ -833,7 +859,7 @@ mod tests {
             let last = pieces.len() - 1;
             for (i, (o, p)) in pieces.into_iter().enumerate() {
                 if i == last {
-                    prop_assert_eq!(s.commit(S, 2, true).unwrap(), CommitOutcome::Pending);
+                    prop_assert_eq!(s.commit(S, 2, true, ANY).unwrap(), CommitOutcome::Pending);
                 }
                 let out = s.part(S, 2, o as u64, total, p).unwrap();
                 prop_assert_eq!(out, if i == last { PartOutcome::Complete } else { PartOutcome::Kept });
@@ -853,7 +879,7 @@ mod tests {
             for (id, offset, total, len, commit) in ops {
                 let total = total % (2 << 20);
                 let _ = if commit {
-                    s.commit(S, id, offset % 2 == 0).map(|_| ())
+                    s.commit(S, id, offset % 2 == 0, ANY).map(|_| ())
                 } else {
                     s.part(S, id, offset % (2 << 20), total, Bytes::from(vec![0u8; len])).map(|_| ())
                 };
@@ -868,7 +894,7 @@ mod tests {
         let whole = frame(100);
         let total = whole.len() as u64;
         assert!(s.part(S, 4, 0, total, whole.clone()).is_err(), "past 0 + 4");
-        assert!(s.commit(S, 4, true).is_err(), "past 0 + 4");
+        assert!(s.commit(S, 4, true, ANY).is_err(), "past 0 + 4");
         for id in 0..4 {
             s.part(S, id, 0, total, whole.clone()).unwrap();
         }
@@ -910,7 +936,7 @@ mod tests {
             "4 MiB and 10 bytes"
         );
         assert_eq!(s.window().bytes, 4 << 20);
-        assert_eq!(s.commit(S, 0, false).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 0, false, ANY).unwrap(), CommitOutcome::Dropped);
         assert_eq!(s.part(S, 4, 0, mb, piece).unwrap(), PartOutcome::Kept);
     }
 
@@ -925,7 +951,7 @@ mod tests {
         s.part(S, 1, 0, whole.len() as u64, whole.clone()).unwrap();
         deliver(&mut s, 1);
         assert_eq!(s.take_window(), None, "nothing below 1 is done");
-        assert_eq!(s.commit(S, 0, false).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 0, false, ANY).unwrap(), CommitOutcome::Dropped);
         let w = s.take_window().expect("1 MiB of 4 freed");
         assert_eq!((w.low, w.limit), (2, 1002));
         assert_eq!(s.take_window(), None);
@@ -951,7 +977,7 @@ mod tests {
                     s.part(S, id, 0, total, whole.clone()).unwrap();
                     lagging.push(id);
                 } else {
-                    assert_eq!(s.commit(S, id, true).unwrap(), CommitOutcome::Pending);
+                    assert_eq!(s.commit(S, id, true, ANY).unwrap(), CommitOutcome::Pending);
                     s.part(S, id, 0, total, whole.clone()).unwrap();
                     deliver(&mut s, id);
                 }
@@ -1030,7 +1056,7 @@ mod tests {
                                 prop_assert!(out != PartOutcome::Dropped);
                                 lane.pop_front();
                             }
-                            Some(&Item::Commit(id)) => match s.commit(S, id, true).unwrap() {
+                            Some(&Item::Commit(id)) => match s.commit(S, id, true, ANY).unwrap() {
                                 CommitOutcome::Deliver(a) => {
                                     prop_assert_eq!(a.into_frame().unwrap().payload.len(), 300);
                                     handed_on[id as usize] += 1;
@@ -1063,7 +1089,10 @@ mod tests {
             s.part(S + 1, 900, 0, total, whole.clone()).unwrap(),
             PartOutcome::Dropped
         );
-        assert_eq!(s.commit(S + 1, 900, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(
+            s.commit(S + 1, 900, true, ANY).unwrap(),
+            CommitOutcome::Dropped
+        );
         assert_eq!((s.open(), s.session(), s.window().limit), (0, S, 4));
         s.part(S, 0, 0, total, whole).unwrap();
         assert_eq!(deliver(&mut s, 0).payload.len(), 100);
@@ -1106,7 +1135,7 @@ mod tests {
         // Lost: frame 2's commit went with the connection, frame 3 went whole with it, frame
         // 4 is fine.
         s.part(S, 2, 0, total, whole.clone()).unwrap();
-        assert_eq!(s.lane_lost(), 0);
+        assert_eq!(s.lane_lost(1), 0);
         s.part(S, 4, 0, total, whole.clone()).unwrap();
         assert_eq!(s.window().limit, 2 + 16);
         assert!(!s.tick(0, 1_000).dropped, "starts the clock");
@@ -1117,7 +1146,7 @@ mod tests {
             !s.tick(2_000, 1_000).dropped,
             "frame 3, a hole: counted when its commit comes"
         );
-        assert_eq!(s.commit(S, 3, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 3, true, ANY).unwrap(), CommitOutcome::Dropped);
         assert_eq!(deliver(&mut s, 4).payload.len(), 100);
         assert_eq!(s.window().limit, 5 + 16);
         // Nothing seen past `low`: the sender has not sent it yet.
@@ -1128,7 +1157,7 @@ mod tests {
         assert_eq!(deliver(&mut s, 5).payload.len(), 100);
         // A commit waiting for its pieces is the reader's to give up on, not the tick's.
         s.part(S, 6, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(S, 6, true).unwrap(), CommitOutcome::Pending);
+        assert_eq!(s.commit(S, 6, true, ANY).unwrap(), CommitOutcome::Pending);
         for t in 10..20 {
             assert!(!s.tick(t * 1_000, 1_000).dropped);
         }
@@ -1141,16 +1170,16 @@ mod tests {
         let whole = frame(100);
         let total = whole.len() as u64;
         s.part(S, 3, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(S, 3, false).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 3, false, ANY).unwrap(), CommitOutcome::Dropped);
         assert_eq!(
             s.part(S, 3, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
         assert_eq!(s.open(), 0);
         s.part(S, 4, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(S, 4, true).unwrap(), CommitOutcome::Pending);
+        assert_eq!(s.commit(S, 4, true, ANY).unwrap(), CommitOutcome::Pending);
         assert_eq!(
-            s.lane_lost(),
+            s.lane_lost(1),
             1,
             "its commit waited: a piece may have gone with it"
         );
@@ -1158,18 +1187,56 @@ mod tests {
             s.part(S, 4, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
-        assert_eq!(s.commit(S, 4, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 4, true, ANY).unwrap(), CommitOutcome::Dropped);
         // A frame sent after the loss goes through.
         s.part(S, 9, 0, total, whole.clone()).unwrap();
         assert_eq!(deliver(&mut s, 9).payload.len(), 100);
         // Given up on: its late piece is dropped.
         s.part(S, 10, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(S, 10, true).unwrap(), CommitOutcome::Pending);
+        assert_eq!(s.commit(S, 10, true, ANY).unwrap(), CommitOutcome::Pending);
         assert!(s.give_up(10));
         assert_eq!(
             s.part(S, 10, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
+    }
+
+    #[test]
+    fn a_lost_lane_drops_only_the_waiting_frames_whose_pieces_it_carried() {
+        let mut s = Stripes::new(window(16), S);
+        let whole = frame(100);
+        let total = whole.len() as u64;
+        // Frame 0's missing piece was queued on lane 2, frame 1's on lanes 3 and 5, frame
+        // 2's on lane 67 (the bit of lane 3, as 67 is 3 modulo 64).
+        for id in 0..3 {
+            s.part(S, id, 0, total, whole.slice(..10)).unwrap();
+        }
+        let waits = [
+            (0, lane_bit(2)),
+            (1, lane_bit(3) | lane_bit(5)),
+            (2, lane_bit(67)),
+        ];
+        for (id, lanes) in waits {
+            assert_eq!(
+                s.commit(S, id, true, lanes).unwrap(),
+                CommitOutcome::Pending
+            );
+        }
+        assert_eq!(s.lane_lost(4), 0, "no piece went on lane 4");
+        assert_eq!(s.lane_lost(3), 2, "frames 1 and 2");
+        assert!(s.is_waiting(0) && !s.is_waiting(1) && !s.is_waiting(2));
+        // Frame 0's piece comes on its own lane: whole, handed on.
+        s.part(S, 0, 10, total, whole.slice(10..)).unwrap();
+        let CommitOutcome::Deliver(a) = s.commit(S, 0, true, lane_bit(2)).unwrap() else {
+            panic!("frame 0 is whole");
+        };
+        assert_eq!(a.into_frame().unwrap().payload.len(), 100);
+        // Frame 1's late piece is dropped with it, and so is its commit offered again.
+        assert_eq!(
+            s.part(S, 1, 10, total, whole.slice(10..)).unwrap(),
+            PartOutcome::Dropped
+        );
+        assert_eq!(s.commit(S, 1, true, ANY).unwrap(), CommitOutcome::Dropped);
     }
 
     #[test]
@@ -1182,13 +1249,13 @@ mod tests {
         s.part(S, 0, 0, total, whole.slice(..10)).unwrap();
         s.part(S, 1, 0, total, whole.clone()).unwrap();
         s.part(S, 2, 0, total, whole.slice(..10)).unwrap();
-        assert_eq!(s.commit(S, 2, true).unwrap(), CommitOutcome::Pending);
+        assert_eq!(s.commit(S, 2, true, ANY).unwrap(), CommitOutcome::Pending);
         // Frame 3's piece was being read on the connection that ends.
         s.part(S, 3, 0, total, whole.slice(..10)).unwrap();
         assert!(s.piece_lost(S, 3));
         assert!(!s.piece_lost(S, 3), "once");
         assert!(!s.piece_lost(S + 1, 5), "another table's");
-        assert_eq!(s.lane_lost(), 1);
+        assert_eq!(s.lane_lost(1), 1);
         assert!(!s.is_waiting(2));
         // The pieces that were still queued come on another connection, after the loss.
         assert_eq!(
@@ -1201,12 +1268,12 @@ mod tests {
             s.part(S, 2, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
-        assert_eq!(s.commit(S, 2, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 2, true, ANY).unwrap(), CommitOutcome::Dropped);
         assert_eq!(
             s.part(S, 3, 10, total, whole.slice(10..)).unwrap(),
             PartOutcome::Dropped
         );
-        assert_eq!(s.commit(S, 3, true).unwrap(), CommitOutcome::Dropped);
+        assert_eq!(s.commit(S, 3, true, ANY).unwrap(), CommitOutcome::Dropped);
         assert_eq!(s.open(), 0);
         assert_eq!(s.window().low, 4);
     }
@@ -1230,6 +1297,7 @@ mod tests {
                 id,
                 ok: true,
                 hold,
+                lanes: ANY,
             },
             payload: Bytes::new(),
         }
@@ -1495,6 +1563,7 @@ mod tests {
                 id: 1,
                 ok: true,
                 hold: None,
+                lanes: ANY,
             },
             b"",
             usize::MAX,
@@ -1502,7 +1571,7 @@ mod tests {
         .unwrap();
         let inner = Bytes::from(inner.to_vec());
         s.part(S, 2, 0, inner.len() as u64, inner).unwrap();
-        let CommitOutcome::Deliver(a) = s.commit(S, 2, true).unwrap() else {
+        let CommitOutcome::Deliver(a) = s.commit(S, 2, true, ANY).unwrap() else {
             panic!("complete");
         };
         assert!(a.into_frame().is_err());

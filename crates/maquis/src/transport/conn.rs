@@ -663,7 +663,7 @@ async fn read_loop<H: Host>(
     if reason != END_OF_STREAM {
         // Pieces of striped frames may have been lost with it.
         peer.stripes_in
-            .lane_lost(rooms.reading(), place.parallelism > 1);
+            .lane_lost(rooms.reading(), lane.id.index, place.parallelism > 1);
         announce_window(&*inner, &peer);
     }
     if let Some(conn) = conn_number {
@@ -783,7 +783,7 @@ async fn hand_on_front<H: Host>(
     patience: Duration,
 ) -> Result<(), WireError> {
     loop {
-        let (session, id, ok) = match ordering.front() {
+        let (session, id, ok, lanes) = match ordering.front() {
             None => {
                 front.deadline = None;
                 return Ok(());
@@ -795,11 +795,15 @@ async fn hand_on_front<H: Host>(
                 continue;
             }
             Some(&Held::Commit {
-                session, id, ok, ..
-            }) => (session, id, ok),
+                session,
+                id,
+                ok,
+                lanes,
+                ..
+            }) => (session, id, ok, lanes),
         };
         front.seen = peer.stripes_in.generation();
-        let tried = peer.stripes_in.try_commit(session, id, ok)?;
+        let tried = peer.stripes_in.try_commit(session, id, ok, lanes)?;
         if !matches!(tried, Tried::Pending) {
             announce_window(inner, peer);
         }

@@ -416,7 +416,8 @@ mod tests {
                     session: 0,
                     id: 7,
                     ok,
-                    hold: None
+                    hold: None,
+                    lanes: 0
                 }
             );
         }

@@ -41,8 +41,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::{Bytes, BytesMut};
 use maquis_proto::wire::{
-    encode_head, Assembled, Body, CommitOutcome, Header, PartOutcome, PieceRooms, StripeLimits,
-    Stripes, Tick, Window, WireError,
+    encode_head, lane_bit, Assembled, Body, CommitOutcome, Header, PartOutcome, PieceRooms,
+    StripeLimits, Stripes, Tick, Window, WireError,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -97,6 +97,9 @@ pub(crate) struct Gate {
     /// The lanes its pieces were written on, and how many connections each had lost then:
     /// if one has lost another since, the piece may not have arrived.
     written_on: Mutex<Vec<(Arc<Losses>, u64)>>,
+    /// The lanes its pieces were queued on ([`lane_bit`] of their indices), for its commit:
+    /// the receiver drops a frame whose commit waits when one of them loses a connection.
+    lanes: AtomicU64,
 }
 
 /// The connections a lane has lost, not closed on purpose (counted by its writer): what was
@@ -184,6 +187,7 @@ impl Gate {
             id: n.id,
             ok: !self.failed(),
             hold: self.hold,
+            lanes: self.lanes.load(Ordering::Acquire),
         };
         let mut buf = BytesMut::with_capacity(32);
         // A commit is a few integers and no payload: it always encodes.
@@ -451,6 +455,7 @@ impl StripesOut {
             hold,
             lane: OnceLock::new(),
             written_on: Mutex::default(),
+            lanes: AtomicU64::new(0),
         });
         w.gates.retain(|g| g.strong_count() > 0);
         w.gates.push(Arc::downgrade(&gate));
@@ -563,6 +568,8 @@ pub(crate) async fn send(
         };
         queued += 1;
         let lane = least_loaded(out, data);
+        gate.lanes
+            .fetch_or(lane_bit(lane.id.index), Ordering::AcqRel);
         if let Err(e) = lane
             .enqueue_role(h, body, None, Role::Part(guard), wait)
             .await
@@ -703,9 +710,15 @@ impl StripesIn {
         Ok(())
     }
 
-    /// Tries a commit now (see [`Tried`]).
-    pub(crate) fn try_commit(&self, session: u64, id: u64, ok: bool) -> Result<Tried, WireError> {
-        let out = self.table().commit(session, id, ok)?;
+    /// Tries a commit now (see [`Tried`]); its pieces were queued on `lanes`.
+    pub(crate) fn try_commit(
+        &self,
+        session: u64,
+        id: u64,
+        ok: bool,
+        lanes: u64,
+    ) -> Result<Tried, WireError> {
+        let out = self.table().commit(session, id, ok, lanes)?;
         Ok(match out {
             CommitOutcome::Deliver(a) => Tried::Ready(a),
             CommitOutcome::Dropped => Tried::Dropped,
@@ -721,16 +734,16 @@ impl StripesIn {
 
     /// A connection of the peer ended without an orderly close, its reader in the middle of
     /// the piece `reading` (session and id), if it was: that frame is dropped, and if its lane
-    /// is one of a channel of several (where pieces and commits travel), so are the frames
-    /// whose commits wait for pieces ([`Stripes::lane_lost`]). They are counted when their
-    /// commits are taken in.
-    pub(crate) fn lane_lost(&self, reading: Option<(u64, u64)>, striping: bool) {
+    /// (of index `lane`) is one of a channel of several (where pieces and commits travel), so
+    /// are the frames whose commits wait for pieces and name that lane
+    /// ([`Stripes::lane_lost`]). They are counted when their commits are taken in.
+    pub(crate) fn lane_lost(&self, reading: Option<(u64, u64)>, lane: u16, striping: bool) {
         let mut table = self.table();
         if let Some((session, id)) = reading {
             table.piece_lost(session, id);
         }
         if striping {
-            table.lane_lost();
+            table.lane_lost(lane);
         }
         drop(table);
         self.bump();
@@ -851,6 +864,7 @@ pub(crate) mod testing {
             hold: None,
             lane: OnceLock::from(lane.clone()),
             written_on: Mutex::default(),
+            lanes: AtomicU64::new(0),
         });
         let guards = (0..pieces)
             .map(|i| PartGuard {
@@ -904,7 +918,10 @@ mod tests {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let seen = s.generation();
-            match s.try_commit(s.window().session, id, true).unwrap() {
+            match s
+                .try_commit(s.window().session, id, true, u64::MAX)
+                .unwrap()
+            {
                 Tried::Ready(a) => return Some(a.into_frame().unwrap()),
                 Tried::Dropped => return None,
                 Tried::Pending => {}
@@ -984,6 +1001,53 @@ mod tests {
             2,
             "{roles:?}"
         );
+    }
+
+    /// A commit names the lanes its frame's pieces were queued on (for the receiver, which
+    /// drops a frame whose commit waits only when one of those loses a connection).
+    #[tokio::test]
+    async fn a_commit_names_the_lanes_of_its_pieces() {
+        use crate::id::LaneId;
+        use maquis_proto::wire::decode_head;
+        let lanes: Vec<_> = (0..4)
+            .map(|i| Lane::new(LaneId::new("default", i), 1 << 20))
+            .collect();
+        let (lanes, mut tasks): (Vec<_>, Vec<_>) = lanes.into_iter().unzip();
+        let out = StripesOut::new(CancellationToken::new());
+        out.grant(window(1, 0, WINDOW), Some(1));
+        // Two pieces of 100 bytes, over lanes 2 and 3 (the least loaded, in turn).
+        send(
+            &out,
+            Place::Lane(&lanes[0]),
+            &lanes[2..],
+            (
+                Bytes::from_static(b"head"),
+                Body::from(Bytes::from(vec![0u8; 196])),
+            ),
+            (0, None),
+            100,
+            false,
+        )
+        .await
+        .unwrap();
+        let mut pieces_on = 0;
+        let mut gate = None;
+        for (i, t) in tasks.iter_mut().enumerate() {
+            while let Ok(f) = t.rx.try_recv() {
+                match &f.role {
+                    Role::Part(_) => pieces_on |= lane_bit(i as u16),
+                    Role::Commit { gate: g, .. } => gate = Some(g.clone()),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(pieces_on, lane_bit(2) | lane_bit(3));
+        // The pieces were taken (dropped unwritten): the gate is open.
+        let gate = gate.expect("a commit on lane 0");
+        match decode_head(&gate.commit_head()).unwrap() {
+            Header::Commit { lanes, ok, .. } => assert_eq!((lanes, ok), (pieces_on, false)),
+            other => panic!("not a commit: {other:?}"),
+        }
     }
 
     /// A commit read before its pieces waits for them, then hands the frame on.
