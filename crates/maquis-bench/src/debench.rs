@@ -256,15 +256,13 @@ pub fn run(args: &DebenchArgs) -> Result<Vec<Cell>, String> {
     let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
     // The Erlang nodes start an `epmd` if none runs; one started here is stopped at the end.
     let epmd_before = epmd_running();
-    let erlang_dir = if systems.iter().any(|s| s == "erlang") {
-        Some(crate::erlang::prepare(
-            &args.out,
-            "debench.erl",
-            DEBENCH_ERL,
-        )?)
+    // Built in a temporary directory, removed when the run ends.
+    let erlang_build = if systems.iter().any(|s| s == "erlang") {
+        Some(crate::erlang::prepare("debench.erl", DEBENCH_ERL)?)
     } else {
         None
     };
+    let erlang_dir = erlang_build.as_ref().map(|d| d.path().to_path_buf());
     let started = Instant::now();
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut cells = Vec::new();

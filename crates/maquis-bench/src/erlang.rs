@@ -1,7 +1,6 @@
 //! The Distributed Erlang baseline: installs Erlang when missing and compiles a benchmark
 //! program from `bench/erlang/`.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The `micro` benchmark's program, built into the binary so the command works from any
@@ -21,8 +20,9 @@ fn have(program: &str) -> bool {
 }
 
 /// Makes sure `erl` and `erlc` exist (installing Debian's `erlang-nox` if not) and compiles
-/// the module `file` (its text: `source`) into `out/erlang-build`; returns that directory.
-pub fn prepare(out: &Path, file: &str, source: &str) -> Result<PathBuf, String> {
+/// the module `file` (its text: `source`) into a temporary directory (not the results': a
+/// build is no result), removed when the returned handle is dropped.
+pub fn prepare(file: &str, source: &str) -> Result<tempfile::TempDir, String> {
     if !have("erlc") {
         eprintln!(
             "Distributed Erlang is not installed: installing Debian's erlang-nox (apt-get) ..."
@@ -39,20 +39,23 @@ pub fn prepare(out: &Path, file: &str, source: &str) -> Result<PathBuf, String> 
             );
         }
     }
-    let dir = out.join("erlang-build");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let build = tempfile::Builder::new()
+        .prefix("maquis-bench-erlang-")
+        .tempdir()
+        .map_err(|e| format!("a directory for the Erlang build: {e}"))?;
+    let dir = build.path();
     let src = dir.join(file);
     std::fs::write(&src, source).map_err(|e| e.to_string())?;
     // erlc runs in the build directory with relative names: given absolute ones, it shortens
     // them by the working directory as a string prefix, so `/tmp/cc` turns `/tmp/ccx/…` into
     // `x/…`.
     let status = Command::new("erlc")
-        .current_dir(&dir)
+        .current_dir(dir)
         .args(["-o", ".", file])
         .status()
         .map_err(|e| format!("erlc: {e}"))?;
     if !status.success() {
         return Err(format!("erlc failed to compile {file}"));
     }
-    Ok(dir)
+    Ok(build)
 }

@@ -378,22 +378,33 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     let plan = plan(args)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let erlang_dir = if plan.configs.iter().any(|c| base_of(c) == "erlang") {
+    // The Erlang build and the certificates live in temporary directories (removed when the
+    // run ends), not among the results.
+    let erlang_build = if plan.configs.iter().any(|c| base_of(c) == "erlang") {
         Some(crate::erlang::prepare(
-            &args.out,
             "micro.erl",
             crate::erlang::MICRO_ERL,
         )?)
     } else {
         None
     };
-    let tls_dir = if plan.configs.iter().any(|c| base_and_tls(c).1) {
-        Some(crate::certs::write(
-            &args.out.join("tls"),
-            &["bench-server", "bench-client"],
-        )?)
+    let erlang_dir = erlang_build.as_ref().map(|d| d.path().to_path_buf());
+    let tls_build = if plan.configs.iter().any(|c| base_and_tls(c).1) {
+        Some(
+            tempfile::Builder::new()
+                .prefix("maquis-bench-tls-")
+                .tempdir()
+                .map_err(|e| format!("a directory for the certificates: {e}"))?,
+        )
     } else {
         None
+    };
+    let tls_dir = match &tls_build {
+        Some(d) => Some(crate::certs::write(
+            d.path(),
+            &["bench-server", "bench-client"],
+        )?),
+        None => None,
     };
     let log_path = args.out.join("agents.log");
     let log = File::create(&log_path).map_err(|e| e.to_string())?;
