@@ -399,13 +399,10 @@ pub fn run(args: &MicroArgs) -> Result<Vec<Cell>, String> {
     } else {
         None
     };
-    let tls_dir = match &tls_build {
-        Some(d) => Some(crate::certs::write(
-            d.path(),
-            &["bench-server", "bench-client"],
-        )?),
-        None => None,
-    };
+    let tls_dir = tls_build
+        .as_ref()
+        .map(|d| crate::certs::write(d.path(), &["bench-server", "bench-client"]))
+        .transpose()?;
     let log_path = args.out.join("agents.log");
     let log = File::create(&log_path).map_err(|e| e.to_string())?;
     let mut cells = Vec::new();
