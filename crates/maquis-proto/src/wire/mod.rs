@@ -28,7 +28,7 @@ pub use handshake::{
 pub use parts::{Parts, Reassembly, PART_BYTES};
 pub use stripes::{
     actor_hold_key, hold_key, lane_bit, Assembled, CommitOutcome, Held, OrderingQueue, PartOutcome,
-    PieceRooms, StripeLimits, Stripes, Tick, Window, ANNOUNCE_TICKS,
+    PieceRooms, PiecesOn, StripeLimits, Stripes, Tick, Window, ANNOUNCE_TICKS,
 };
 
 /// Takes whole messages off the front of a buffer that a byte stream is read into.

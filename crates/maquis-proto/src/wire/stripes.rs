@@ -89,6 +89,25 @@ pub fn lane_bit(index: u16) -> u64 {
     1 << (index % 64)
 }
 
+/// Where the pieces of a striped frame were queued, as its commit's reader knows it: the
+/// channel whose ordering lane read the commit (pieces and commit travel on one channel's
+/// lanes) and the lanes its commit names ([`lane_bit`] of their indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PiecesOn {
+    /// Any number that tells the peer's channels apart (the transport uses the channel's
+    /// first lane slot).
+    pub channel: u16,
+    /// The commit's `lanes`.
+    pub lanes: u64,
+}
+
+impl PiecesOn {
+    /// Whether a piece may have gone on lane `index` of `channel`.
+    fn names(&self, channel: u16, index: u16) -> bool {
+        self.channel == channel && self.lanes & lane_bit(index) != 0
+    }
+}
+
 /// The bounds of a [`Stripes`] table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StripeLimits {
@@ -232,8 +251,8 @@ pub struct Stripes {
     announced: u64,
     /// The bytes of the frames handed on or dropped since then.
     freed: usize,
-    /// The commits waiting for pieces, with the lanes their pieces were queued on.
-    waiting: Vec<(u64, u64)>,
+    /// The commits waiting for pieces, with where their pieces were queued.
+    waiting: Vec<(u64, PiecesOn)>,
     /// Frames below this may have lost their commit, or everything, with a connection.
     suspect_below: u64,
     /// `low` when a tick last saw it move, and when.
@@ -455,14 +474,14 @@ impl Stripes {
         })
     }
 
-    /// Takes in the commit of frame `id`, numbered for `session`, whose pieces were queued on
-    /// `lanes` ([`lane_bit`] of each): the frame to hand on, or why not yet.
+    /// Takes in the commit of frame `id`, numbered for `session`, whose pieces were queued
+    /// where `on` says: the frame to hand on, or why not yet.
     pub fn commit(
         &mut self,
         session: u64,
         id: u64,
         ok: bool,
-        lanes: u64,
+        on: PiecesOn,
     ) -> Result<CommitOutcome, WireError> {
         if session != self.session {
             return Ok(CommitOutcome::Dropped);
@@ -484,7 +503,7 @@ impl Stripes {
             .is_some_and(|o| o.received == o.total && o.total > 0);
         if !complete {
             if !self.is_waiting(id) {
-                self.waiting.push((id, lanes));
+                self.waiting.push((id, on));
             }
             return Ok(CommitOutcome::Pending);
         }
@@ -516,18 +535,18 @@ impl Stripes {
         was
     }
 
-    /// A connection of the peer ended, of the lane of index `lane` in its channel: a frame
-    /// whose commit waits for pieces and names that lane is dropped (the sender wrote its
-    /// commit after all its pieces, so one missing may have been lost with the connection);
-    /// the others are kept (those waiting wait for pieces on other lanes; the pieces of the
-    /// rest still queued at the sender come on other connections, and their commits say
-    /// whether one was lost). Lanes of other channels with the same index (modulo 64) count
-    /// as the same lane: such a frame is dropped too. Returns how many frames were dropped.
-    pub fn lane_lost(&mut self, lane: u16) -> usize {
-        let bit = lane_bit(lane);
+    /// A connection of the peer ended, of the lane of index `lane` in `channel` (as in
+    /// [`PiecesOn`]): a frame whose commit waits for pieces and names that lane is dropped
+    /// (the sender wrote its commit after all its pieces, so one missing may have been lost
+    /// with the connection); the others are kept (those waiting wait for pieces on other
+    /// lanes; the pieces of the rest still queued at the sender come on other connections,
+    /// and their commits say whether one was lost). Lanes of the channel whose indices differ
+    /// by a multiple of 64 count as the same lane: such a frame is dropped too. Returns how
+    /// many frames were dropped.
+    pub fn lane_lost(&mut self, channel: u16, lane: u16) -> usize {
         let (lost, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition(|&(_, lanes)| lanes & bit != 0);
+            .partition(|(_, on)| on.names(channel, lane));
         self.waiting = kept;
         let n = lost.len();
         for (id, _) in lost {
@@ -802,7 +821,10 @@ mod tests {
     /// The tables' session.
     const S: u64 = 0x5e55;
     /// A commit's lanes when the test does not care which: every lane.
-    const ANY: u64 = u64::MAX;
+    const ANY: PiecesOn = PiecesOn {
+        channel: 0,
+        lanes: u64::MAX,
+    };
 
     fn limits() -> StripeLimits {
         window(4)
@@ -1135,7 +1157,7 @@ mod tests {
         // Lost: frame 2's commit went with the connection, frame 3 went whole with it, frame
         // 4 is fine.
         s.part(S, 2, 0, total, whole.clone()).unwrap();
-        assert_eq!(s.lane_lost(1), 0);
+        assert_eq!(s.lane_lost(0, 1), 0);
         s.part(S, 4, 0, total, whole.clone()).unwrap();
         assert_eq!(s.window().limit, 2 + 16);
         assert!(!s.tick(0, 1_000).dropped, "starts the clock");
@@ -1179,7 +1201,7 @@ mod tests {
         s.part(S, 4, 0, total, whole.slice(..10)).unwrap();
         assert_eq!(s.commit(S, 4, true, ANY).unwrap(), CommitOutcome::Pending);
         assert_eq!(
-            s.lane_lost(1),
+            s.lane_lost(0, 1),
             1,
             "its commit waited: a piece may have gone with it"
         );
@@ -1206,28 +1228,36 @@ mod tests {
         let mut s = Stripes::new(window(16), S);
         let whole = frame(100);
         let total = whole.len() as u64;
-        // Frame 0's missing piece was queued on lane 2, frame 1's on lanes 3 and 5, frame
-        // 2's on lane 67 (the bit of lane 3, as 67 is 3 modulo 64).
-        for id in 0..3 {
+        let on = |channel, lanes| PiecesOn { channel, lanes };
+        // Frame 0's missing piece was queued on lane 2 of channel 1, frame 1's on lanes 3 and
+        // 5, frame 2's on lane 67 (the bit of lane 3, as 67 is 3 modulo 64), frame 3's on
+        // lane 3 of channel 20.
+        for id in 0..4 {
             s.part(S, id, 0, total, whole.slice(..10)).unwrap();
         }
         let waits = [
-            (0, lane_bit(2)),
-            (1, lane_bit(3) | lane_bit(5)),
-            (2, lane_bit(67)),
+            (0, on(1, lane_bit(2))),
+            (1, on(1, lane_bit(3) | lane_bit(5))),
+            (2, on(1, lane_bit(67))),
+            (3, on(20, lane_bit(3))),
         ];
-        for (id, lanes) in waits {
+        for (id, pieces_on) in waits {
             assert_eq!(
-                s.commit(S, id, true, lanes).unwrap(),
+                s.commit(S, id, true, pieces_on).unwrap(),
                 CommitOutcome::Pending
             );
         }
-        assert_eq!(s.lane_lost(4), 0, "no piece went on lane 4");
-        assert_eq!(s.lane_lost(3), 2, "frames 1 and 2");
-        assert!(s.is_waiting(0) && !s.is_waiting(1) && !s.is_waiting(2));
+        assert_eq!(s.lane_lost(1, 4), 0, "no piece went on lane 4");
+        assert_eq!(
+            s.lane_lost(1, 3),
+            2,
+            "frames 1 and 2, not channel 20's frame 3"
+        );
+        assert!(s.is_waiting(0) && !s.is_waiting(1) && !s.is_waiting(2) && s.is_waiting(3));
+        assert_eq!(s.lane_lost(20, 3), 1, "frame 3");
         // Frame 0's piece comes on its own lane: whole, handed on.
         s.part(S, 0, 10, total, whole.slice(10..)).unwrap();
-        let CommitOutcome::Deliver(a) = s.commit(S, 0, true, lane_bit(2)).unwrap() else {
+        let CommitOutcome::Deliver(a) = s.commit(S, 0, true, on(1, lane_bit(2))).unwrap() else {
             panic!("frame 0 is whole");
         };
         assert_eq!(a.into_frame().unwrap().payload.len(), 100);
@@ -1255,7 +1285,7 @@ mod tests {
         assert!(s.piece_lost(S, 3));
         assert!(!s.piece_lost(S, 3), "once");
         assert!(!s.piece_lost(S + 1, 5), "another table's");
-        assert_eq!(s.lane_lost(1), 1);
+        assert_eq!(s.lane_lost(0, 1), 1);
         assert!(!s.is_waiting(2));
         // The pieces that were still queued come on another connection, after the loss.
         assert_eq!(
@@ -1297,7 +1327,7 @@ mod tests {
                 id,
                 ok: true,
                 hold,
-                lanes: ANY,
+                lanes: ANY.lanes,
             },
             payload: Bytes::new(),
         }
@@ -1563,7 +1593,7 @@ mod tests {
                 id: 1,
                 ok: true,
                 hold: None,
-                lanes: ANY,
+                lanes: ANY.lanes,
             },
             b"",
             usize::MAX,

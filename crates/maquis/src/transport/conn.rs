@@ -76,7 +76,7 @@ use crate::wire::frame::{Frame, FrameDecoder, Header};
 use crate::wire::handshake::{self, HandshakeDecoder, HandshakeMsg, MAX_HANDSHAKE_FRAME};
 use crate::wire::WireError;
 use crate::wire::{Acceptor, AcceptorStep, Dialer, DialerStep, HandshakeError, RejectCode};
-use crate::wire::{Held, OrderingQueue, Window};
+use crate::wire::{Held, OrderingQueue, PiecesOn, Window};
 
 /// Why a reader ended when the other end closed its side cleanly.
 const END_OF_STREAM: &str = "end of stream";
@@ -536,7 +536,8 @@ async fn read_loop<H: Host>(
     let reason = loop {
         // Most of the time nothing waits: no per-frame work then.
         if !ordering.is_empty() {
-            if let Err(e) = hand_on_front(&*inner, &peer, &mut ordering, &mut front, patience).await
+            if let Err(e) =
+                hand_on_front(&*inner, &peer, place, &mut ordering, &mut front, patience).await
             {
                 break bad_frame(&*inner, &peer, &lane, e);
             }
@@ -644,7 +645,7 @@ async fn read_loop<H: Host>(
     // missing pieces get their patience (their pieces come on other connections); otherwise
     // they are given up.
     while !ordering.is_empty() {
-        if hand_on_front(&*inner, &peer, &mut ordering, &mut front, patience)
+        if hand_on_front(&*inner, &peer, place, &mut ordering, &mut front, patience)
             .await
             .is_err()
         {
@@ -662,8 +663,7 @@ async fn read_loop<H: Host>(
     }
     if reason != END_OF_STREAM {
         // Pieces of striped frames may have been lost with it.
-        peer.stripes_in
-            .lane_lost(rooms.reading(), lane.id.index, place.parallelism > 1);
+        peer.stripes_in.lane_lost(rooms.reading(), place);
         announce_window(&*inner, &peer);
     }
     if let Some(conn) = conn_number {
@@ -778,6 +778,7 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 async fn hand_on_front<H: Host>(
     inner: &H,
     peer: &Arc<Peer>,
+    place: LanePlace,
     ordering: &mut OrderingQueue,
     front: &mut Front,
     patience: Duration,
@@ -803,7 +804,11 @@ async fn hand_on_front<H: Host>(
             }) => (session, id, ok, lanes),
         };
         front.seen = peer.stripes_in.generation();
-        let tried = peer.stripes_in.try_commit(session, id, ok, lanes)?;
+        let on = PiecesOn {
+            channel: place.channel,
+            lanes,
+        };
+        let tried = peer.stripes_in.try_commit(session, id, ok, on)?;
         if !matches!(tried, Tried::Pending) {
             announce_window(inner, peer);
         }

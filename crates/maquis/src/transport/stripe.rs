@@ -42,14 +42,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::{Bytes, BytesMut};
 use maquis_proto::wire::{
     encode_head, lane_bit, Assembled, Body, CommitOutcome, Header, PartOutcome, PieceRooms,
-    StripeLimits, Stripes, Tick, Window, WireError,
+    PiecesOn, StripeLimits, Stripes, Tick, Window, WireError,
 };
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::lane::Lane;
 use super::peer::Peer;
-use super::widen::Place;
+use super::widen::{LanePlace, Place};
 use crate::counters::Counters;
 use crate::error::SendError;
 
@@ -710,15 +710,15 @@ impl StripesIn {
         Ok(())
     }
 
-    /// Tries a commit now (see [`Tried`]); its pieces were queued on `lanes`.
+    /// Tries a commit now (see [`Tried`]); its pieces were queued where `on` says.
     pub(crate) fn try_commit(
         &self,
         session: u64,
         id: u64,
         ok: bool,
-        lanes: u64,
+        on: PiecesOn,
     ) -> Result<Tried, WireError> {
-        let out = self.table().commit(session, id, ok, lanes)?;
+        let out = self.table().commit(session, id, ok, on)?;
         Ok(match out {
             CommitOutcome::Deliver(a) => Tried::Ready(a),
             CommitOutcome::Dropped => Tried::Dropped,
@@ -734,16 +734,16 @@ impl StripesIn {
 
     /// A connection of the peer ended without an orderly close, its reader in the middle of
     /// the piece `reading` (session and id), if it was: that frame is dropped, and if its lane
-    /// (of index `lane`) is one of a channel of several (where pieces and commits travel), so
-    /// are the frames whose commits wait for pieces and name that lane
+    /// (`place`) is one of a channel of several (where pieces and commits travel), so are the
+    /// frames whose commits wait for pieces and name that lane of that channel
     /// ([`Stripes::lane_lost`]). They are counted when their commits are taken in.
-    pub(crate) fn lane_lost(&self, reading: Option<(u64, u64)>, lane: u16, striping: bool) {
+    pub(crate) fn lane_lost(&self, reading: Option<(u64, u64)>, place: LanePlace) {
         let mut table = self.table();
         if let Some((session, id)) = reading {
             table.piece_lost(session, id);
         }
-        if striping {
-            table.lane_lost(lane);
+        if place.parallelism > 1 {
+            table.lane_lost(place.channel, place.index);
         }
         drop(table);
         self.bump();
@@ -919,7 +919,15 @@ mod tests {
         loop {
             let seen = s.generation();
             match s
-                .try_commit(s.window().session, id, true, u64::MAX)
+                .try_commit(
+                    s.window().session,
+                    id,
+                    true,
+                    PiecesOn {
+                        channel: 0,
+                        lanes: u64::MAX,
+                    },
+                )
                 .unwrap()
             {
                 Tried::Ready(a) => return Some(a.into_frame().unwrap()),
