@@ -1,8 +1,9 @@
 //! Large frames striped over a channel's lanes: the sender's pieces and commits, and the
 //! receiver's table (the wire and the table's rules: [`maquis_proto::wire::stripes`]).
 //!
-//! The sender ([`send`]) queues each piece on the least loaded of the channel's other lanes,
-//! then the frame's commit on the lane its order key takes among those carrying the
+//! The sender ([`send`]) queues each piece on the least loaded of the channel's other lanes
+//! that its spread takes (as many as the round trip and the bytes written ask for: see
+//! [`super::widen`]), then the frame's commit on the lane its order key takes among those carrying the
 //! channel's small frames (its *ordering lane*; see [`super::widen`]), where it holds the
 //! place of its order key (the lane's [`super::schedule`] keeps it, and the frames of its key
 //! behind it, until its [`Gate`] opens). Every piece carries a [`PartGuard`]: written, or
@@ -493,7 +494,8 @@ impl StripesOut {
 
 /// Sends the frame `head` + `payload` striped: its commit at `ordering` with order key
 /// `order` and hold key `hold` ([`maquis_proto::wire::hold_key`] of its header), its pieces of
-/// at most `piece` bytes over `data`. Waits for room when `wait`, else
+/// at most `piece` bytes over `data` (over the first [`Widen::spread`](super::widen::Widen::spread)
+/// of them when `ordering` is a widening channel's). Waits for room when `wait`, else
 /// fails with `Backpressure` (pieces already queued are then dropped, and so is the frame).
 pub(crate) async fn send(
     out: &StripesOut,
@@ -506,6 +508,10 @@ pub(crate) async fn send(
 ) -> Result<(), SendError> {
     let (head, payload) = frame;
     let (order, hold) = keys;
+    let data = match ordering {
+        Place::Widened { widen, .. } => &data[..widen.spread().max(1).min(data.len())],
+        Place::Lane(_) => data,
+    };
     let permit = if wait {
         out.uncommitted
             .clone()
@@ -993,9 +999,15 @@ mod tests {
                 }
             }
         };
-        // Taking the queued frames gives their room back.
-        drain(&mut tasks);
-        sending.await.unwrap();
+        // Taking the queued frames gives their room back (the pieces take the first lane,
+        // the channel's spread being one lane here: room for one piece at a time).
+        loop {
+            drain(&mut tasks);
+            if let std::task::Poll::Ready(sent) = futures::poll!(sending.as_mut()) {
+                sent.unwrap();
+                break;
+            }
+        }
         drain(&mut tasks);
         let at = |lane: &[&str], role| lane.iter().position(|r| *r == role);
         assert_eq!(roles[0][..2], ["whole", "barrier"]);
@@ -1056,6 +1068,59 @@ mod tests {
             Header::Commit { lanes, ok, .. } => assert_eq!((lanes, ok), (pieces_on, false)),
             other => panic!("not a commit: {other:?}"),
         }
+    }
+
+    /// A widening channel's pieces go on the first lanes of its spread only.
+    #[tokio::test]
+    async fn pieces_keep_to_the_spread() {
+        use super::super::widen::Widen;
+        use crate::id::LaneId;
+        use futures::FutureExt;
+        let lanes: Vec<_> = (0..4)
+            .map(|i| Lane::new(LaneId::new("default", i), 1 << 20))
+            .collect();
+        let (lanes, mut tasks): (Vec<_>, Vec<_>) = lanes.into_iter().unzip();
+        let widen = Widen::new(4);
+        let out = StripesOut::new(CancellationToken::new());
+        out.grant(window(1, 0, WINDOW), Some(1));
+        let mut pieces_on = |spread: usize| {
+            widen.set_spread(spread);
+            let place = Place::Widened {
+                widen: &widen,
+                lanes: &lanes,
+            };
+            // Six pieces of 100 bytes.
+            let sending = send(
+                &out,
+                place,
+                &lanes[1..],
+                (
+                    Bytes::from_static(b"head"),
+                    Body::from(Bytes::from(vec![0u8; 596])),
+                ),
+                (0, None),
+                100,
+                false,
+            );
+            sending.now_or_never().expect("room").unwrap();
+            let mut on = [0; 4];
+            for (i, t) in tasks.iter_mut().enumerate() {
+                while let Ok(f) = t.rx.try_recv() {
+                    if let Role::Part(_) = f.role {
+                        on[i] += 1;
+                    }
+                }
+            }
+            on
+        };
+        assert_eq!(pieces_on(1), [0, 6, 0, 0]);
+        assert_eq!(pieces_on(2), [0, 3, 3, 0]);
+        assert_eq!(pieces_on(3), [0, 2, 2, 2]);
+        assert_eq!(
+            pieces_on(9),
+            [0, 2, 2, 2],
+            "at most every lane but the first"
+        );
     }
 
     /// A commit read before its pieces waits for them, then hands the frame on.

@@ -11,6 +11,16 @@
 //! then on lane `key mod width`. When they have not waited for a while it halves them again
 //! ([`Policy`], no I/O and no clock of its own).
 //!
+//! The same policy, a second instance, sets how many of the channel's other lanes carry the
+//! pieces of its striped frames (its *spread*, [`Widen::spread`]): every lane a striped
+//! frame's bytes spread over costs CPU (its socket's buffers and acknowledgements, its
+//! writer's and reader's wake-ups; a 512 KiB echo at 1 ms cost ~365 µs a request over two
+//! lanes, ~470 µs over sixteen), and it pays only while a lane's window is what holds the
+//! bytes up. The spread starts at one lane per [`SPREAD_RTT_US`] of the round trip the
+//! channel's first connection measured when it was set up, and doubles on trial as the width
+//! does. Pieces may go on any lane (their frame's commit keeps its place in the order), so a
+//! change of spread needs no barrier.
+//!
 //! A key that moves to another lane must not overtake its frames still on the old one. A
 //! change of width is therefore a barrier ([`Widen::switch`]): under a lock that sends take
 //! shared, a [`Header::Barrier`] with a new epoch is queued on each lane of the old and the new
@@ -21,7 +31,7 @@
 //! [`maquis_proto::wire::barriers`]). A barrier whose lanes do not all arrive within the
 //! heartbeat timeout (a lost connection) is given up and counted.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -54,6 +64,11 @@ const MAX_HOLD_OFF: Duration = Duration::from_secs(60);
 const CALM_BELOW: f64 = 0.1;
 /// ... for this long halve it.
 const CALM_FOR: Duration = Duration::from_secs(2);
+/// The spread starts at one lane per this much round trip (µs). One connection carries at
+/// most its send buffer per round trip (4 MiB by Linux's default `tcp_wmem`): 2 GB/s at 2 ms,
+/// more than this many lanes' writers can copy on a core or two; longer links start with as
+/// many lanes as keep that rate, and trials widen further where more bytes follow.
+pub(crate) const SPREAD_RTT_US: u64 = 2_000;
 
 /// The width of one channel to one peer, and its epoch: what sends pick lanes by.
 pub(crate) struct Widen {
@@ -63,6 +78,8 @@ pub(crate) struct Widen {
     /// queued, exclusively by a change of width.
     switch: RwLock<()>,
     lanes: usize,
+    /// The lanes after the first that carry striped frames' pieces (1 ..= `lanes - 1`).
+    spread: AtomicUsize,
 }
 
 /// The width as a send saw it.
@@ -92,6 +109,26 @@ impl Widen {
             state: AtomicU64::new(1),
             switch: RwLock::new(()),
             lanes,
+            spread: AtomicUsize::new(1),
+        }
+    }
+
+    /// How many lanes, counted from the second, carry striped frames' pieces now.
+    pub(crate) fn spread(&self) -> usize {
+        self.spread.load(Ordering::Relaxed)
+    }
+
+    /// Pieces go on `spread` lanes from now on (at least one, at most all but the first).
+    pub(crate) fn set_spread(&self, spread: usize) {
+        let spread = spread.clamp(1, self.lanes.saturating_sub(1).max(1));
+        let old = self.spread.swap(spread, Ordering::Relaxed);
+        if old != spread {
+            tracing::debug!(
+                lanes = self.lanes,
+                from = old,
+                to = spread,
+                "striped pieces' lanes changed"
+            );
         }
     }
 
@@ -270,6 +307,8 @@ impl<'a> Place<'a> {
 #[derive(Debug)]
 pub(crate) struct Policy {
     width: usize,
+    /// It never halves below this.
+    floor: usize,
     max: usize,
     last: Option<Instant>,
     /// Each lane's waiting time (ns, as counted) at the last look.
@@ -302,6 +341,7 @@ impl Policy {
     pub(crate) fn new(lanes: usize) -> Self {
         Policy {
             width: 1,
+            floor: 1,
             max: lanes.max(1),
             last: None,
             before: vec![0; lanes.max(1)],
@@ -311,6 +351,28 @@ impl Policy {
             hold_until: None,
             hold_off: HOLD_OFF,
         }
+    }
+
+    /// The width now.
+    pub(crate) fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Whether a doubled width is on trial (a second policy over the same lanes waits: two
+    /// trials at once would each take the other's bytes for their own).
+    pub(crate) fn on_trial(&self) -> bool {
+        self.trial.is_some()
+    }
+
+    /// Never below `floor` (at most all the lanes) from now on: the width rises to it now
+    /// when below (the new width, if it changed).
+    pub(crate) fn set_floor(&mut self, floor: usize) -> Option<usize> {
+        self.floor = floor.clamp(1, self.max);
+        (self.width < self.floor).then(|| {
+            self.width = self.floor;
+            self.trial = None;
+            self.width
+        })
     }
 
     /// When it is next time to look again; `now` when it never looked.
@@ -405,7 +467,7 @@ impl Policy {
             let since = *self.calm_since.get_or_insert(last);
             if now.saturating_duration_since(since) >= CALM_FOR {
                 self.calm_since = Some(now);
-                (w / 2).max(1)
+                (w / 2).max(self.floor)
             } else {
                 w
             }
@@ -423,12 +485,14 @@ impl Policy {
     }
 }
 
-/// What the writer of a widening channel's first lane keeps: the channel's lanes, its width,
-/// and the policy.
+/// What the writer of a widening channel's first lane keeps: the channel's lanes, its width
+/// and spread, and their policies.
 pub(crate) struct Driver {
     widen: Arc<Widen>,
     lanes: Vec<Arc<Lane>>,
     policy: Policy,
+    /// The spread's, over the lanes after the first.
+    spread: Policy,
     waited: Vec<u64>,
     /// The peer's round trip in µs, as its heartbeats measure it.
     rtt_us: Arc<AtomicU64>,
@@ -442,6 +506,7 @@ impl Driver {
             widen,
             lanes,
             policy: Policy::new(n),
+            spread: Policy::new(n.saturating_sub(1)),
             waited: vec![0; n],
             rtt_us,
         }
@@ -452,8 +517,8 @@ impl Driver {
         self.policy.due_at(now)
     }
 
-    /// After a write: looks at the waiting times now and then, and changes the width when the
-    /// policy says so.
+    /// After a write: looks at the waiting times now and then, and changes the width or the
+    /// spread when their policies say so (one on trial at a time).
     pub(crate) fn after_write(&mut self, now: Instant) {
         if !self.policy.due(now) {
             return;
@@ -464,8 +529,26 @@ impl Driver {
             *w = l.metrics.waited_ns.load(Ordering::Relaxed);
             written += l.metrics.bytes_out.load(Ordering::Relaxed);
         }
-        if let Some(width) = self.policy.tick(now, &self.waited, written, rtt) {
-            self.widen.switch(&self.lanes, width);
+        if !self.spread.on_trial() {
+            if let Some(width) = self.policy.tick(now, &self.waited, written, rtt) {
+                self.widen.switch(&self.lanes, width);
+            }
+        }
+        if self.lanes.len() < 2 {
+            return;
+        }
+        // The round trip of the first lane's connection as it was set up (0 before).
+        let base_us = self.lanes[0].metrics.round_trip_us.load(Ordering::Relaxed);
+        let floor = base_us.div_ceil(SPREAD_RTT_US).max(1) as usize;
+        let mut changed = self.spread.set_floor(floor);
+        if !self.policy.on_trial() {
+            changed = self
+                .spread
+                .tick(now, &self.waited[1..], written, rtt)
+                .or(changed);
+        }
+        if changed.is_some() {
+            self.widen.set_spread(self.spread.width());
         }
     }
 }
@@ -643,6 +726,49 @@ mod tests {
         // Nothing written for ten seconds, then a write: back to one lane.
         let now = at(sim.t0, sim.t + 10_000);
         assert_eq!(sim.p.tick(now, &sim.waited, sim.bytes, sim.rtt), Some(1));
+    }
+
+    #[test]
+    fn a_floor_raises_the_width_and_halving_stops_there() {
+        let mut sim = Sim::new(8, 1);
+        assert_eq!(sim.p.set_floor(3), Some(3));
+        assert_eq!(sim.p.set_floor(3), None, "already there");
+        // Writes wait, and six lanes write twice what three do: doubled at once, kept.
+        let changes = sim.run(1_000, |w| 100_000_000 * w.min(6) as u64, 0.9);
+        assert_eq!(changes.first(), Some(&(100, 6)), "{changes:?}");
+        // Calm: halved to three, not below.
+        let changes = sim.run(10_000, |w| 100_000_000 * w as u64, 0.0);
+        assert_eq!(changes.last().map(|c| c.1), Some(3), "{changes:?}");
+        assert_eq!(sim.p.width(), 3);
+        // A floor above the lanes is all of them.
+        assert_eq!(sim.p.set_floor(20), Some(8));
+    }
+
+    /// The spread of a channel's striped pieces starts at one lane per `SPREAD_RTT_US` of its
+    /// first connection's round trip, and only the lanes after the first count.
+    #[test]
+    fn the_spread_starts_from_the_round_trip() {
+        use crate::id::LaneId;
+        let spread_at = |rtt_us: u64, lanes: u16| {
+            let lanes: Vec<_> = (0..lanes)
+                .map(|i| Lane::new(LaneId::new("default", i), 1 << 20).0)
+                .collect();
+            lanes[0]
+                .metrics
+                .round_trip_us
+                .store(rtt_us, Ordering::Relaxed);
+            let widen = Arc::new(Widen::new(lanes.len()));
+            let mut d = Driver::new(widen.clone(), lanes, Arc::new(AtomicU64::new(0)));
+            d.after_write(Instant::now());
+            widen.spread()
+        };
+        assert_eq!(spread_at(0, 16), 1, "round trip not known yet");
+        assert_eq!(spread_at(40, 16), 1, "one host");
+        assert_eq!(spread_at(1_000, 16), 1);
+        assert_eq!(spread_at(5_000, 16), 3);
+        assert_eq!(spread_at(20_000, 16), 10);
+        assert_eq!(spread_at(100_000, 16), 15, "every lane but the first");
+        assert_eq!(spread_at(100_000, 2), 1);
     }
 
     /// Many keys streaming (one of them with striped messages among its small ones) while
