@@ -189,7 +189,7 @@ fn default_lanes_bytes(node: &Node) -> Vec<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn striped_messages_keep_their_order_and_spread_over_the_lanes() {
+async fn striped_messages_keep_their_order_and_take_the_spread_of_lanes() {
     let (nodes, r, mut seen) = setup_lanes("lmstripe", 1 << 20, 4, 1 << 20).await;
     large_small_large_small(&r, &mut seen).await;
     let bytes = default_lanes_bytes(&nodes[0]);
@@ -198,12 +198,15 @@ async fn striped_messages_keep_their_order_and_spread_over_the_lanes() {
         bytes[0] < 4096,
         "the ordering lane carried small frames and commits only: {bytes:?}"
     );
-    for (i, b) in bytes.iter().enumerate().skip(1) {
-        assert!(
-            *b >= 4 << 20,
-            "lane {i} carried a share of the parts: {bytes:?}"
-        );
-    }
+    // On one host the round trip is tens of µs: the channel's spread starts at one lane, the
+    // first after the ordering lane (a trial may widen it if the writes wait long enough, not
+    // before 100 ms have passed: it then takes the second half of the bytes at most).
+    let parts: u64 = bytes[1..].iter().sum();
+    assert!(parts >= 32 << 20, "both messages' parts: {bytes:?}");
+    assert!(
+        bytes[1] >= bytes[2] + bytes[3],
+        "lane 1, the spread's first lane, carried most of the parts: {bytes:?}"
+    );
     assert_eq!(dropped(&nodes[0]), 0);
     for n in &nodes {
         n.shutdown().await;
