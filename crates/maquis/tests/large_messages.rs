@@ -191,6 +191,18 @@ fn default_lanes_bytes(node: &Node) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn striped_messages_keep_their_order_and_take_the_spread_of_lanes() {
     let (nodes, r, mut seen) = setup_lanes("lmstripe", 1 << 20, 4, 1 << 20).await;
+    // What each lane of the channel carries, as the status shows it: small messages on the
+    // first (not widened), striped parts on the second (the spread on one host).
+    let carries: Vec<(bool, bool)> = nodes[0].status().peers[0]
+        .lanes
+        .iter()
+        .filter(|l| l.channel == "default")
+        .map(|l| (l.small, l.striped))
+        .collect();
+    assert_eq!(
+        carries,
+        [(true, false), (false, true), (false, false), (false, false)]
+    );
     large_small_large_small(&r, &mut seen).await;
     let bytes = default_lanes_bytes(&nodes[0]);
     assert_eq!(bytes.len(), 4);

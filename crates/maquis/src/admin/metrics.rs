@@ -8,7 +8,7 @@ use super::{LaneStatus, PeerStatus, Status};
 type LaneValue = fn(&LaneStatus) -> u64;
 
 /// The per-lane families: name, help, type, value.
-const LANE_FAMILIES: [(&str, &str, &str, LaneValue); 8] = [
+const LANE_FAMILIES: [(&str, &str, &str, LaneValue); 10] = [
     (
         "maquis_lane_messages_out_total",
         "Messages sent on the lane.",
@@ -57,6 +57,18 @@ const LANE_FAMILIES: [(&str, &str, &str, LaneValue); 8] = [
         "gauge",
         |l| u64::from(l.connected),
     ),
+    (
+        "maquis_lane_small",
+        "Whether messages under the striping size take the lane now (1) or not (0).",
+        "gauge",
+        |l| u64::from(l.small),
+    ),
+    (
+        "maquis_lane_striped",
+        "Whether striped messages' parts take the lane now (1) or not (0).",
+        "gauge",
+        |l| u64::from(l.striped),
+    ),
 ];
 
 const PEER_UP: &str = "maquis_peer_up";
@@ -67,8 +79,8 @@ const MEMBERS: &str = "maquis_members";
 ///
 /// Per lane, labelled `peer="n2",channel="default",index="0"`: `maquis_lane_messages_out_total`,
 /// `maquis_lane_bytes_out_total`, `maquis_lane_messages_in_total`, `maquis_lane_bytes_in_total`,
-/// `maquis_lane_queued_bytes` (gauge), `maquis_lane_dropped_total` and `maquis_lane_connected`
-/// (gauge, 0 or 1). Per peer, labelled `peer="n2"`: `maquis_peer_up` (gauge, 0 or 1) and
+/// `maquis_lane_queued_bytes` (gauge), `maquis_lane_dropped_total`, and the gauges (0 or 1)
+/// `maquis_lane_connected`, `maquis_lane_small` and `maquis_lane_striped`. Per peer, labelled `peer="n2"`: `maquis_peer_up` (gauge, 0 or 1) and
 /// `maquis_peer_heartbeat_rtt_seconds` (gauge, only for peers with a measured round trip).
 /// For the node: `maquis_members` (gauge, the number of members) and one counter
 /// `maquis_<name>_total` per entry of [`Status::counters`].

@@ -136,6 +136,16 @@ pub struct LaneStatus {
     /// queued when the peer was dropped. A full queue never drops: senders wait or get
     /// `Backpressure`.
     pub dropped: u64,
+    /// Whether messages under `transport.stripe_bytes` take the lane now: every lane of a
+    /// channel that does not stripe; of one that does, the lanes of its width (its first, or
+    /// its first 2, 4, … once it has widened).
+    #[serde(default)]
+    pub small: bool,
+    /// Whether the parts of striped messages take the lane now: of a channel that stripes, the
+    /// lanes of its spread (its second, or its second to its `spread + 1`-th), as many as the
+    /// round trip and the bytes written ask for.
+    #[serde(default)]
+    pub striped: bool,
 }
 
 /// Result of a ping: the node calls the `echo` service on node `to` `count` times with

@@ -7,7 +7,8 @@ use super::Status;
 impl Status {
     /// Renders the status as a plain-text table for people: a line about the node, a line with
     /// the members, then one row per lane of each peer (peer, address, up, heartbeat round trip,
-    /// channel, index, connected, messages out/in, bytes out/in, queued bytes, dropped), a peer
+    /// channel, index, connected, what it carries now — `small` messages, `striped` messages'
+    /// parts, `both` or `-` —, messages out/in, bytes out/in, queued bytes, dropped), a peer
     /// without lanes getting one row of its own, and finally the node's counters, if any.
     /// Ends with a newline.
     pub fn render_table(&self) -> String {
@@ -54,6 +55,7 @@ impl Status {
                         cell(&lane.channel),
                         lane.index.to_string(),
                         if lane.connected { "yes" } else { "no" }.to_owned(),
+                        carries(lane.small, lane.striped).to_owned(),
                         lane.msgs_out.to_string(),
                         lane.msgs_in.to_string(),
                         bytes(lane.bytes_out),
@@ -100,7 +102,7 @@ impl Status {
     }
 }
 
-const HEADER: [&str; 13] = [
+const HEADER: [&str; 14] = [
     "PEER",
     "ADDR",
     "UP",
@@ -108,6 +110,7 @@ const HEADER: [&str; 13] = [
     "CHANNEL",
     "IDX",
     "CONN",
+    "CARRIES",
     "MSGS OUT",
     "MSGS IN",
     "BYTES OUT",
@@ -117,7 +120,7 @@ const HEADER: [&str; 13] = [
 ];
 
 /// Columns from this one on are numbers, aligned right.
-const FIRST_NUMERIC: usize = 7;
+const FIRST_NUMERIC: usize = 8;
 
 fn render_rows(out: &mut String, rows: &[Vec<String>]) {
     let mut widths = vec![0; HEADER.len()];
@@ -173,6 +176,16 @@ fn duration(us: u64) -> String {
         format!("{:.1}ms", us as f64 / 1_000.0)
     } else {
         format!("{:.2}s", us as f64 / 1_000_000.0)
+    }
+}
+
+/// What a lane carries now, in a word.
+fn carries(small: bool, striped: bool) -> &'static str {
+    match (small, striped) {
+        (true, true) => "both",
+        (true, false) => "small",
+        (false, true) => "striped",
+        (false, false) => "-",
     }
 }
 

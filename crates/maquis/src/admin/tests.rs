@@ -42,6 +42,8 @@ fn sample_status() -> Status {
                         bytes_in: 456,
                         queued_bytes: 7,
                         dropped: 1,
+                        small: true,
+                        striped: false,
                     },
                     LaneStatus {
                         channel: "default".into(),
@@ -54,6 +56,8 @@ fn sample_status() -> Status {
                         bytes_in: 0,
                         queued_bytes: 0,
                         dropped: 0,
+                        small: false,
+                        striped: true,
                     },
                 ],
             },
@@ -222,6 +226,9 @@ fn metrics_lines() {
         r#"maquis_lane_dropped_total{peer="n2",channel="vnode",index="0"} 1"#,
         r#"maquis_lane_connected{peer="n2",channel="vnode",index="0"} 1"#,
         r#"maquis_lane_connected{peer="n2",channel="default",index="1"} 0"#,
+        "# TYPE maquis_lane_striped gauge",
+        r#"maquis_lane_small{peer="n2",channel="vnode",index="0"} 1"#,
+        r#"maquis_lane_striped{peer="n2",channel="default",index="1"} 1"#,
         "# TYPE maquis_peer_up gauge",
         r#"maquis_peer_up{peer="n2"} 1"#,
         r#"maquis_peer_up{peer="n3"} 0"#,
@@ -539,6 +546,9 @@ fn table_for_people() {
     assert!(lines[3].contains("vnode"), "{table}");
     assert!(lines[3].contains("123 B"), "{table}");
     assert!(lines[4].contains("default"), "{table}");
+    let carries = lines[2].find("CARRIES").expect("column");
+    assert_eq!(lines[3].find("small"), Some(carries), "{table}");
+    assert_eq!(lines[4].find("striped"), Some(carries), "{table}");
     assert!(
         lines[5].starts_with("n3 ") && lines[5].contains("down"),
         "{table}"

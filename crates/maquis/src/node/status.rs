@@ -42,7 +42,8 @@ impl Node {
                 lanes: p
                     .lanes
                     .iter()
-                    .map(|l| LaneStatus {
+                    .enumerate()
+                    .map(|(slot, l)| LaneStatus {
                         channel: l.id.channel.clone(),
                         index: l.id.index,
                         connected: l.is_connected(),
@@ -53,6 +54,8 @@ impl Node {
                         bytes_in: l.metrics.bytes_in.load(Ordering::Relaxed),
                         queued_bytes: l.queued_bytes(),
                         dropped: l.metrics.dropped.load(Ordering::Relaxed),
+                        small: p.carries_small(slot),
+                        striped: p.carries_striped(slot),
                     })
                     .collect(),
             })

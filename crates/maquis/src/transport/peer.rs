@@ -73,6 +73,27 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
+    /// The widening channel of the lane at `slot`, and the lane's index in it.
+    fn widening(&self, slot: usize) -> Option<(&Widen, usize)> {
+        let index = usize::from(self.lanes.get(slot)?.id.index);
+        let first = slot.checked_sub(index)?;
+        self.widths.get(first)?.as_deref().map(|w| (w, index))
+    }
+
+    /// Whether frames under the striping size take the lane at `slot` now: every lane of a
+    /// channel that does not widen, the lanes of the width of one that does.
+    pub(crate) fn carries_small(&self, slot: usize) -> bool {
+        self.widening(slot)
+            .is_none_or(|(w, index)| index < w.seen().width())
+    }
+
+    /// Whether striped frames' pieces take the lane at `slot` now (the lanes of its channel's
+    /// spread).
+    pub(crate) fn carries_striped(&self, slot: usize) -> bool {
+        self.widening(slot)
+            .is_some_and(|(w, index)| index >= 1 && index <= w.spread())
+    }
+
     /// Whether the peer's membership lane is up.
     pub(crate) fn is_up(&self) -> bool {
         self.up.load(Ordering::Acquire)
