@@ -1023,18 +1023,28 @@ mod tests {
         );
     }
 
+    /// A channel of four lanes of 1 MiB each, their tasks, and a sender's striping state
+    /// with a window of `WINDOW` frames.
+    fn four_lanes() -> (
+        Vec<Arc<Lane>>,
+        Vec<super::super::lane::LaneTask>,
+        StripesOut,
+    ) {
+        use crate::id::LaneId;
+        let (lanes, tasks) = (0..4)
+            .map(|i| Lane::new(LaneId::new("default", i), 1 << 20))
+            .unzip();
+        let out = StripesOut::new(CancellationToken::new());
+        out.grant(window(1, 0, WINDOW), Some(1));
+        (lanes, tasks, out)
+    }
+
     /// A commit names the lanes its frame's pieces were queued on (for the receiver, which
     /// drops a frame whose commit waits only when one of those loses a connection).
     #[tokio::test]
     async fn a_commit_names_the_lanes_of_its_pieces() {
-        use crate::id::LaneId;
         use maquis_proto::wire::decode_head;
-        let lanes: Vec<_> = (0..4)
-            .map(|i| Lane::new(LaneId::new("default", i), 1 << 20))
-            .collect();
-        let (lanes, mut tasks): (Vec<_>, Vec<_>) = lanes.into_iter().unzip();
-        let out = StripesOut::new(CancellationToken::new());
-        out.grant(window(1, 0, WINDOW), Some(1));
+        let (lanes, mut tasks, out) = four_lanes();
         // Two pieces of 100 bytes, over lanes 2 and 3 (the least loaded, in turn).
         send(
             &out,
@@ -1074,15 +1084,9 @@ mod tests {
     #[tokio::test]
     async fn pieces_keep_to_the_spread() {
         use super::super::widen::Widen;
-        use crate::id::LaneId;
         use futures::FutureExt;
-        let lanes: Vec<_> = (0..4)
-            .map(|i| Lane::new(LaneId::new("default", i), 1 << 20))
-            .collect();
-        let (lanes, mut tasks): (Vec<_>, Vec<_>) = lanes.into_iter().unzip();
+        let (lanes, mut tasks, out) = four_lanes();
         let widen = Widen::new(4);
-        let out = StripesOut::new(CancellationToken::new());
-        out.grant(window(1, 0, WINDOW), Some(1));
         let mut pieces_on = |spread: usize| {
             widen.set_spread(spread);
             let place = Place::Widened {
