@@ -885,8 +885,14 @@ mod tests {
         progress.notify_waiters();
         let switches = switcher.await.unwrap();
         assert!(switches > 10, "the width changed {switches} times");
-        assert!(wrong.is_empty(), "out of order or damaged: {wrong:?}");
-        assert_eq!(b.counters().barriers_given_up.get(), 0);
+        // A barrier given up (a lane not there within the heartbeat timeout) lets a key's
+        // messages pass out of order once, as documented: say so when that is why.
+        let given_up = b.counters().barriers_given_up.get();
+        assert!(
+            wrong.is_empty(),
+            "out of order or damaged (barriers given up: {given_up}): {wrong:?}"
+        );
+        assert_eq!(given_up, 0);
         assert_eq!(b.counters().bad_frames.get(), 0);
         let bytes: Vec<u64> = peer.lanes[slot..slot + 4]
             .iter()
