@@ -2,9 +2,9 @@
 //! receiver's table (the wire and the table's rules: [`maquis_proto::wire::stripes`]).
 //!
 //! The sender ([`send`]) queues each piece on the least loaded of the channel's other lanes
-//! that its spread takes (as many as the round trip and the bytes written ask for: see
-//! [`super::widen`]), then the frame's commit on the lane its order key takes among those carrying the
-//! channel's small frames (its *ordering lane*; see [`super::widen`]), where it holds the
+//! that its spread takes (as many as the round trip and the bytes written ask for), then the
+//! frame's commit on the lane its order key takes among those carrying the channel's small
+//! frames (its *ordering lane*; both: see [`super::widen`]), where it holds the
 //! place of its order key (the lane's [`super::schedule`] keeps it, and the frames of its key
 //! behind it, until its [`Gate`] opens). Every piece carries a [`PartGuard`]: written, or
 //! dropped unwritten, it tells the gate; when all have, the gate opens and the ordering lane's
@@ -509,7 +509,7 @@ pub(crate) async fn send(
     let (head, payload) = frame;
     let (order, hold) = keys;
     let data = match ordering {
-        Place::Widened { widen, .. } => &data[..widen.spread().max(1).min(data.len())],
+        Place::Widened { widen, .. } => &data[..widen.spread().min(data.len())],
         Place::Lane(_) => data,
     };
     let permit = if wait {
