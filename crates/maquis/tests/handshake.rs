@@ -229,3 +229,31 @@ async fn one_source_cannot_hold_every_handshake_slot() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Two nodes with more lanes to each other (1 + 16 + 16 + 16) than a listener takes handshakes
+/// at once from one address (`max_pending_handshakes_per_source`, 32): every lane connects and
+/// neither refuses a single connection, as each dials at most half that many at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_lanes_connect_without_a_refused_handshake() {
+    let wide = |name: &str| {
+        config(name)
+            .parallelism(16)
+            .channel("vnode", Some(16))
+            .channel("bulk", Some(16))
+    };
+    let a = start_with(wide("wide-a")).await;
+    let b = start_with(wide("wide-b")).await;
+    b.join_wait(a.addr(), Duration::from_secs(5)).await.unwrap();
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        let peer = y.id().name.to_string();
+        until("every lane connected", Duration::from_secs(10), || {
+            let lanes = x.lanes_connected(&peer);
+            async move { lanes.len() == 4 && lanes.iter().all(|(_, up, want)| up == want) }
+        })
+        .await;
+    }
+    assert_eq!(a.counters().handshakes_refused.get(), 0);
+    assert_eq!(b.counters().handshakes_refused.get(), 0);
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -176,6 +176,7 @@ impl Node {
                 stripe_bytes: config.transport.stripe_bytes,
                 stripe_window_bytes: config.transport.stripe_window_bytes,
                 hop_limit: config.broadcast.hop_limit,
+                dials_per_peer: config.transport.max_pending_handshakes_per_source / 2,
             },
         );
         let mut router = router;

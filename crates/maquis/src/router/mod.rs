@@ -178,6 +178,8 @@ pub(crate) struct RouterLimits {
     pub(crate) stripe_window_bytes: usize,
     /// Hops after which a routed frame is dropped.
     pub(crate) hop_limit: u16,
+    /// Dials of one peer's data lanes in progress at once.
+    pub(crate) dials_per_peer: usize,
 }
 
 #[cfg(test)]
@@ -192,6 +194,7 @@ impl RouterLimits {
             stripe_bytes: 0,
             stripe_window_bytes: 2 << 20,
             hop_limit: 16,
+            dials_per_peer: 16,
         }
     }
 }
@@ -525,6 +528,7 @@ impl Router {
             abort: abort.clone(),
             close: close.clone(),
             changed: Default::default(),
+            dials: tokio::sync::Semaphore::new(self.limits.dials_per_peer.max(1)),
             writers: Default::default(),
         });
         let writers = tasks

@@ -5,6 +5,11 @@
 //! Both nodes may dial the same lane; the tie winner (see `NodeId::wins_tie_against`) dials at
 //! once, the other waits `transport.reconnect_min_ms` first, so that usually only one dial happens
 //! and the handshake's tie-break rule settles the rest.
+//!
+//! A peer's data lanes dial at most half of `transport.max_pending_handshakes_per_source` at
+//! once ([`Peer::dials`]): a channel of 16 lanes and another of 16 are more connections than
+//! a listener with the default settings takes at once from one address, and the rest would be
+//! refused, warned about and dialed again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +25,8 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
     let min = Duration::from_millis(inner.config().transport.reconnect_min_ms);
     let max = Duration::from_millis(inner.config().transport.reconnect_max_ms);
     let winner = inner.id().wins_tie_against(&peer.id);
-    let on_demand = inner.dials_on_demand() && slot != inner.dispatch().membership_slot();
+    let membership = inner.dispatch().membership_slot();
+    let on_demand = inner.dials_on_demand() && slot != membership;
     let mut delay = if winner { Duration::ZERO } else { min };
     loop {
         // Wait while the lane is connected.
@@ -66,6 +72,24 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
             delay = if winner { Duration::ZERO } else { min };
             continue;
         }
+        // A data lane waits for one of the peer's dials (the membership lane, one connection
+        // that liveness rests on, never does).
+        let turn = if slot == membership {
+            None
+        } else {
+            let turn = tokio::select! {
+                _ = peer.abort.cancelled() => return,
+                _ = peer.close.cancelled() => return,
+                t = peer.dials.acquire() => t,
+            };
+            // The semaphore is never closed.
+            let Ok(turn) = turn else { return };
+            if lane.is_served() {
+                delay = if winner { Duration::ZERO } else { min };
+                continue;
+            }
+            Some(turn)
+        };
         set_dialing(&peer, slot, true);
         // A graceful close lets a dial in flight finish (the other end may already have taken
         // the connection and written to it): the connection is installed, and closed as the
@@ -75,6 +99,7 @@ pub(crate) async fn run<H: Host>(inner: Arc<H>, peer: Arc<Peer>, slot: usize) {
             r = conn::dial(&*inner, peer.id.addr, &lane.id, Some(&peer.id)) => r,
         };
         set_dialing(&peer, slot, false);
+        drop(turn);
         match result {
             Ok(dialed) => {
                 conn::install(&inner, &peer, slot, dialed.stream, true, dialed.max_frame).await;

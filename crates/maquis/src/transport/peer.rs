@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::lane::Lane;
@@ -68,6 +68,11 @@ pub(crate) struct Peer {
     pub close: CancellationToken,
     /// Signalled when a lane loses its connection (connectors wait on it).
     pub changed: Notify,
+    /// Its data lanes' dials in progress (connect and handshake), at most half of
+    /// `transport.max_pending_handshakes_per_source` at once: a peer with the same settings
+    /// then never refuses them for coming too many at once from one address, with room left
+    /// for a second node behind it ([`super::connector`]).
+    pub dials: Semaphore,
     /// The lanes' writer tasks (they end once `close` has drained them, or on `abort`).
     pub writers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
