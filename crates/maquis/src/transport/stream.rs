@@ -36,9 +36,10 @@ impl Stream {
         }
     }
 
-    /// The connection's round trip as the kernel estimates it (Linux `TCP_INFO`, smoothed
-    /// over the samples so far: after a handshake, those of the handshake's messages); `None`
-    /// where the kernel does not say.
+    /// The connection's round trip as the kernel measured it (Linux `TCP_INFO`): the smallest
+    /// of its samples so far (`tcpi_min_rtt`; after a handshake, those of the handshake's
+    /// messages), which a busy machine's delays in answering do not raise, or the smoothed
+    /// estimate where the kernel does not give that; `None` where it says neither.
     pub(crate) fn round_trip(&self) -> Option<std::time::Duration> {
         let tcp = match self {
             Stream::Plain(s) => s,
@@ -62,8 +63,22 @@ impl Stream {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", any(target_env = "gnu", target_env = "musl")))]
 fn round_trip(tcp: &TcpStream) -> Option<std::time::Duration> {
+    let (info, filled) = tcp_info(tcp)?;
+    // `tcpi_rtt` (µs) sits well inside what every kernel with `TCP_INFO` fills in;
+    // `tcpi_min_rtt` (since Linux 4.6) only where the kernel filled that far, and `u32::MAX`
+    // before a first sample.
+    let min_end = std::mem::offset_of!(libc::tcp_info, tcpi_min_rtt) + 4;
+    let us = Some(info.tcpi_min_rtt)
+        .filter(|&m| filled >= min_end && m > 0 && m != u32::MAX)
+        .unwrap_or(info.tcpi_rtt);
+    (us > 0).then(|| std::time::Duration::from_micros(us.into()))
+}
+
+/// The kernel's `TCP_INFO` for the connection, and how many of its bytes the kernel filled in.
+#[cfg(all(target_os = "linux", any(target_env = "gnu", target_env = "musl")))]
+fn tcp_info(tcp: &TcpStream) -> Option<(libc::tcp_info, usize)> {
     use std::os::fd::AsRawFd;
     // SAFETY: `tcp_info` is plain integers, for which all zeroes is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
@@ -79,11 +94,10 @@ fn round_trip(tcp: &TcpStream) -> Option<std::time::Duration> {
             &mut len,
         )
     };
-    // `tcpi_rtt` (µs) sits well inside what every kernel with `TCP_INFO` fills in.
-    (r == 0 && info.tcpi_rtt > 0).then(|| std::time::Duration::from_micros(info.tcpi_rtt.into()))
+    (r == 0).then(|| (info, usize::try_from(len).unwrap_or(0)))
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", any(target_env = "gnu", target_env = "musl"))))]
 fn round_trip(_: &TcpStream) -> Option<std::time::Duration> {
     None
 }
@@ -197,7 +211,11 @@ impl AsyncWrite for WriteHalf {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(
+    test,
+    target_os = "linux",
+    any(target_env = "gnu", target_env = "musl")
+))]
 mod tests {
     use super::*;
 
@@ -217,6 +235,19 @@ mod tests {
         for s in [Stream::Plain(a), Stream::Plain(b)] {
             let rtt = s.round_trip().expect("a round trip");
             assert!(rtt < std::time::Duration::from_secs(1), "{rtt:?}");
+            // The smallest sample, never above the smoothed estimate.
+            let Stream::Plain(tcp) = &s else {
+                unreachable!()
+            };
+            let smoothed = smoothed_rtt_us(tcp);
+            assert!(
+                rtt.as_micros() <= u128::from(smoothed),
+                "{rtt:?} against {smoothed} µs"
+            );
         }
+    }
+
+    fn smoothed_rtt_us(tcp: &TcpStream) -> u32 {
+        tcp_info(tcp).expect("TCP_INFO").0.tcpi_rtt
     }
 }
