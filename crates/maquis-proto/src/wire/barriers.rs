@@ -8,9 +8,9 @@
 //! receiver hands on nothing behind a barrier on one lane before everything ahead of it on all
 //! of them: each lane's reader stops at the barrier, hands on what it holds, then *arrives*;
 //! the barrier is *released* once all its lanes have arrived. A lane that never arrives (its
-//! connection lost) is waited for a bounded time, then the barrier is given up: the readers go
-//! on, and the keys that moved may be out of order once, as messages may be lost with a lost
-//! connection.
+//! connection lost) is waited for a bounded time after it stops reading, then the barrier is
+//! given up: the readers go on, and the keys that moved may be out of order once, as messages
+//! may be lost with a lost connection. [`Barriers::missing`] names the lanes still awaited.
 //!
 //! [`Barriers`] is that table for one peer, without I/O or clock: the runtime's readers wait
 //! for its changes and give up on their own deadline. Every barrier of a channel shares lane 0
@@ -115,6 +115,24 @@ impl Barriers {
             .is_some_and(|c| c.released >= epoch)
     }
 
+    /// The lanes (a bit per lane index) that have yet to arrive at barrier `epoch` of
+    /// `channel`; 0 when it is released or no lane has arrived at it yet.
+    pub fn missing(&self, channel: u16, epoch: u64) -> u128 {
+        let Some(p) = self
+            .channels
+            .get(&channel)
+            .and_then(|c| c.pending.get(&epoch))
+        else {
+            return 0;
+        };
+        let all = if p.lanes >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << p.lanes) - 1
+        };
+        all & !p.arrived
+    }
+
     /// Barrier `epoch` of `channel` waited too long: it, and every one before it, counts as
     /// released.
     pub fn give_up(&mut self, channel: u16, epoch: u64) {
@@ -133,6 +151,20 @@ impl Channel {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn missing_names_the_lanes_yet_to_arrive() {
+        let mut b = Barriers::new();
+        assert_eq!(b.missing(0, 1), 0, "no lane arrived yet");
+        assert_eq!(b.arrive(0, 0, 4, 1, 3).unwrap(), Arrival::Wait);
+        assert_eq!(b.missing(0, 1), 0b110);
+        assert_eq!(b.arrive(0, 2, 4, 1, 3).unwrap(), Arrival::Wait);
+        assert_eq!(b.missing(0, 1), 0b010);
+        assert_eq!(b.arrive(0, 1, 4, 1, 3).unwrap(), Arrival::Released);
+        assert_eq!(b.missing(0, 1), 0, "released");
+        assert_eq!(b.arrive(0, 127, 128, 2, 128).unwrap(), Arrival::Wait);
+        assert_eq!(b.missing(0, 2), u128::MAX >> 1);
+    }
 
     #[test]
     fn released_when_every_lane_arrived() {

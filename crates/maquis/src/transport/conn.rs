@@ -571,6 +571,9 @@ async fn read_loop<H: Host>(
                 }
                 _ = released(&peer, place, barrier.as_ref()), if arrived.is_some() => continue,
                 _ = sleep_until(arrived), if arrived.is_some() => {
+                    if barrier.as_mut().is_some_and(|b| b.still_coming(&peer, place, patience)) {
+                        continue;
+                    }
                     if let Some(b) = barrier.take() {
                         peer.barriers_in.give_up(place.channel, b.epoch);
                         inner.counters().barriers_given_up.inc();
@@ -625,6 +628,7 @@ async fn read_loop<H: Host>(
                         epoch,
                         lanes,
                         deadline: None,
+                        behind: Vec::new(),
                     });
                     continue;
                 }
@@ -678,6 +682,7 @@ async fn read_loop<H: Host>(
     } else {
         info.cancel.cancel();
     }
+    lane.metrics.readers_ended.fetch_add(1, Ordering::Relaxed);
     if lane.clear(info.id) {
         tracing::debug!(node = %inner.id().name, peer = %peer.id, lane = %lane.id, %reason, "lane disconnected");
         peer.changed.notify_waiters();
@@ -691,11 +696,29 @@ async fn read_loop<H: Host>(
 }
 
 /// A barrier a reader stopped at ([`super::widen`]).
+///
+/// Once this lane has arrived it waits for the others up to `patience` (the heartbeat
+/// timeout) at a time: a lane yet to arrive that has read more bytes on the same connection
+/// since the last look is behind, not lost (the barrier comes after those bytes on it), so the
+/// wait goes on; one whose connection changed, or one of whose connections' readers ended, or
+/// that read nothing, may have lost the barrier with a connection, and the barrier is given
+/// up. So a lane held up behind a
+/// long queue (a slow link, a busy machine) never lets a key that moved overtake its frames.
 struct AtBarrier {
     epoch: u64,
     lanes: u16,
     /// Set when this lane has arrived: until when it waits for the others.
     deadline: Option<tokio::time::Instant>,
+    /// The lanes yet to arrive at the last look: their slots, connections and bytes read.
+    behind: Vec<Behind>,
+}
+
+/// A lane yet to arrive at a barrier, as a waiting reader last saw it.
+struct Behind {
+    slot: usize,
+    conn: Option<u64>,
+    readers_ended: u64,
+    bytes_in: u64,
 }
 
 impl AtBarrier {
@@ -716,9 +739,47 @@ impl AtBarrier {
                 return Ok(true);
             }
             self.deadline = Some(tokio::time::Instant::now() + patience);
+            self.behind = self.lanes_behind(peer, place);
             return Ok(false);
         }
         Ok(peer.barriers_in.is_released(place.channel, self.epoch))
+    }
+
+    /// At the deadline: whether every lane yet to arrive read more bytes on the connection it
+    /// had at the last look (then the deadline moves `patience` on).
+    fn still_coming(&mut self, peer: &Peer, place: LanePlace, patience: Duration) -> bool {
+        let now = self.lanes_behind(peer, place);
+        let moved = !now.is_empty()
+            && now.iter().all(|n| {
+                self.behind.iter().any(|b| {
+                    b.slot == n.slot
+                        && b.conn == n.conn
+                        && b.readers_ended == n.readers_ended
+                        && b.bytes_in < n.bytes_in
+                })
+            });
+        if moved {
+            self.deadline = Some(tokio::time::Instant::now() + patience);
+            self.behind = now;
+        }
+        moved
+    }
+
+    fn lanes_behind(&self, peer: &Peer, place: LanePlace) -> Vec<Behind> {
+        let missing = peer.barriers_in.missing(place.channel, self.epoch);
+        (0..128usize)
+            .filter(|i| missing >> i & 1 == 1)
+            .filter_map(|i| {
+                let slot = usize::from(place.channel) + i;
+                let lane = peer.lanes.get(slot)?;
+                Some(Behind {
+                    slot,
+                    conn: lane.conn_id(),
+                    readers_ended: lane.metrics.readers_ended.load(Ordering::Relaxed),
+                    bytes_in: lane.metrics.bytes_in.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
     }
 }
 
@@ -903,6 +964,69 @@ impl<H: Host> tokio::io::AsyncRead for Counted<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader at a barrier waits on, a patience at a time, while every lane yet to arrive
+    /// keeps reading on the same connection; it gives up once one reads nothing for a
+    /// patience, or once one of its connections' readers ended.
+    #[tokio::test]
+    async fn a_barrier_is_waited_for_while_the_lanes_behind_keep_reading() {
+        use crate::router::{PeerEntry, Router, RouterLimits};
+        let id = |name: &str| NodeId::new(name, ([127, 0, 0, 1], 9).into(), 1);
+        let transport = crate::config::TransportConfig {
+            parallelism: 4,
+            ..Default::default()
+        };
+        let dispatch = crate::dispatch::Dispatcher::new(transport.channel_specs(), true, true);
+        let first = dispatch.slot_of("default", 0).unwrap();
+        let (router, _queues) = Router::new(
+            id("a"),
+            dispatch,
+            crate::overlay::Liveness::Membership,
+            RouterLimits::for_tests(),
+        );
+        let Ok(PeerEntry::New { peer, .. }) = router.peer_entry(&id("b")) else {
+            panic!("a new peer");
+        };
+        let place = LanePlace {
+            channel: first as u16,
+            index: 0,
+            parallelism: 4,
+        };
+        let patience = Duration::from_secs(5);
+        let read = |index: usize, n: u64| {
+            let m = &peer.lanes[first + index].metrics;
+            m.bytes_in.fetch_add(n, Ordering::Relaxed);
+        };
+        let mut b = AtBarrier {
+            epoch: 1,
+            lanes: 3,
+            deadline: None,
+            behind: Vec::new(),
+        };
+        // Lane 0 arrives; lanes 1 and 2 have yet to.
+        assert!(!b.step(&peer, place, true, patience).unwrap());
+        // Both read on: the wait goes on.
+        read(1, 100);
+        read(2, 100);
+        assert!(b.still_coming(&peer, place, patience));
+        // Lane 1 arrives, lane 2 reads on: still.
+        let one = LanePlace { index: 1, ..place };
+        assert!(!peer.barriers_in.arrive(one, 1, 3).unwrap());
+        read(2, 100);
+        assert!(b.still_coming(&peer, place, patience));
+        // Lane 2 read nothing since: given up.
+        assert!(!b.still_coming(&peer, place, patience));
+        // Reading on, but a reader of lane 2 ended meanwhile: given up too.
+        read(2, 100);
+        assert!(b.still_coming(&peer, place, patience));
+        read(2, 100);
+        peer.lanes[first + 2]
+            .metrics
+            .readers_ended
+            .fetch_add(1, Ordering::Relaxed);
+        assert!(!b.still_coming(&peer, place, patience));
+        router.shutdown.cancel();
+    }
 
     #[test]
     fn a_stream_that_ends_inside_a_frame_is_a_lost_connection_not_bad_data() {

@@ -170,6 +170,8 @@ pub(crate) struct LaneMetrics {
     pub msgs_in: AtomicU64,
     /// Bytes read.
     pub bytes_in: AtomicU64,
+    /// Connections of the lane whose reader ended, however (lost, closed, replaced).
+    pub readers_ended: AtomicU64,
     /// Frames discarded (connection lost mid-write, or the peer dropped with frames queued).
     pub dropped: AtomicU64,
     /// Nanoseconds writes waited for the socket to take bytes (its window full).
@@ -178,8 +180,8 @@ pub(crate) struct LaneMetrics {
     /// or took part of it; a sender's own write counts too): the connection, not the CPU, is
     /// what holds the lane's bytes up.
     pub behind: AtomicBool,
-    /// The round trip of the lane's connection in µs, as the kernel estimated it when the
-    /// connection was installed (0: not known).
+    /// The round trip of the lane's connection in µs, the smallest the kernel measured on it
+    /// by the time it was installed (0: not known).
     pub round_trip_us: AtomicU64,
 }
 
@@ -652,6 +654,16 @@ impl Lane {
             Err(mpsc::error::TrySendError::Full(handle)) => handle.cancel.cancel(),
         }
         Ok(old.map(|o| o.id))
+    }
+
+    /// The id of its connection now, if it has one.
+    pub(crate) fn conn_id(&self) -> Option<u64> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .conn
+            .as_ref()
+            .map(|c| c.id)
     }
 
     /// Clears the connection if it is still `conn_id`; returns whether it was.

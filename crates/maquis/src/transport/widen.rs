@@ -28,8 +28,10 @@
 //! it picks again. On each lane the barrier goes after every frame queued before it (the lane's
 //! schedule lets nothing pass it either way), and the receiver hands on nothing behind a
 //! barrier before every lane of it has arrived ([`BarriersIn`], the table in
-//! [`maquis_proto::wire::barriers`]). A barrier whose lanes do not all arrive within the
-//! heartbeat timeout (a lost connection) is given up and counted.
+//! [`maquis_proto::wire::barriers`]). A barrier is given up and counted only when a lane yet to
+//! arrive stopped reading for the heartbeat timeout, or changed or lost a connection (which may
+//! have taken the barrier with it): a lane that is merely behind, reading on, is waited for
+//! (`AtBarrier` in `conn.rs`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
@@ -610,6 +612,11 @@ impl BarriersIn {
             }
             changed.await;
         }
+    }
+
+    /// The lanes of barrier `epoch` of `channel` yet to arrive (a bit per lane index).
+    pub(crate) fn missing(&self, channel: u16, epoch: u64) -> u128 {
+        self.table().missing(channel, epoch)
     }
 
     /// Barrier `epoch` of `channel` waited too long: it is let go.
