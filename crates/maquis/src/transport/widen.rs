@@ -895,11 +895,20 @@ mod tests {
         // A barrier given up (a lane not there within the heartbeat timeout) lets a key's
         // messages pass out of order once, as documented: say so when that is why.
         let given_up = b.counters().barriers_given_up.get();
+        // And whether a connection ended under them (a barrier may be lost with it), or none
+        // did (then a lane read nothing for the heartbeat timeout).
+        let ended: u64 = b.router().peer("wda").map_or(0, |p| {
+            p.lanes
+                .iter()
+                .map(|l| l.metrics.readers_ended.load(Ordering::Relaxed))
+                .sum()
+        });
         assert!(
             wrong.is_empty(),
-            "out of order or damaged (barriers given up: {given_up}): {wrong:?}"
+            "out of order or damaged (barriers given up: {given_up}, readers ended: {ended}): \
+             {wrong:?}"
         );
-        assert_eq!(given_up, 0);
+        assert_eq!(given_up, 0, "readers ended: {ended}");
         assert_eq!(b.counters().bad_frames.get(), 0);
         let bytes: Vec<u64> = peer.lanes[slot..slot + 4]
             .iter()
