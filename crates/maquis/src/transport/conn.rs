@@ -745,9 +745,13 @@ impl AtBarrier {
         Ok(peer.barriers_in.is_released(place.channel, self.epoch))
     }
 
-    /// At the deadline: whether every lane yet to arrive read more bytes on the connection it
-    /// had at the last look (then the deadline moves `patience` on).
+    /// At the deadline: whether to wait on, as the barrier was released meanwhile (not given
+    /// up, then) or every lane yet to arrive read more bytes on the connection it had at the
+    /// last look (then the deadline moves `patience` on).
     fn still_coming(&mut self, peer: &Peer, place: LanePlace, patience: Duration) -> bool {
+        if peer.barriers_in.is_released(place.channel, self.epoch) {
+            return true;
+        }
         let now = self.lanes_behind(peer, place);
         let moved = !now.is_empty()
             && now.iter().all(|n| {
@@ -1025,6 +1029,10 @@ mod tests {
             .readers_ended
             .fetch_add(1, Ordering::Relaxed);
         assert!(!b.still_coming(&peer, place, patience));
+        // Released at the deadline (the last lane arrived): waited on, not given up.
+        let two = LanePlace { index: 2, ..place };
+        assert!(peer.barriers_in.arrive(two, 1, 3).unwrap());
+        assert!(b.still_coming(&peer, place, patience));
         router.shutdown.cancel();
     }
 
