@@ -109,8 +109,8 @@ const ROUTE_WAIT: Duration = Duration::from_secs(2);
 /// `transport.node_queue_bytes`.
 const UNSENT_BATCHES: usize = 1024;
 
-/// A round trip (µs, the kernel's for a lane's connection when it connected) from which frames of one
-/// part are striped even while their lane keeps up. One connection carries at most its send
+/// A round trip (µs, the kernel's for a lane's connection when it connected) from which frames
+/// of one part are striped even while their lane keeps up. One connection carries at most its send
 /// buffer (4 MiB by Linux's default `tcp_wmem`) per round trip: from half a millisecond that is
 /// under 8 GB/s, and 16 messages of 512 KiB in flight already fill it at a millisecond. On one
 /// host the round trip is tens of µs.

@@ -702,8 +702,8 @@ async fn read_loop<H: Host>(
 /// since the last look is behind, not lost (the barrier comes after those bytes on it), so the
 /// wait goes on; one whose connection changed, or one of whose connections' readers ended, or
 /// that read nothing, may have lost the barrier with a connection, and the barrier is given
-/// up. So a lane held up behind a
-/// long queue (a slow link, a busy machine) never lets a key that moved overtake its frames.
+/// up. So a lane held up behind a long queue (a slow link, a busy machine) never lets a key
+/// that moved overtake its frames.
 struct AtBarrier {
     epoch: u64,
     lanes: u16,

@@ -39,8 +39,8 @@ const BATCH_FRAMES: usize = 256;
 /// would otherwise copy a large frame's megabytes in one go and hold its thread for
 /// milliseconds, delaying the small frames of every other lane (and the actors) behind it.
 const YIELD_AFTER: usize = 256 * 1024;
-/// A round trip (µs, the kernel's for a lane's connection when it connected) from which a lane's writer
-/// does not pace its writes ([`YIELD_AFTER`]). A connection carries at most its send buffer
+/// A round trip (µs, the kernel's for a lane's connection when it connected) from which a lane's
+/// writer does not pace its writes ([`YIELD_AFTER`]). A connection carries at most its send buffer
 /// (4 MiB by Linux's default `tcp_wmem`) a round trip, and a write stops at what the window
 /// and `transport.unsent_bytes` let the socket take, so over long round trips an unpaced
 /// writer holds its worker for short spells only, while cutting each large frame into quanta

@@ -239,15 +239,13 @@ mod tests {
             let Stream::Plain(tcp) = &s else {
                 unreachable!()
             };
-            let smoothed = smoothed_rtt_us(tcp);
+            let (info, _) = tcp_info(tcp).expect("TCP_INFO");
+            assert_eq!(rtt.as_micros(), u128::from(info.tcpi_min_rtt));
             assert!(
-                rtt.as_micros() <= u128::from(smoothed),
-                "{rtt:?} against {smoothed} µs"
+                info.tcpi_min_rtt <= info.tcpi_rtt,
+                "{rtt:?} against {} µs",
+                info.tcpi_rtt
             );
         }
-    }
-
-    fn smoothed_rtt_us(tcp: &TcpStream) -> u32 {
-        tcp_info(tcp).expect("TCP_INFO").0.tcpi_rtt
     }
 }
