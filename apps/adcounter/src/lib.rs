@@ -8,4 +8,4 @@ pub mod crdt;
 pub mod replica;
 
 pub use crdt::{AdError, Ads, GCounter, Merged};
-pub use replica::{start, AdMsg, Settings, Snapshot, StartError, NAME};
+pub use replica::{start, unix_ms, AdMsg, Settings, Snapshot, StartError, NAME};

@@ -226,7 +226,9 @@ fn encoded_size(state: &Ads) -> u64 {
     postcard::experimental::serialized_size(state).map_or(0, |n| n as u64)
 }
 
-fn unix_ms() -> u64 {
+/// The wall clock in milliseconds since the Unix epoch (0 if it reads before the epoch): the
+/// clock of [`Snapshot::total_changed_ms`], to compare it with a time read elsewhere.
+pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use maquis::config::{ClientServerOptions, PeerToPeerOptions};
 use maquis::overlay::Role;
@@ -203,12 +203,6 @@ async fn snapshot(r: &ActorRef<AdMsg>) -> Result<Snapshot, String> {
     r.call(AdMsg::Read, T).await.map_err(|e| e.to_string())
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// The host: runs until stdin closes.
 pub async fn host(a: AdcounterHostArgs) -> Result<(), String> {
     crate::debench_agent::raise_fd_limit();
@@ -297,7 +291,7 @@ async fn handle(
             while let Some(done) = counting.join_next().await {
                 done.map_err(|e| e.to_string())??;
             }
-            ans.at_ms = unix_ms();
+            ans.at_ms = maquis_adcounter::unix_ms();
         }
         HostCmd::Await { want, timeout_s } => {
             let started = Instant::now();
