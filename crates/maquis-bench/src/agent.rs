@@ -10,7 +10,13 @@ use clap::Args;
 use maquis::{ActorRef, Config, Node, ReplyTo};
 use serde::{Deserialize, Serialize};
 
-use crate::stats::{cpu_seconds, merge_calls, Calls, LoadArgs, Mode, RunResult, Streamed, Window};
+use crate::stats::{
+    cpu_seconds, merge_calls, Calls, LaneTally, LaneUse, LoadArgs, Mode, RunResult, Streamed,
+    Window, LANE_SAMPLE,
+};
+
+/// The name of `micro`'s server node.
+const SERVER: &str = "bench-server";
 
 /// What a client actor sends its partner.
 #[derive(Debug, Serialize, Deserialize)]
@@ -120,7 +126,7 @@ pub struct ClientArgs {
 /// Runs the server until stdin closes; prints `ready` once it serves, and `cpu <seconds>` (its
 /// CPU time so far) for every line it reads on stdin.
 pub async fn server(args: ServerArgs) -> Result<(), String> {
-    let node = Node::start(args.node.config("bench-server")?)
+    let node = Node::start(args.node.config(SERVER)?)
         .await
         .map_err(|e| e.to_string())?;
     for i in 0..args.actors {
@@ -178,7 +184,7 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let lanes = node.lanes_connected("bench-server");
+        let lanes = node.lanes_connected(SERVER);
         if !lanes.is_empty() && lanes.iter().all(|(_, up, want)| up == want) {
             break;
         }
@@ -209,9 +215,11 @@ pub async fn client(args: ClientArgs) -> Result<(), String> {
                 window,
             )?;
             let calls = bench.callers(0..load.actors, payload, load.echo, load.messages, window)?;
-            let calls = gather(calls, window).await?;
+            let (calls, lanes) = bench.sampled(window, gather(calls, window)).await;
             let bulk = gather(bulk, window).await?;
-            RunResult::mixed(alone, calls, bulk, window, cpu_seconds() - cpu0)
+            let mut r = RunResult::mixed(alone, calls?, bulk, window, cpu_seconds() - cpu0);
+            r.lanes = lanes;
+            r
         }
     };
     println!(
@@ -232,7 +240,7 @@ impl Bench<'_> {
     fn partner(&self, i: usize) -> Result<(ActorRef<Micro>, maquis::SendOpts), String> {
         let partner = self
             .node
-            .remote("bench-server", &format!("p{i}"))
+            .remote(SERVER, &format!("p{i}"))
             .ok_or("the server is not a member")?;
         // With affinity, actor i keys its messages with i (PARTISAN's partition keys): the
         // actors spread evenly over the lanes, and each pair keeps one lane both ways.
@@ -255,8 +263,31 @@ impl Bench<'_> {
         let waits = self.callers(partners, payload, load.echo, load.messages, window)?;
         tokio::time::sleep_until(window.from.into()).await;
         let cpu0 = cpu_seconds();
-        let calls = gather(waits, window).await?;
-        Ok(RunResult::of_calls(calls, window, cpu_seconds() - cpu0))
+        let (calls, lanes) = self.sampled(window, gather(waits, window)).await;
+        let mut r = RunResult::of_calls(calls?, window, cpu_seconds() - cpu0);
+        r.lanes = lanes;
+        Ok(r)
+    }
+
+    /// Runs `work`, looking at what the lanes of the `default` channel to the server carry
+    /// every [`LANE_SAMPLE`] from the start of `window` to its end (or until `work` is done).
+    async fn sampled<T>(
+        &self,
+        window: Window,
+        work: impl std::future::Future<Output = T>,
+    ) -> (T, Option<LaneUse>) {
+        let mut tally = LaneTally::default();
+        let mut tick = tokio::time::interval_at(window.from.into(), LANE_SAMPLE);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return (out, tally.finish()),
+                _ = tick.tick(), if Instant::now() < window.until => {
+                    tally.add(&self.node.status(), SERVER, "default");
+                }
+            }
+        }
     }
 
     /// Spawns one closed-loop caller per partner in `partners`; each makes at most `messages`
@@ -326,15 +357,21 @@ impl Bench<'_> {
         }
         tokio::time::sleep_until(window.from.into()).await;
         let cpu0 = cpu_seconds();
-        let mut streams = Vec::new();
-        for w in waits {
-            streams.push(
-                w.await
-                    .map_err(|_| "a client actor died")?
-                    .map_err(|e| format!("stream: {e}"))?,
-            );
-        }
-        Ok(RunResult::of_streams(streams, cpu_seconds() - cpu0))
+        let all = async {
+            let mut streams = Vec::new();
+            for w in waits {
+                streams.push(
+                    w.await
+                        .map_err(|_| "a client actor died")?
+                        .map_err(|e| format!("stream: {e}"))?,
+                );
+            }
+            Ok::<_, String>(streams)
+        };
+        let (streams, lanes) = self.sampled(window, all).await;
+        let mut r = RunResult::of_streams(streams?, cpu_seconds() - cpu0);
+        r.lanes = lanes;
+        Ok(r)
     }
 }
 

@@ -11,7 +11,7 @@ use maquis_netem::{Netem, NetemConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::ring_proc::{run_json, Proc};
-use crate::stats::{Mode, RunResult};
+use crate::stats::{LaneUse, Mode, RunResult};
 use clap::ValueEnum;
 
 /// Options of `maquis-bench micro`.
@@ -119,6 +119,10 @@ pub struct Cell {
     /// `mixed` only: the calls alone and the bulk transfers beside them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixed: Option<Mixed>,
+    /// Maquis only: how many lanes of the client's `default` channel took small messages and
+    /// striped messages' parts while it measured (the channel's width and spread, sampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<LaneUse>,
 }
 
 /// What a `mixed` cell measured besides its calls (the cell's `ops_per_s`, `p50_us`, `p99_us`
@@ -760,6 +764,7 @@ impl Setup<'_> {
             },
             series: job.series.to_string(),
             mixed,
+            lanes: r.lanes,
         })
     }
 }

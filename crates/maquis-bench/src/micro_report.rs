@@ -250,6 +250,7 @@ pub fn write(
     tls_section(&mut r, cells, &configs, &rtts, &sizes, &actors);
     stream_section(&mut r, cells, &configs);
     mixed_section(&mut r, cells, &configs);
+    lanes_section(&mut r, cells);
     let sweep: Vec<&Cell> = cells.iter().filter(|c| c.series == "sweep").collect();
     if !sweep.is_empty() {
         let _ = writeln!(
@@ -690,6 +691,41 @@ fn mixed_section(r: &mut String, cells: &[Cell], configs: &[String]) {
     }
 }
 
+/// What the Maquis clients' lanes carried, cell by cell, in the order the cells ran.
+fn lanes_section(r: &mut String, cells: &[Cell]) {
+    let with: Vec<&Cell> = cells.iter().filter(|c| c.lanes.is_some()).collect();
+    if with.is_empty() {
+        return;
+    }
+    let _ = writeln!(r, "\n## Lanes the Maquis clients used\n");
+    let _ = writeln!(
+        r,
+        "Of the client's `default` channel to the server, sampled every {} ms while the cell measured: how many lanes took small messages (the channel's width) and how many took striped messages' parts (its spread), mean and most at once. A channel that does not stripe (`single`, `parallel`, `keyed`) has every lane take small messages and none parts.\n",
+        crate::stats::LANE_SAMPLE.as_millis()
+    );
+    let _ = writeln!(
+        r,
+        "| series | RTT | payload | actors | configuration | small lanes, mean (most) | striped lanes, mean (most) | samples |\n|---|---|---|---|---|---|---|---|"
+    );
+    for c in with {
+        let Some(l) = &c.lanes else { continue };
+        let _ = writeln!(
+            r,
+            "| {} | {} ms | {} | {} | {} | {:.1} ({}) | {:.1} ({}) | {} |",
+            c.series,
+            c.rtt_ms,
+            human(c.payload_bytes),
+            c.actors,
+            c.config,
+            l.small_mean,
+            l.small_max,
+            l.striped_mean,
+            l.striped_max,
+            l.samples
+        );
+    }
+}
+
 /// The plotting script, built into the binary.
 const PLOT_PY: &str = include_str!("../../../bench/plot_micro.py");
 
@@ -720,6 +756,7 @@ mod tests {
             cpu_us_per_msg: cpu,
             series: "grid".into(),
             mixed: None,
+            lanes: None,
         }
     }
 
@@ -762,6 +799,30 @@ mod tests {
         let mut none = String::new();
         stream_section(&mut none, &cells[2..], &configs);
         mixed_section(&mut none, &cells[..2], &configs);
+        assert!(none.is_empty(), "{none}");
+    }
+
+    #[test]
+    fn the_lanes_section_lists_the_cells_that_sampled_their_lanes() {
+        let mut striped = cell("affinity", 524_288, 16, 300.0);
+        striped.rtt_ms = 20;
+        striped.lanes = Some(crate::stats::LaneUse {
+            samples: 200,
+            small_mean: 2.5,
+            small_max: 4,
+            striped_mean: 9.75,
+            striped_max: 15,
+        });
+        let cells = vec![cell("raw-tcp", 524_288, 16, 200.0), striped];
+        let mut r = String::new();
+        lanes_section(&mut r, &cells);
+        assert!(
+            r.contains("| grid | 20 ms | 512 KiB | 16 | affinity | 2.5 (4) | 9.8 (15) | 200 |"),
+            "{r}"
+        );
+        assert!(!r.contains("raw-tcp"), "a baseline has no lanes: {r}");
+        let mut none = String::new();
+        lanes_section(&mut none, &cells[..1]);
         assert!(none.is_empty(), "{none}");
     }
 

@@ -27,6 +27,71 @@ pub struct RunResult {
     /// `mixed` mode: the bulk transfers' round trips while the calls were measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bulk: Option<Box<RunResult>>,
+    /// Maquis: what the lanes of the client's `default` channel to the server carried while it
+    /// measured (none for the baselines, or when no sample was taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<LaneUse>,
+}
+
+/// How often a Maquis client of `micro` looks at what its lanes carry.
+pub const LANE_SAMPLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// What the lanes of one channel to one peer carried over a measurement, sampled every
+/// [`LANE_SAMPLE`]: how many took small messages (the channel's width) and how many took
+/// striped messages' parts (its spread), as the node's status reports them
+/// ([`maquis::admin::LaneStatus`]'s `small` and `striped`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaneUse {
+    /// Samples taken.
+    pub samples: u64,
+    /// Lanes taking small messages, mean over the samples.
+    pub small_mean: f64,
+    /// Lanes taking small messages, the most in one sample.
+    pub small_max: u64,
+    /// Lanes taking striped messages' parts, mean over the samples.
+    pub striped_mean: f64,
+    /// Lanes taking striped messages' parts, the most in one sample.
+    pub striped_max: u64,
+}
+
+/// Adds up samples of a node's status into a [`LaneUse`].
+#[derive(Default)]
+pub struct LaneTally {
+    samples: u64,
+    small: u64,
+    striped: u64,
+    small_max: u64,
+    striped_max: u64,
+}
+
+impl LaneTally {
+    /// One sample: the lanes of `channel` to `peer` in `status` (a peer not there yet, or gone,
+    /// adds no sample).
+    pub fn add(&mut self, status: &maquis::admin::Status, peer: &str, channel: &str) {
+        let Some(p) = status.peers.iter().find(|p| p.name == peer) else {
+            return;
+        };
+        let lanes = p.lanes.iter().filter(|l| l.channel == channel);
+        let (small, striped) = lanes.fold((0, 0), |(a, b), l| {
+            (a + u64::from(l.small), b + u64::from(l.striped))
+        });
+        self.samples += 1;
+        self.small += small;
+        self.striped += striped;
+        self.small_max = self.small_max.max(small);
+        self.striped_max = self.striped_max.max(striped);
+    }
+
+    /// What the samples add up to; none without a sample.
+    pub fn finish(&self) -> Option<LaneUse> {
+        (self.samples > 0).then(|| LaneUse {
+            samples: self.samples,
+            small_mean: self.small as f64 / self.samples as f64,
+            small_max: self.small_max,
+            striped_mean: self.striped as f64 / self.samples as f64,
+            striped_max: self.striped_max,
+        })
+    }
 }
 
 impl RunResult {
@@ -48,6 +113,7 @@ impl RunResult {
             cpu_s,
             alone: None,
             bulk: None,
+            lanes: None,
         }
     }
 
@@ -268,4 +334,64 @@ pub fn setting_lines() -> String {
 pub fn write_results<T: serde::Serialize>(out: &std::path::Path, cells: &T) -> Result<(), String> {
     let json = serde_json::to_string_pretty(cells).map_err(|e| e.to_string())?;
     std::fs::write(out.join("results.json"), json).map_err(|e| format!("{}: {e}", out.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A status with one peer `p` whose lanes are (channel, small, striped).
+    fn status(lanes: &[(&str, bool, bool)]) -> maquis::admin::Status {
+        let lanes: Vec<_> = lanes
+            .iter()
+            .enumerate()
+            .map(|(i, (channel, small, striped))| {
+                serde_json::json!({
+                    "channel": channel, "index": i, "connected": true, "msgs_out": 0,
+                    "bytes_out": 0, "msgs_in": 0, "bytes_in": 0, "queued_bytes": 0,
+                    "dropped": 0, "small": small, "striped": striped,
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "name": "c", "incarnation": 1, "overlay": "full-mesh", "listen": "x",
+            "members": [], "counters": {},
+            "peers": [{"name": "p", "addr": "y", "incarnation": 1, "up": true,
+                       "rtt_us": null, "lanes": lanes}],
+        }))
+        .expect("a status")
+    }
+
+    #[test]
+    fn lane_use_counts_the_channels_lanes_by_what_they_carry() {
+        let mut t = LaneTally::default();
+        assert_eq!(t.finish(), None, "no sample, nothing to report");
+        let one = status(&[
+            ("membership", true, false),
+            ("default", true, false),
+            ("default", false, true),
+            ("default", false, true),
+            ("default", false, false),
+        ]);
+        let two = status(&[
+            ("default", true, false),
+            ("default", true, true),
+            ("default", false, true),
+            ("default", false, true),
+        ]);
+        t.add(&one, "p", "default");
+        t.add(&two, "p", "default");
+        t.add(&two, "elsewhere", "default");
+        let u = t.finish().expect("two samples");
+        assert_eq!(
+            u,
+            LaneUse {
+                samples: 2,
+                small_mean: 1.5,
+                small_max: 2,
+                striped_mean: 2.5,
+                striped_max: 3,
+            }
+        );
+    }
 }

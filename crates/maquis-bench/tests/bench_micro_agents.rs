@@ -61,8 +61,25 @@ fn client(kind: &[&str], server: &Server, mode: &str) -> serde_json::Value {
     serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("one JSON line")
 }
 
-fn check(kind: &[&str], server: &Server) {
+/// What a result says of the client's lanes: a Maquis client samples them (`parallelism`
+/// lanes of its `default` channel), a raw TCP client has none.
+fn check_lanes(result: &serde_json::Value, parallelism: Option<u64>) {
+    let lanes = &result["lanes"];
+    let Some(n) = parallelism else {
+        assert!(lanes.is_null(), "raw TCP has no lanes: {result}");
+        return;
+    };
+    assert!(lanes["samples"].as_u64().unwrap() > 0, "{result}");
+    let small = lanes["small_max"].as_u64().unwrap();
+    assert!((1..=n).contains(&small), "{result}");
+    assert!(lanes["striped_max"].as_u64().unwrap() <= n, "{result}");
+    let mean = lanes["small_mean"].as_f64().unwrap();
+    assert!(mean >= 1.0 && mean <= small as f64, "{result}");
+}
+
+fn check(kind: &[&str], server: &Server, parallelism: Option<u64>) {
     let rtt = client(kind, server, "rtt");
+    check_lanes(&rtt, parallelism);
     assert!(rtt["messages"].as_u64().unwrap() > 0, "{rtt}");
     assert_eq!(rtt["errors"], 0, "{rtt}");
     assert!(rtt["p99_us"].as_u64().unwrap() > 0, "{rtt}");
@@ -76,10 +93,12 @@ fn check(kind: &[&str], server: &Server) {
     );
     assert_eq!(stream["p99_us"], 0, "a stream has no latencies: {stream}");
     assert!(stream["ops_per_s"].as_f64().unwrap() > 0.0, "{stream}");
+    check_lanes(&stream, parallelism);
 
     let mixed = client(kind, server, "mixed");
     assert!(mixed["messages"].as_u64().unwrap() > 0, "{mixed}");
     assert_eq!(mixed["errors"], 0, "{mixed}");
+    check_lanes(&mixed, parallelism);
     for phase in ["alone", "bulk"] {
         assert!(
             mixed[phase]["messages"].as_u64().unwrap() > 0,
@@ -114,6 +133,7 @@ fn the_maquis_agents_run_every_mode() {
                 affinity,
             ],
             &server,
+            Some(4),
         );
     }
 }
@@ -121,5 +141,5 @@ fn the_maquis_agents_run_every_mode() {
 #[test]
 fn the_raw_tcp_agents_run_every_mode() {
     let server = Server::start(&["raw-server", "--listen", "127.0.0.1:0"]);
-    check(&["raw-client", "--conns", "2"], &server);
+    check(&["raw-client", "--conns", "2"], &server, None);
 }
