@@ -495,7 +495,8 @@ impl StripesOut {
 /// Sends the frame `head` + `payload` striped: its commit at `ordering` with order key
 /// `order` and hold key `hold` ([`maquis_proto::wire::hold_key`] of its header), its pieces of
 /// at most `piece` bytes over `data` (over the first [`Widen::spread`](super::widen::Widen::spread)
-/// of them when `ordering` is a widening channel's). Waits for room when `wait`, else
+/// of them, as it is when each piece is queued, when `ordering` is a widening channel's).
+/// Waits for room when `wait`, else
 /// fails with `Backpressure` (pieces already queued are then dropped, and so is the frame).
 pub(crate) async fn send(
     out: &StripesOut,
@@ -508,7 +509,9 @@ pub(crate) async fn send(
 ) -> Result<(), SendError> {
     let (head, payload) = frame;
     let (order, hold) = keys;
-    let data = match ordering {
+    // The lanes a piece may take, looked at as it is queued: a sender that waited for room
+    // takes the spread as it is by then.
+    let spread = || match ordering {
         Place::Widened { widen, .. } => &data[..widen.spread().min(data.len())],
         Place::Lane(_) => data,
     };
@@ -573,7 +576,7 @@ pub(crate) async fn send(
             encoded: numbered,
         };
         queued += 1;
-        let lane = least_loaded(out, data);
+        let lane = least_loaded(out, spread());
         gate.lanes
             .fetch_or(lane_bit(lane.id.index), Ordering::AcqRel);
         if let Err(e) = lane
@@ -1125,6 +1128,54 @@ mod tests {
             [0, 2, 2, 2],
             "at most every lane but the first"
         );
+    }
+
+    /// A sender that waited for room takes the spread as it is when it queues its pieces, not
+    /// as it was when it began: a spread that widened while many senders waited reaches them
+    /// at once.
+    #[tokio::test]
+    async fn pieces_take_the_spread_as_it_is_when_they_are_queued() {
+        use super::super::widen::Widen;
+        let (lanes, mut tasks, out) = four_lanes();
+        let widen = Widen::new(4);
+        widen.set_spread(1);
+        let held = out
+            .uncommitted
+            .clone()
+            .acquire_many_owned(MAX_UNCOMMITTED as u32)
+            .await
+            .unwrap();
+        let place = Place::Widened {
+            widen: &widen,
+            lanes: &lanes,
+        };
+        // Six pieces of 100 bytes, waiting for a striped frame's turn.
+        let sending = send(
+            &out,
+            place,
+            &lanes[1..],
+            (
+                Bytes::from_static(b"head"),
+                Body::from(Bytes::from(vec![0u8; 596])),
+            ),
+            (0, None),
+            100,
+            true,
+        );
+        tokio::pin!(sending);
+        assert!(futures::poll!(sending.as_mut()).is_pending());
+        widen.set_spread(3);
+        drop(held);
+        sending.await.unwrap();
+        let mut on = [0; 4];
+        for (i, t) in tasks.iter_mut().enumerate() {
+            while let Ok(f) = t.rx.try_recv() {
+                if let Role::Part(_) = f.role {
+                    on[i] += 1;
+                }
+            }
+        }
+        assert_eq!(on, [0, 2, 2, 2]);
     }
 
     /// A commit read before its pieces waits for them, then hands the frame on.
