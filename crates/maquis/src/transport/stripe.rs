@@ -1042,6 +1042,40 @@ mod tests {
         (lanes, tasks, out)
     }
 
+    /// Sends a frame of six pieces of 100 bytes at `place`, its pieces over `lanes[1..]`.
+    fn send_six_pieces<'a>(
+        out: &'a StripesOut,
+        place: Place<'a>,
+        lanes: &'a [Arc<Lane>],
+        wait: bool,
+    ) -> impl std::future::Future<Output = Result<(), SendError>> + 'a {
+        send(
+            out,
+            place,
+            &lanes[1..],
+            (
+                Bytes::from_static(b"head"),
+                Body::from(Bytes::from(vec![0u8; 596])),
+            ),
+            (0, None),
+            100,
+            wait,
+        )
+    }
+
+    /// The pieces queued on each lane since the last look (taken off the queues).
+    fn pieces_queued(tasks: &mut [super::super::lane::LaneTask]) -> [usize; 4] {
+        let mut on = [0; 4];
+        for (i, t) in tasks.iter_mut().enumerate() {
+            while let Ok(f) = t.rx.try_recv() {
+                if let Role::Part(_) = f.role {
+                    on[i] += 1;
+                }
+            }
+        }
+        on
+    }
+
     /// A commit names the lanes its frame's pieces were queued on (for the receiver, which
     /// drops a frame whose commit waits only when one of those loses a connection).
     #[tokio::test]
@@ -1096,29 +1130,11 @@ mod tests {
                 widen: &widen,
                 lanes: &lanes,
             };
-            // Six pieces of 100 bytes.
-            let sending = send(
-                &out,
-                place,
-                &lanes[1..],
-                (
-                    Bytes::from_static(b"head"),
-                    Body::from(Bytes::from(vec![0u8; 596])),
-                ),
-                (0, None),
-                100,
-                false,
-            );
-            sending.now_or_never().expect("room").unwrap();
-            let mut on = [0; 4];
-            for (i, t) in tasks.iter_mut().enumerate() {
-                while let Ok(f) = t.rx.try_recv() {
-                    if let Role::Part(_) = f.role {
-                        on[i] += 1;
-                    }
-                }
-            }
-            on
+            send_six_pieces(&out, place, &lanes, false)
+                .now_or_never()
+                .expect("room")
+                .unwrap();
+            pieces_queued(&mut tasks)
         };
         assert_eq!(pieces_on(1), [0, 6, 0, 0]);
         assert_eq!(pieces_on(2), [0, 3, 3, 0]);
@@ -1149,33 +1165,14 @@ mod tests {
             widen: &widen,
             lanes: &lanes,
         };
-        // Six pieces of 100 bytes, waiting for a striped frame's turn.
-        let sending = send(
-            &out,
-            place,
-            &lanes[1..],
-            (
-                Bytes::from_static(b"head"),
-                Body::from(Bytes::from(vec![0u8; 596])),
-            ),
-            (0, None),
-            100,
-            true,
-        );
+        // Waiting for a striped frame's turn.
+        let sending = send_six_pieces(&out, place, &lanes, true);
         tokio::pin!(sending);
         assert!(futures::poll!(sending.as_mut()).is_pending());
         widen.set_spread(3);
         drop(held);
         sending.await.unwrap();
-        let mut on = [0; 4];
-        for (i, t) in tasks.iter_mut().enumerate() {
-            while let Ok(f) = t.rx.try_recv() {
-                if let Role::Part(_) = f.role {
-                    on[i] += 1;
-                }
-            }
-        }
-        assert_eq!(on, [0, 2, 2, 2]);
+        assert_eq!(pieces_queued(&mut tasks), [0, 2, 2, 2]);
     }
 
     /// A commit read before its pieces waits for them, then hands the frame on.
