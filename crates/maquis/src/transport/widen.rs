@@ -8,8 +8,9 @@
 //! lane measures how long its writes and those of the other lanes carrying small frames wait
 //! for the socket to take bytes (the window is full; a busy CPU does not make writes wait), and
 //! when that is most of the time it doubles the lanes that carry small frames, each order key
-//! then on lane `key mod width`. When they have not waited for a while it halves them again
-//! ([`Policy`], no I/O and no clock of its own).
+//! then on lane `key mod width`. When they have not waited for a while it halves them again,
+//! and undoes a halving at once when the fewer lanes' writes wait ([`Policy`], no I/O and no
+//! clock of its own).
 //!
 //! The same policy, a second instance, sets how many of the channel's other lanes carry the
 //! pieces of its striped frames (its *spread*, [`Widen::spread`]): every lane a striped
@@ -64,7 +65,10 @@ const HOLD_OFF: Duration = Duration::from_secs(2);
 const MAX_HOLD_OFF: Duration = Duration::from_secs(60);
 /// Writes waiting less than this share of the time ...
 const CALM_BELOW: f64 = 0.1;
-/// ... for this long halve it.
+/// ... for this long halve it. A halving whose narrower width's writes wait most of the time
+/// within this long is undone at once (the calm was the wider width's doing, not a sign that
+/// fewer lanes would do), and the calm it takes to halve again doubles, up to `MAX_HOLD_OFF`;
+/// a halving that stands this long brings it back to this.
 const CALM_FOR: Duration = Duration::from_secs(2);
 /// The spread starts at one lane per this much round trip (µs). One connection carries at
 /// most its send buffer per round trip (4 MiB by Linux's default `tcp_wmem`): 840 MB/s at
@@ -322,6 +326,10 @@ pub(crate) struct Policy {
     history: std::collections::VecDeque<(Instant, u64)>,
     /// Since when the writes have waited little.
     calm_since: Option<Instant>,
+    /// How long they must wait little before the width halves.
+    calm_for: Duration,
+    /// The last halving, while it may be undone: when, and the width before it.
+    halved: Option<(Instant, usize)>,
     trial: Option<Trial>,
     /// No trial before this.
     hold_until: Option<Instant>,
@@ -351,6 +359,8 @@ impl Policy {
             before: vec![0; lanes.max(1)],
             history: std::collections::VecDeque::with_capacity(BEFORE + 1),
             calm_since: None,
+            calm_for: CALM_FOR,
+            halved: None,
             trial: None,
             hold_until: None,
             hold_off: HOLD_OFF,
@@ -375,6 +385,7 @@ impl Policy {
         (self.width < self.floor).then(|| {
             self.width = self.floor;
             self.trial = None;
+            self.halved = None;
             self.width
         })
     }
@@ -427,6 +438,14 @@ impl Policy {
         self.history.push_back((now, written));
         self.last = Some(now);
         self.before.copy_from_slice(&waited[..self.max]);
+        if self
+            .halved
+            .is_some_and(|(at, _)| now.saturating_duration_since(at) >= CALM_FOR)
+        {
+            // The last halving stood.
+            self.halved = None;
+            self.calm_for = CALM_FOR;
+        }
         let next = if let Some(t) = &mut self.trial {
             let tried = now.saturating_duration_since(t.since);
             let Some((half, written_at)) = t.half else {
@@ -454,6 +473,11 @@ impl Policy {
             }
         } else if share >= WIDEN_AT {
             self.calm_since = None;
+            if let Some((_, from)) = self.halved.take() {
+                // Fewer lanes wait at once: back to the width that was calm, no trial needed.
+                self.calm_for = (self.calm_for * 2).min(MAX_HOLD_OFF);
+                return self.change(now, written, from);
+            }
             let held = self.hold_until.is_some_and(|t| now < t);
             if w < self.max && !held {
                 self.trial = Some(Trial {
@@ -469,9 +493,13 @@ impl Policy {
             }
         } else if share < CALM_BELOW {
             let since = *self.calm_since.get_or_insert(last);
-            if now.saturating_duration_since(since) >= CALM_FOR {
+            if now.saturating_duration_since(since) >= self.calm_for {
                 self.calm_since = Some(now);
-                (w / 2).max(self.floor)
+                let half = (w / 2).max(self.floor);
+                if half < w {
+                    self.halved = Some((now, w));
+                }
+                half
             } else {
                 w
             }
@@ -479,7 +507,13 @@ impl Policy {
             self.calm_since = None;
             w
         };
-        (next != w).then(|| {
+        self.change(now, written, next)
+    }
+
+    /// The width becomes `next` at `now`, with `written` bytes written so far; `next` when
+    /// that is a change.
+    fn change(&mut self, now: Instant, written: u64, next: usize) -> Option<usize> {
+        (next != self.width).then(|| {
             self.width = next;
             // Bytes per second at the old width say nothing of the new one.
             self.history.clear();
@@ -671,13 +705,23 @@ mod tests {
 
         /// Runs `ms` more; every width it changed to, with when.
         fn run(&mut self, ms: u64, rate: impl Fn(usize) -> u64, wait: f64) -> Vec<(u64, usize)> {
+            self.run_with(ms, rate, |_| wait)
+        }
+
+        /// As [`Sim::run`], writes waiting `wait(width)` of the time.
+        fn run_with(
+            &mut self,
+            ms: u64,
+            rate: impl Fn(usize) -> u64,
+            wait: impl Fn(usize) -> f64,
+        ) -> Vec<(u64, usize)> {
             let mut changes = Vec::new();
             let end = self.t + ms;
             while self.t < end {
                 self.t += 100;
                 let w = self.p.width;
                 for x in &mut self.waited[..w] {
-                    *x += (100.0 * wait) as u64 * MS;
+                    *x += (100.0 * wait(w)) as u64 * MS;
                 }
                 self.bytes += rate(w) / 10;
                 let now = at(self.t0, self.t);
@@ -706,6 +750,40 @@ mod tests {
         // Calm (the trial of four ends first, as it did not pay): halved after CALM_FOR.
         let changes = sim.run(6_000, rate, 0.0);
         assert_eq!(changes, vec![(3_100, 2), (5_100, 1)]);
+    }
+
+    #[test]
+    fn a_halving_undone_at_once_is_made_ever_more_rarely() {
+        let mut sim = Sim::new(8, 1);
+        assert_eq!(sim.p.set_floor(8), Some(8));
+        sim.p.floor = 1;
+        // Eight lanes keep up; with four, writes wait most of the time.
+        let wait = |w: usize| if w >= 8 { 0.0 } else { 0.9 };
+        let changes = sim.run_with(20_000, |w| 100_000_000 * w as u64, wait);
+        // Halved after 2 s of calm, back at the next look without a trial, then halved
+        // after 4 s and 8 s of calm.
+        assert_eq!(
+            changes,
+            vec![
+                (2_000, 4),
+                (2_100, 8),
+                (6_100, 4),
+                (6_200, 8),
+                (14_200, 4),
+                (14_300, 8)
+            ],
+            "{:?}",
+            sim.p
+        );
+        assert!(!sim.p.on_trial());
+        // Calm at four too: halved after 16 s, and once that halving stood, after 2 s again.
+        let changes = sim.run(16_000, |w| 100_000_000 * w as u64, 0.0);
+        assert_eq!(
+            changes,
+            vec![(30_300, 4), (32_300, 2), (34_300, 1)],
+            "{:?}",
+            sim.p
+        );
     }
 
     #[test]
