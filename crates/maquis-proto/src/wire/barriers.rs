@@ -133,6 +133,17 @@ impl Barriers {
         all & !p.arrived
     }
 
+    /// The lanes (a bit per lane index) of `channel` that have arrived at a barrier before
+    /// `epoch` that is not yet released: they read nothing more until it is, and it is that
+    /// barrier's waiters, not a later one's, that tell whether its lanes are lost.
+    pub fn held_before(&self, channel: u16, epoch: u64) -> u128 {
+        self.channels.get(&channel).map_or(0, |c| {
+            c.pending
+                .range(..epoch)
+                .fold(0, |held, (_, p)| held | p.arrived)
+        })
+    }
+
     /// Barrier `epoch` of `channel` waited too long: it, and every one before it, counts as
     /// released.
     pub fn give_up(&mut self, channel: u16, epoch: u64) {
@@ -151,6 +162,23 @@ impl Channel {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn held_before_names_the_lanes_stopped_at_an_earlier_barrier() {
+        let mut b = Barriers::new();
+        // Barrier 1 over lanes 0-1: lane 0 arrived, lane 1 is behind. Barrier 2 over lanes
+        // 0-3: lanes 2 and 3 (not in barrier 1) arrived.
+        assert_eq!(b.arrive(0, 0, 4, 1, 2).unwrap(), Arrival::Wait);
+        assert_eq!(b.arrive(0, 2, 4, 2, 4).unwrap(), Arrival::Wait);
+        assert_eq!(b.arrive(0, 3, 4, 2, 4).unwrap(), Arrival::Wait);
+        assert_eq!(b.missing(0, 2), 0b0011);
+        assert_eq!(b.held_before(0, 2), 0b0001, "lane 0 waits at barrier 1");
+        assert_eq!(b.held_before(0, 1), 0);
+        assert_eq!(b.held_before(1, 2), 0, "another channel");
+        // Barrier 1 released: nothing holds lane 0 any more.
+        assert_eq!(b.arrive(0, 1, 4, 1, 2).unwrap(), Arrival::Released);
+        assert_eq!(b.held_before(0, 2), 0);
+    }
 
     #[test]
     fn missing_names_the_lanes_yet_to_arrive() {

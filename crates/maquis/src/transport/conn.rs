@@ -700,10 +700,12 @@ async fn read_loop<H: Host>(
 /// Once this lane has arrived it waits for the others up to `patience` (the heartbeat
 /// timeout) at a time: a lane yet to arrive that has read more bytes on the same connection
 /// since the last look is behind, not lost (the barrier comes after those bytes on it), so the
-/// wait goes on; one whose connection changed, or one of whose connections' readers ended, or
-/// that read nothing, may have lost the barrier with a connection, and the barrier is given
-/// up. So a lane held up behind a long queue (a slow link, a busy machine) never lets a key
-/// that moved overtake its frames.
+/// wait goes on; so is one stopped at an earlier barrier still waited for (it reads nothing
+/// until that one is released or given up, which that barrier's own waiters decide by the
+/// same rule); one whose connection changed, or one of whose connections' readers ended, or
+/// that read nothing otherwise, may have lost the barrier with a connection, and the barrier
+/// is given up. So a lane held up behind a long queue (a slow link, a busy machine) never lets
+/// a key that moved overtake its frames.
 struct AtBarrier {
     epoch: u64,
     lanes: u16,
@@ -719,6 +721,8 @@ struct Behind {
     conn: Option<u64>,
     readers_ended: u64,
     bytes_in: u64,
+    /// Stopped at an earlier barrier still waited for.
+    held: bool,
 }
 
 impl AtBarrier {
@@ -759,7 +763,7 @@ impl AtBarrier {
                     b.slot == n.slot
                         && b.conn == n.conn
                         && b.readers_ended == n.readers_ended
-                        && b.bytes_in < n.bytes_in
+                        && (b.bytes_in < n.bytes_in || n.held)
                 })
             });
         if moved {
@@ -771,6 +775,7 @@ impl AtBarrier {
 
     fn lanes_behind(&self, peer: &Peer, place: LanePlace) -> Vec<Behind> {
         let missing = peer.barriers_in.missing(place.channel, self.epoch);
+        let held = peer.barriers_in.held_before(place.channel, self.epoch);
         (0..128usize)
             .filter(|i| missing >> i & 1 == 1)
             .filter_map(|i| {
@@ -781,6 +786,7 @@ impl AtBarrier {
                     conn: lane.conn_id(),
                     readers_ended: lane.metrics.readers_ended.load(Ordering::Relaxed),
                     bytes_in: lane.metrics.bytes_in.load(Ordering::Relaxed),
+                    held: held >> i & 1 == 1,
                 })
             })
             .collect()
@@ -1033,6 +1039,32 @@ mod tests {
         let two = LanePlace { index: 2, ..place };
         assert!(peer.barriers_in.arrive(two, 1, 3).unwrap());
         assert!(b.still_coming(&peer, place, patience));
+
+        // Barrier 2 over lanes 0-1 and then barrier 3 over all four: lane 0 stops at 2 and
+        // waits for lane 1, behind a long queue; lanes 2 and 3 (not in barrier 2) arrive at 3.
+        let at = |index: u16| LanePlace { index, ..place };
+        assert!(!peer.barriers_in.arrive(at(0), 2, 2).unwrap());
+        let mut later = AtBarrier {
+            epoch: 3,
+            lanes: 4,
+            deadline: None,
+            behind: Vec::new(),
+        };
+        assert!(!peer.barriers_in.arrive(at(3), 3, 4).unwrap());
+        assert!(!later.step(&peer, at(2), true, patience).unwrap());
+        // Lane 1 reads on; lane 0 reads nothing, stopped at barrier 2: barrier 3 waits on.
+        read(1, 100);
+        assert!(later.still_coming(&peer, at(2), patience));
+        read(1, 100);
+        assert!(later.still_coming(&peer, at(2), patience));
+        // Lane 1 arrives at 2, which is released; lanes 0 and 1 then read on to 3.
+        assert!(peer.barriers_in.arrive(at(1), 2, 2).unwrap());
+        read(0, 100);
+        read(1, 100);
+        assert!(later.still_coming(&peer, at(2), patience));
+        // Now lane 0 reads nothing and no earlier barrier holds it: given up.
+        read(1, 100);
+        assert!(!later.still_coming(&peer, at(2), patience));
         router.shutdown.cancel();
     }
 

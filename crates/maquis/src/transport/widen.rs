@@ -655,6 +655,12 @@ impl BarriersIn {
         self.table().missing(channel, epoch)
     }
 
+    /// The lanes of `channel` (a bit per lane index) stopped at a barrier before `epoch` that
+    /// is still waited for.
+    pub(crate) fn held_before(&self, channel: u16, epoch: u64) -> u128 {
+        self.table().held_before(channel, epoch)
+    }
+
     /// Barrier `epoch` of `channel` waited too long: it is let go.
     pub(crate) fn give_up(&self, channel: u16, epoch: u64) {
         self.table().give_up(channel, epoch);
