@@ -22,3 +22,7 @@ for v in before after; do
 done
 "$BEFORE/maquis-bench" micro --quick --out quick-before
 "$AFTER/maquis-bench" micro --quick --out quick-after
+for i in 1 2 3; do for v in before after; do
+  RUST_LOG=maquis::transport::widen=debug "$(bin $v)" micro --modes mixed --rtt 1 \
+    --configs affinity --cell-seconds 5 --no-sweep --out "mixed-1ms/$v-$i"
+done; done
