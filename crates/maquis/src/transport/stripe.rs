@@ -511,9 +511,13 @@ pub(crate) async fn send(
     let (order, hold) = keys;
     // The lanes a piece may take, looked at as it is queued: a sender that waited for room
     // takes the spread as it is by then.
-    let spread = || match ordering {
-        Place::Widened { widen, .. } => &data[..widen.spread().min(data.len())],
-        Place::Lane(_) => data,
+    let widen = match ordering {
+        Place::Widened { widen, .. } => Some(widen),
+        Place::Lane(_) => None,
+    };
+    let spread = || match widen {
+        Some(widen) => &data[..widen.spread().min(data.len())],
+        None => data,
     };
     let permit = if wait {
         out.uncommitted
@@ -534,16 +538,23 @@ pub(crate) async fn send(
     // One hold per piece besides the sender's own: the gate cannot open before every piece
     // is queued.
     gate.left.fetch_add(n, Ordering::AcqRel);
-    let mine = PartGuard {
+    // From here on the frame has its number: its commit goes out however this ends.
+    let mut commit = Committer {
+        ordering,
+        order,
         gate: gate.clone(),
-        written: true,
-        offset: 0,
-        len: 0,
-        inner: Bytes::new(),
-        encoded: (0, 0),
+        permit: Some(permit),
+        mine: Some(PartGuard {
+            gate: gate.clone(),
+            written: true,
+            offset: 0,
+            len: 0,
+            inner: Bytes::new(),
+            encoded: (0, 0),
+        }),
+        unqueued: n,
     };
     let mut sent = Ok(());
-    let mut queued = 0;
     for i in 0..n {
         let start = i * piece;
         let end = (start + piece).min(total);
@@ -575,7 +586,7 @@ pub(crate) async fn send(
             inner,
             encoded: numbered,
         };
-        queued += 1;
+        commit.unqueued -= 1;
         let lane = least_loaded(out, spread());
         gate.lanes
             .fetch_or(lane_bit(lane.id.index), Ordering::AcqRel);
@@ -587,20 +598,56 @@ pub(crate) async fn send(
             break;
         }
     }
-    // Pieces never queued count as dropped: the commit then says so.
-    for _ in queued..n {
-        gate.piece_done(false);
-    }
-    // The commit goes after every piece is queued, whatever the room (its permit bounds
-    // them): a barrier queued before it is then queued before its pieces too.
-    let commit = Role::Commit {
-        gate: gate.clone(),
-        _permit: permit,
-    };
-    let lane = ordering.push_small(Bytes::new(), order, commit)?;
-    let _ = gate.lane.set(lane.clone());
-    drop(mine);
+    commit.queue()?;
     sent
+}
+
+/// The commit of a numbered striped frame, queued once its sender is done with the pieces, or
+/// when the sending is dropped part-way (a caller's timeout, a `select!`, a call whose quorum
+/// came first): the receiver hands on its frames in the order of their numbers, so an id
+/// that never got its commit would hold its window, and every striped frame to the peer after
+/// it, for good.
+struct Committer<'a> {
+    ordering: Place<'a>,
+    order: u64,
+    gate: Arc<Gate>,
+    /// Bounds the frames whose commits are unwritten; the commit holds it.
+    permit: Option<OwnedSemaphorePermit>,
+    /// The sender's own hold on the gate, given up once the commit is queued.
+    mine: Option<PartGuard>,
+    /// Pieces not handed to a lane: dropped when the commit goes, which then says so.
+    unqueued: usize,
+}
+
+impl Committer<'_> {
+    /// Queues the commit (at most once) after every piece queued, whatever the room (its
+    /// permit bounds them): a barrier queued before it is then queued before its pieces too.
+    fn queue(&mut self) -> Result<(), SendError> {
+        let Some(permit) = self.permit.take() else {
+            return Ok(());
+        };
+        for _ in 0..std::mem::take(&mut self.unqueued) {
+            self.gate.piece_done(false);
+        }
+        let commit = Role::Commit {
+            gate: self.gate.clone(),
+            _permit: permit,
+        };
+        let queued = self.ordering.push_small(Bytes::new(), self.order, commit);
+        if let Ok(lane) = &queued {
+            // Before the sender's hold goes: the gate cannot open before it knows its lane.
+            let _ = self.gate.lane.set(Arc::clone(lane));
+        }
+        self.mine = None;
+        queued.map(|_| ())
+    }
+}
+
+impl Drop for Committer<'_> {
+    fn drop(&mut self) {
+        // Only a lane closed with its peer refuses it; the frame goes with the peer then.
+        let _ = self.queue();
+    }
 }
 
 /// The data lane with the fewest bytes queued, looking from a turn that moves on each time
@@ -1024,6 +1071,53 @@ mod tests {
             2,
             "{roles:?}"
         );
+    }
+
+    /// A sending dropped while a piece waits for room (a caller's timeout) still queues its
+    /// frame's commit, saying the frame failed: the receiver's window moves past its number
+    /// instead of waiting for that commit for ever, and the commit's permit comes back.
+    #[tokio::test]
+    async fn a_sending_dropped_part_way_still_commits_its_number() {
+        use crate::id::LaneId;
+        use maquis_proto::wire::decode_head;
+        let (lanes, mut tasks): (Vec<_>, Vec<_>) = (0..2)
+            .map(|i| Lane::new(LaneId::new("default", i), 100))
+            .unzip();
+        lanes[1]
+            .try_enqueue(Bytes::new(), Bytes::from(vec![0u8; 80]), None)
+            .unwrap();
+        let out = StripesOut::new(CancellationToken::new());
+        out.grant(window(1, 0, WINDOW), Some(1));
+        let mut sending = Box::pin(send(
+            &out,
+            Place::Lane(&lanes[0]),
+            &lanes[1..],
+            (
+                Bytes::from_static(b"head"),
+                Body::from(Bytes::from(vec![0u8; 96])),
+            ),
+            (0, None),
+            50,
+            true,
+        ));
+        assert!(futures::poll!(sending.as_mut()).is_pending(), "no room");
+        assert_eq!(out.uncommitted.available_permits(), MAX_UNCOMMITTED - 1);
+        drop(sending);
+        let mut commits = Vec::new();
+        while let Ok(f) = tasks[0].rx.try_recv() {
+            if let Role::Commit { gate, .. } = &f.role {
+                assert!(gate.is_open(), "no piece is left to wait for");
+                commits.push(decode_head(&gate.commit_head()).unwrap());
+            }
+        }
+        match commits[..] {
+            [Header::Commit { id, ok, .. }] => assert_eq!((id, ok), (0, false)),
+            _ => panic!("one commit for frame 0 on the ordering lane: {commits:?}"),
+        }
+        // The commit taken off the queue gave its permit back.
+        assert_eq!(out.uncommitted.available_permits(), MAX_UNCOMMITTED);
+        // The piece never queued: only the frame that filled the data lane is there.
+        assert_eq!(pieces_queued(&mut tasks), [0; 4]);
     }
 
     /// A channel of four lanes of 1 MiB each, their tasks, and a sender's striping state
