@@ -63,7 +63,7 @@ counters! {
     handshake_failures: "incoming connections that failed the handshake",
     handshakes_refused: "connections closed because too many handshakes were in progress",
     bad_frames: "connections closed for a malformed or oversized frame",
-    stripes_dropped: "striped messages received in part and dropped: a part lost with a connection, or not arrived within the heartbeat timeout of its commit, a commit lost with a connection, or numbered for a table this node no longer has (it dropped the peer)",
+    stripes_dropped: "striped messages received in part and dropped: a part lost with a connection, or not arrived within the heartbeat timeout of its commit, a commit lost with a connection, numbered for a table this node no longer has (it dropped the peer), or given up by the sender part-way (its send dropped, or refused for room)",
     barriers_given_up: "barriers across a channel's lanes let go after the heartbeat timeout because a lane did not arrive (its connection lost): messages whose key changed lanes there may be out of order",
     control_drops: "protocol frames dropped because the membership lane was full (the node's or the lane's queue bound)",
     control_no_peer: "protocol frames dropped because their peer had no connection, or its connection closed before they were written",
